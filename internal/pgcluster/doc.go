@@ -1,0 +1,16 @@
+// Package pgcluster starts throwaway PostgreSQL clusters from the server
+// binaries installed on the machine (initdb and postgres), for tests, the
+// demo and benchmarks.
+//
+// A cluster lives in its own temporary directory, listens on 127.0.0.1 on a
+// free port and on a unix socket inside that directory, and is removed by
+// Stop. It also never outlives the process that started it: a small
+// watchdog process holds the read end of a pipe whose write end only the
+// starting process has open. When that process ends for any reason (Stop,
+// a panic, os.Exit, SIGINT, SIGTERM, SIGKILL) the pipe closes, and the
+// watchdog shuts the server down and removes the directory.
+//
+// When the current user is root, the server runs as the unprivileged system
+// user "postgres" (or "nobody" when there is none), because initdb and
+// postgres refuse to run as root.
+package pgcluster

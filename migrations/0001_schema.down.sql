@@ -1,0 +1,4 @@
+-- The schema itself holds pgbaton.schema_migrations, which golang-migrate
+-- still writes after this file runs; migrations.Down drops the schema once
+-- every migration is down.
+COMMENT ON SCHEMA pgbaton IS NULL;

@@ -1,0 +1,241 @@
+// Package migrations installs and upgrades pgbaton's objects in the schema
+// pgbaton, with golang-migrate and the migration files embedded in this
+// package (NNNN_name.up.sql / .down.sql).
+//
+// Migration bookkeeping lives in pgbaton.schema_migrations. Up and Down are
+// safe to run from many processes at once: they serialise on an advisory
+// lock. Every file runs as one implicit transaction, so a failed migration
+// leaves the schema as it was (golang-migrate still marks the version dirty;
+// see ErrDirty).
+package migrations
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+
+	"github.com/golang-migrate/migrate/v4"
+	pgxmigrate "github.com/golang-migrate/migrate/v4/database/pgx/v5"
+	"github.com/golang-migrate/migrate/v4/source"
+	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/db"
+)
+
+//go:embed *.sql
+var files embed.FS
+
+const (
+	// Schema is the Postgres schema that holds every pgbaton object.
+	Schema = "pgbaton"
+	// Table is golang-migrate's bookkeeping table inside Schema.
+	Table = "schema_migrations"
+)
+
+// ErrDirty is returned when a previous migration failed half-way, as
+// golang-migrate records it. Inspect the schema, then force the version with
+// the migrate CLI (`migrate force N`) before running Up again.
+var ErrDirty = errors.New("pgbaton: schema migration is dirty (a previous migration failed)")
+
+// Latest is the newest schema version this build of pgbaton knows.
+func Latest() uint {
+	var latest uint
+	entries, _ := fs.ReadDir(files, ".")
+	for _, e := range entries {
+		if m, err := source.DefaultParse(e.Name()); err == nil && m.Version > latest {
+			latest = m.Version
+		}
+	}
+	return latest
+}
+
+// FS returns the embedded migration files, for tools that apply them some
+// other way.
+func FS() fs.FS { return files }
+
+// Version returns the schema version of the database behind pool and whether
+// it is dirty. A database pgbaton never migrated has version 0. It needs only
+// read access.
+func Version(ctx context.Context, pool *pgxpool.Pool) (version uint, dirty bool, err error) {
+	if pool == nil {
+		return 0, false, fmt.Errorf("%w: nil pool", pgbaton.ErrInvalidArgument)
+	}
+	row, err := db.New().SchemaVersion(ctx, pool)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, false, nil
+	case errors.As(err, &pgErr) && pgErr.Code == "42P01": // undefined_table
+		return 0, false, nil
+	case err != nil:
+		return 0, false, fmt.Errorf("pgbaton: read schema version: %w", err)
+	}
+	if row.Version < 0 {
+		return 0, row.Dirty, nil
+	}
+	return uint(row.Version), row.Dirty, nil
+}
+
+// Check reports whether the database is migrated to exactly the version this
+// build needs: nil, or an error that wraps pgbaton.ErrNotMigrated,
+// pgbaton.ErrSchemaTooNew, ErrDirty or pgbaton.ErrStandby.
+func Check(ctx context.Context, pool *pgxpool.Pool) error {
+	v, dirty, err := Version(ctx, pool)
+	if err != nil {
+		return err
+	}
+	return checkVersion(v, dirty)
+}
+
+func checkVersion(v uint, dirty bool) error {
+	switch latest := Latest(); {
+	case dirty:
+		return fmt.Errorf("%w at version %d", ErrDirty, v)
+	case v == 0:
+		return fmt.Errorf("%w: no pgbaton schema in this database; run `pgbaton migrate up` or migrations.Up", pgbaton.ErrNotMigrated)
+	case v < latest:
+		return fmt.Errorf("%w: schema version %d, this build needs %d; run `pgbaton migrate up` or migrations.Up", pgbaton.ErrNotMigrated, v, latest)
+	case v > latest:
+		return fmt.Errorf("%w: database is at version %d, this build knows up to %d; upgrade pgbaton", pgbaton.ErrSchemaTooNew, v, latest)
+	}
+	return nil
+}
+
+// Up applies every migration not yet applied. It refuses a standby and a
+// database migrated by a newer pgbaton (pgbaton.ErrSchemaTooNew).
+func Up(ctx context.Context, pool *pgxpool.Pool) error {
+	return run(ctx, pool, func(m *migrate.Migrate) error { return m.Up() })
+}
+
+// Down reverts every migration and then drops the pgbaton schema. It fails,
+// changing nothing more, if the schema holds objects pgbaton did not create.
+// All locks, leases, runs and fenced values are lost.
+func Down(ctx context.Context, pool *pgxpool.Pool) error {
+	err := run(ctx, pool, func(m *migrate.Migrate) error { return m.Down() })
+	if err != nil {
+		return err
+	}
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		q := db.New()
+		if err := q.LockMigrations(ctx, tx); err != nil {
+			return err
+		}
+		if err := q.DropSchemaMigrations(ctx, tx); err != nil {
+			return err
+		}
+		if err := q.DropSchema(ctx, tx); err != nil {
+			return fmt.Errorf("pgbaton: drop schema %s (it still holds objects pgbaton did not create?): %w", Schema, err)
+		}
+		return nil
+	})
+}
+
+// UpURL, DownURL and VersionURL do the same against a connection string.
+
+// UpURL runs Up against the database at connString.
+func UpURL(ctx context.Context, connString string) error {
+	return withPool(ctx, connString, func(p *pgxpool.Pool) error { return Up(ctx, p) })
+}
+
+// DownURL runs Down against the database at connString.
+func DownURL(ctx context.Context, connString string) error {
+	return withPool(ctx, connString, func(p *pgxpool.Pool) error { return Down(ctx, p) })
+}
+
+// VersionURL runs Version against the database at connString.
+func VersionURL(ctx context.Context, connString string) (version uint, dirty bool, err error) {
+	err = withPool(ctx, connString, func(p *pgxpool.Pool) error {
+		version, dirty, err = Version(ctx, p)
+		return err
+	})
+	return version, dirty, err
+}
+
+func withPool(ctx context.Context, connString string, fn func(*pgxpool.Pool) error) error {
+	pool, err := pgxpool.New(ctx, connString)
+	if err != nil {
+		return fmt.Errorf("%w: connection string: %w", pgbaton.ErrInvalidArgument, err)
+	}
+	defer pool.Close()
+	return fn(pool)
+}
+
+func run(ctx context.Context, pool *pgxpool.Pool, step func(*migrate.Migrate) error) error {
+	if pool == nil {
+		return fmt.Errorf("%w: nil pool", pgbaton.ErrInvalidArgument)
+	}
+	q := db.New()
+	info, err := q.ServerInfo(ctx, pool)
+	if err != nil {
+		return fmt.Errorf("pgbaton: migrations: %w", err)
+	}
+	if info.InRecovery {
+		return pgbaton.ErrStandby
+	}
+	// golang-migrate's table lives in the schema, so the schema must exist
+	// first. Concurrent CREATE SCHEMA IF NOT EXISTS can still fail with a
+	// unique violation, hence the lock.
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := q.LockMigrations(ctx, tx); err != nil {
+			return err
+		}
+		return q.CreateSchema(ctx, tx)
+	})
+	if err != nil {
+		return fmt.Errorf("pgbaton: create schema %s: %w", Schema, err)
+	}
+	v, dirty, err := Version(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if err := checkVersion(v, dirty); err != nil && !errors.Is(err, pgbaton.ErrNotMigrated) {
+		return err
+	}
+
+	src, err := iofs.New(files, ".")
+	if err != nil {
+		return fmt.Errorf("pgbaton: migrations source: %w", err)
+	}
+	sqlDB := stdlib.OpenDBFromPool(pool)
+	driver, err := pgxmigrate.WithInstance(sqlDB, &pgxmigrate.Config{SchemaName: Schema, MigrationsTable: Table})
+	if err != nil {
+		_ = sqlDB.Close()
+		return fmt.Errorf("pgbaton: migrations driver: %w", err)
+	}
+	m, err := migrate.NewWithInstance("iofs", src, "pgx5", driver)
+	if err != nil {
+		_ = driver.Close()
+		return fmt.Errorf("pgbaton: migrations: %w", err)
+	}
+	defer m.Close()
+
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-ctx.Done():
+			m.GracefulStop <- true
+		case <-done:
+		}
+	}()
+	err = step(m)
+	switch {
+	case errors.Is(err, migrate.ErrNoChange):
+		return nil
+	case err != nil && ctx.Err() != nil:
+		return fmt.Errorf("pgbaton: migrations stopped: %w (%w)", ctx.Err(), err)
+	case err != nil:
+		return fmt.Errorf("pgbaton: migrations: %w", err)
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("pgbaton: migrations stopped before the last step: %w", ctx.Err())
+	}
+	return nil
+}
