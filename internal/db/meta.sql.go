@@ -51,6 +51,44 @@ func (q *Queries) LockMigrations(ctx context.Context, db DBTX) error {
 	return err
 }
 
+const lockMigrationsSession = `-- name: LockMigrationsSession :exec
+SELECT pg_advisory_lock(hashtextextended('pgbaton:migrations', 0))
+`
+
+// Held for a whole Up or Down, so that no run sees another's half-done
+// (dirty) state.
+func (q *Queries) LockMigrationsSession(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, lockMigrationsSession)
+	return err
+}
+
+const lockTableUsage = `-- name: LockTableUsage :one
+SELECT (SELECT count(*) FROM pg_catalog.pg_locks WHERE NOT fastpath)::bigint AS used,
+       (SELECT count(*) FROM pg_catalog.pg_locks WHERE locktype = 'advisory')::bigint AS advisory,
+       (current_setting('max_locks_per_transaction')::bigint
+        * (current_setting('max_connections')::bigint
+           + current_setting('autovacuum_max_workers')::bigint + 1
+           + current_setting('max_worker_processes')::bigint
+           + current_setting('max_wal_senders')::bigint
+           + current_setting('max_prepared_transactions')::bigint))::bigint AS capacity
+`
+
+type LockTableUsageRow struct {
+	Used     int64 `json:"used"`
+	Advisory int64 `json:"advisory"`
+	Capacity int64 `json:"capacity"`
+}
+
+// The shared lock table holds max_locks_per_transaction * (MaxBackends +
+// max_prepared_transactions) entries for the whole server; advisory locks
+// count against it, and when it is full even new logins fail (53200).
+func (q *Queries) LockTableUsage(ctx context.Context, db DBTX) (LockTableUsageRow, error) {
+	row := db.QueryRow(ctx, lockTableUsage)
+	var i LockTableUsageRow
+	err := row.Scan(&i.Used, &i.Advisory, &i.Capacity)
+	return i, err
+}
+
 const schemaVersion = `-- name: SchemaVersion :one
 SELECT version, dirty FROM pgbaton.schema_migrations LIMIT 1
 `
@@ -89,4 +127,13 @@ func (q *Queries) ServerInfo(ctx context.Context, db DBTX) (ServerInfoRow, error
 		&i.CurrentUserName,
 	)
 	return i, err
+}
+
+const unlockMigrationsSession = `-- name: UnlockMigrationsSession :exec
+SELECT pg_advisory_unlock(hashtextextended('pgbaton:migrations', 0))
+`
+
+func (q *Queries) UnlockMigrationsSession(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, unlockMigrationsSession)
+	return err
 }

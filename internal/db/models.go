@@ -4,6 +4,24 @@
 
 package db
 
+import (
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// pgbaton leases. (name, token) is valid iff owner IS NOT NULL AND token matches AND expires_at > clock_timestamp().
+type PgbatonLease struct {
+	Name       string      `json:"name"`
+	LeaseGroup pgtype.Text `json:"lease_group"`
+	Owner      pgtype.Text `json:"owner"`
+	Token      pgtype.Int8 `json:"token"`
+	AcquiredAt *time.Time  `json:"acquired_at"`
+	RenewedAt  *time.Time  `json:"renewed_at"`
+	ExpiresAt  *time.Time  `json:"expires_at"`
+	Metadata   []byte      `json:"metadata"`
+}
+
 type PgbatonSchemaMigration struct {
 	Version int64 `json:"version"`
 	Dirty   bool  `json:"dirty"`
