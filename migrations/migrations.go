@@ -179,16 +179,26 @@ func run(ctx context.Context, pool *pgxpool.Pool, step func(*migrate.Migrate) er
 	if info.InRecovery {
 		return pgbaton.ErrStandby
 	}
-	// golang-migrate's table lives in the schema, so the schema must exist
-	// first. Concurrent CREATE SCHEMA IF NOT EXISTS can still fail with a
-	// unique violation, hence the lock.
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if err := q.LockMigrations(ctx, tx); err != nil {
-			return err
-		}
-		return q.CreateSchema(ctx, tx)
-	})
+	if pool.Config().MaxConns < 2 {
+		return fmt.Errorf("%w: migrations need a pool of at least 2 connections (one holds the migration lock)", pgbaton.ErrInvalidArgument)
+	}
+	lockConn, err := pool.Acquire(ctx)
 	if err != nil {
+		return fmt.Errorf("pgbaton: migrations: %w", err)
+	}
+	defer lockConn.Release()
+	if err := q.LockMigrationsSession(ctx, lockConn); err != nil {
+		return fmt.Errorf("pgbaton: migrations: take migration lock: %w", err)
+	}
+	defer func() {
+		// A failed unlock leaves the lock on a pooled connection: close it.
+		if err := q.UnlockMigrationsSession(context.WithoutCancel(ctx), lockConn); err != nil {
+			_ = lockConn.Hijack().Close(context.WithoutCancel(ctx))
+		}
+	}()
+	// golang-migrate's table lives in the schema, so the schema must exist
+	// first.
+	if err := q.CreateSchema(ctx, lockConn); err != nil {
 		return fmt.Errorf("pgbaton: create schema %s: %w", Schema, err)
 	}
 	v, dirty, err := Version(ctx, pool)

@@ -95,7 +95,30 @@ rm -rf -- "$dir"
 `
 
 // Start creates and starts a new cluster. The caller must call Stop.
-func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
+func Start(ctx context.Context, cfg Config) (*Cluster, error) {
+	return start(ctx, cfg, func(c *Cluster) error { return c.initdb(ctx) })
+}
+
+// StartStandby creates a streaming-replication standby of primary (a base
+// backup with pg_basebackup -R) and starts it. The caller must call Stop.
+// pg_is_in_recovery() is true on it; it accepts only reads.
+func StartStandby(ctx context.Context, primary *Cluster, cfg Config) (*Cluster, error) {
+	if cfg.BinDir == "" {
+		cfg.BinDir = primary.binDir
+	}
+	return start(ctx, cfg, func(c *Cluster) error {
+		cmd := exec.CommandContext(ctx, filepath.Join(c.binDir, "pg_basebackup"),
+			"-D", c.dataDir, "-d", primary.URL("postgres"), "-X", "stream", "-R", "--no-sync")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+		cmd.Dir = c.dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("pgcluster: pg_basebackup: %w\n%s", err, out)
+		}
+		return nil
+	})
+}
+
+func start(ctx context.Context, cfg Config, populate func(*Cluster) error) (_ *Cluster, err error) {
 	if cfg.StartTimeout <= 0 {
 		cfg.StartTimeout = 30 * time.Second
 	}
@@ -137,7 +160,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			return nil, fmt.Errorf("pgcluster: chown %s: %w", dir, err)
 		}
 	}
-	if err := c.initdb(ctx); err != nil {
+	if err := populate(c); err != nil {
 		return nil, err
 	}
 	// The port is free when picked but may be taken before postgres binds it;

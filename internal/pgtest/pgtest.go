@@ -324,6 +324,24 @@ func NewCluster(t testing.TB, cfg pgcluster.Config) *pgcluster.Cluster {
 	return c
 }
 
+// NewStandby starts a streaming standby of primary for one test, stopped
+// when t ends.
+func NewStandby(t testing.TB, primary *pgcluster.Cluster) *pgcluster.Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := pgcluster.StartStandby(ctx, primary, pgcluster.Config{NoFsync: true})
+	if err != nil {
+		t.Fatalf("pgtest: start standby: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			t.Errorf("pgtest: stop standby: %v", err)
+		}
+	})
+	return c
+}
+
 // Eventually polls cond until it returns true or timeout passes, then fails
 // the test with the message. An error from cond fails the test at once.
 func Eventually(t testing.TB, timeout time.Duration, cond func() (bool, error), format string, args ...any) {

@@ -1,0 +1,72 @@
+# pgbaton — run `make help` for the targets.
+
+SHELL := /bin/bash
+GO ?= go
+TOOLS := $(CURDIR)/.tools
+
+# Pinned tool versions: `make tools` installs them into .tools/.
+SQLC_VERSION        := v1.31.1
+STATICCHECK_VERSION := v0.8.2
+SQLC        := $(TOOLS)/sqlc-$(SQLC_VERSION)
+STATICCHECK := $(TOOLS)/staticcheck-$(STATICCHECK_VERSION)
+
+# Tests run with the race detector; TESTFLAGS adds to them (e.g. -run X -v).
+TESTFLAGS ?=
+BENCHFLAGS ?= -benchtime=2s -count=1
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## Show this help
+	@echo "Usage: make <target>"
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-16s %s\n", $$1, $$2}'
+
+.PHONY: demo
+demo: ## Run the demo (throwaway PostgreSQL unless DATABASE_URL is set)
+	$(GO) run ./cmd/pgbaton demo
+
+.PHONY: test
+test: ## Run all tests with -race (throwaway PostgreSQL unless PGBATON_TEST_DSN is set)
+	$(GO) test -race -count=1 -timeout 20m $(TESTFLAGS) ./...
+
+.PHONY: bench
+bench: ## Run the benchmarks (ratios to raw pgx in the same run)
+	$(GO) test -run '^$$' -bench . $(BENCHFLAGS) ./...
+
+.PHONY: generate
+generate: $(SQLC) ## Regenerate the sqlc code in internal/db from queries/ and migrations/
+	$(SQLC) generate
+
+.PHONY: check-generated
+check-generated: generate ## Fail if the committed sqlc output differs from a fresh generation
+	@if [ -n "$$(git status --porcelain -- internal/db)" ]; then \
+		echo "internal/db differs from a fresh 'make generate':"; git status --porcelain -- internal/db; git --no-pager diff --stat -- internal/db; exit 1; \
+	fi
+	@echo "generated code is up to date"
+
+.PHONY: vet-sql
+vet-sql: $(SQLC) ## Run sqlc vet (db-prepare) against a throwaway migrated PostgreSQL
+	$(GO) run ./internal/cmd/withpg -- $(SQLC) vet
+
+.PHONY: lint
+lint: $(STATICCHECK) ## gofmt, go vet and staticcheck
+	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(STATICCHECK) ./...
+
+.PHONY: tidy
+tidy: ## go mod tidy
+	$(GO) mod tidy
+
+.PHONY: tools
+tools: $(SQLC) $(STATICCHECK) ## Install the pinned tools into .tools/
+
+$(SQLC):
+	@mkdir -p $(TOOLS)
+	GOBIN=$(TOOLS) $(GO) install github.com/sqlc-dev/sqlc/cmd/sqlc@$(SQLC_VERSION)
+	mv $(TOOLS)/sqlc $@
+
+$(STATICCHECK):
+	@mkdir -p $(TOOLS)
+	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	mv $(TOOLS)/staticcheck $@

@@ -1,0 +1,140 @@
+package migrations_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/pgcluster"
+	"github.com/pgbaton/pgbaton/internal/pgtest"
+	"github.com/pgbaton/pgbaton/migrations"
+)
+
+var env *pgtest.Env
+
+func TestMain(m *testing.M) {
+	env = pgtest.Setup(pgtest.Options{Children: map[string]pgtest.ChildFunc{
+		"up": func(ctx context.Context, args []string) error {
+			return migrations.UpURL(ctx, args[0])
+		},
+	}})
+	os.Exit(env.Run(m))
+}
+
+func schemaDump(t *testing.T, url string) string {
+	t.Helper()
+	pgDump := "pg_dump"
+	if dir, err := pgcluster.FindBinDir(); err == nil {
+		pgDump = filepath.Join(dir, "pg_dump")
+	}
+	out, err := exec.Command(pgDump, "--schema-only", "--no-owner", "--schema=pgbaton", "--exclude-table=pgbaton.schema_migrations", url).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	// Newer pg_dump versions frame the dump with a random \restrict key.
+	var keep []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if !strings.HasPrefix(line, "\\restrict ") && !strings.HasPrefix(line, "\\unrestrict ") {
+			keep = append(keep, line)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
+
+func TestUpDownUpGivesTheSameSchema(t *testing.T) {
+	ctx := context.Background()
+	db := env.EmptyDB(t)
+	pool := db.Pool(t)
+
+	v, dirty, err := migrations.Version(ctx, pool)
+	require.NoError(t, err)
+	require.Zero(t, v)
+	require.False(t, dirty)
+	require.ErrorIs(t, migrations.Check(ctx, pool), pgbaton.ErrNotMigrated)
+
+	require.NoError(t, migrations.Up(ctx, pool))
+	first := schemaDump(t, db.URL)
+	require.Contains(t, first, "CREATE SCHEMA pgbaton")
+	v, dirty, err = migrations.Version(ctx, pool)
+	require.NoError(t, err)
+	require.Equal(t, migrations.Latest(), v)
+	require.False(t, dirty)
+	require.NoError(t, migrations.Check(ctx, pool))
+	require.NoError(t, migrations.Up(ctx, pool), "Up again is a no-op")
+
+	require.NoError(t, migrations.Down(ctx, pool))
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname = 'pgbaton'").Scan(&n))
+	require.Zero(t, n, "Down removes the schema")
+
+	require.NoError(t, migrations.Up(ctx, pool))
+	require.Equal(t, first, schemaDump(t, db.URL))
+}
+
+func TestDownKeepsForeignObjects(t *testing.T) {
+	ctx := context.Background()
+	db := env.EmptyDB(t)
+	pool := db.Pool(t)
+	require.NoError(t, migrations.Up(ctx, pool))
+	_, err := pool.Exec(ctx, "CREATE TABLE pgbaton.users_own_table (id int)")
+	require.NoError(t, err)
+	err = migrations.Down(ctx, pool)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "did not create")
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pgbaton.users_own_table").Scan(new(int)))
+}
+
+func TestConcurrentUpFromTwoProcesses(t *testing.T) {
+	ctx := context.Background()
+	db := env.EmptyDB(t)
+	a := env.StartChild(t, "up", db.URL)
+	b := env.StartChild(t, "up", db.URL)
+	require.NoError(t, a.Wait(t, time.Minute), a.Stderr())
+	require.NoError(t, b.Wait(t, time.Minute), b.Stderr())
+	pool := db.Pool(t)
+	require.NoError(t, migrations.Check(ctx, pool))
+}
+
+func TestUpRefusesNewerSchema(t *testing.T) {
+	ctx := context.Background()
+	db := env.DB(t)
+	pool := db.Pool(t)
+	_, err := pool.Exec(ctx, "UPDATE pgbaton.schema_migrations SET version = $1", migrations.Latest()+1)
+	require.NoError(t, err)
+	err = migrations.Up(ctx, pool)
+	require.ErrorIs(t, err, pgbaton.ErrSchemaTooNew)
+	require.Contains(t, err.Error(), "upgrade pgbaton")
+	require.ErrorIs(t, migrations.Check(ctx, pool), pgbaton.ErrSchemaTooNew)
+}
+
+func TestDirtyIsReported(t *testing.T) {
+	ctx := context.Background()
+	db := env.DB(t)
+	pool := db.Pool(t)
+	_, err := pool.Exec(ctx, "UPDATE pgbaton.schema_migrations SET dirty = true")
+	require.NoError(t, err)
+	require.ErrorIs(t, migrations.Up(ctx, pool), migrations.ErrDirty)
+	require.ErrorIs(t, migrations.Check(ctx, pool), migrations.ErrDirty)
+}
+
+func TestBadInput(t *testing.T) {
+	ctx := context.Background()
+	require.ErrorIs(t, migrations.Up(ctx, nil), pgbaton.ErrInvalidArgument)
+	require.ErrorIs(t, migrations.Down(ctx, nil), pgbaton.ErrInvalidArgument)
+	_, _, err := migrations.Version(ctx, nil)
+	require.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
+	require.ErrorIs(t, migrations.UpURL(ctx, "::not a url::"), pgbaton.ErrInvalidArgument)
+}
+
+func TestStandbyIsRefused(t *testing.T) {
+	// A real standby: a base backup of a primary started with standby.signal.
+	primary := pgtest.NewCluster(t, pgcluster.Config{NoFsync: true})
+	standby := pgtest.NewStandby(t, primary)
+	err := migrations.UpURL(context.Background(), standby.URL("postgres"))
+	require.ErrorIs(t, err, pgbaton.ErrStandby)
+}
