@@ -10,6 +10,35 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+// pgbaton: names of advisory locks taken through pgbaton (key = pgbaton.advisory_key(name, namespace))
+type PgbatonAdvisoryName struct {
+	Key       int64     `json:"key"`
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	FirstSeen time.Time `json:"first_seen"`
+	LastSeen  time.Time `json:"last_seen"`
+}
+
+type PgbatonCronSlot struct {
+	Job         string    `json:"job"`
+	ScheduledAt time.Time `json:"scheduled_at"`
+	Owner       string    `json:"owner"`
+	ClaimedAt   time.Time `json:"claimed_at"`
+}
+
+type PgbatonJobRun struct {
+	ID          int64       `json:"id"`
+	Job         string      `json:"job"`
+	Owner       string      `json:"owner"`
+	Token       int64       `json:"token"`
+	Status      string      `json:"status"`
+	StartedAt   time.Time   `json:"started_at"`
+	FinishedAt  *time.Time  `json:"finished_at"`
+	HeartbeatAt time.Time   `json:"heartbeat_at"`
+	Error       pgtype.Text `json:"error"`
+	Checkpoint  []byte      `json:"checkpoint"`
+}
+
 // pgbaton leases. (name, token) is valid iff owner IS NOT NULL AND token matches AND expires_at > clock_timestamp().
 type PgbatonLease struct {
 	Name       string      `json:"name"`

@@ -1,0 +1,87 @@
+-- name: AdvisoryOp :batchone
+-- Every statement a multiplexed session sends, so that concurrent requests
+-- can share one pipelined batch: op 0 ping, 1 try exclusive, 2 try shared,
+-- 3 unlock exclusive, 4 unlock shared. Keys come in two spaces that
+-- Postgres keeps apart: one bigint (key), or a pair of int4 (pair, hi, lo). The backend pid comes back with every
+-- result: a change means a pooler moved the session (PgBouncer transaction
+-- pooling).
+SELECT (CASE
+            WHEN @op::int = 0 THEN true
+            WHEN @op::int = 1 AND @pair::bool THEN pg_try_advisory_lock(@hi::int4, @lo::int4)
+            WHEN @op::int = 1 THEN pg_try_advisory_lock(@key::int8)
+            WHEN @op::int = 2 AND @pair::bool THEN pg_try_advisory_lock_shared(@hi::int4, @lo::int4)
+            WHEN @op::int = 2 THEN pg_try_advisory_lock_shared(@key::int8)
+            WHEN @op::int = 3 AND @pair::bool THEN pg_advisory_unlock(@hi::int4, @lo::int4)
+            WHEN @op::int = 3 THEN pg_advisory_unlock(@key::int8)
+            WHEN @op::int = 4 AND @pair::bool THEN pg_advisory_unlock_shared(@hi::int4, @lo::int4)
+            WHEN @op::int = 4 THEN pg_advisory_unlock_shared(@key::int8)
+        END)::bool AS ok,
+       pg_backend_pid()::int4 AS pid;
+
+-- name: AdvisorySessionSetup :one
+-- Run once on every session connection. The TCP settings make the server
+-- drop a silently partitioned client only after that client has given up
+-- its locks (see the package documentation); on a unix socket they are
+-- ignored.
+SELECT pg_backend_pid()::int4 AS pid,
+       pg_is_in_recovery() AS in_recovery,
+       set_config('tcp_keepalives_idle', @keepalives_idle::text, false)::text AS keepalives_idle,
+       set_config('tcp_keepalives_interval', @keepalives_interval::text, false)::text AS keepalives_interval,
+       set_config('tcp_keepalives_count', @keepalives_count::text, false)::text AS keepalives_count,
+       set_config('tcp_user_timeout', @user_timeout::text, false)::text AS user_timeout;
+
+-- name: AdvisoryBackendPID :one
+SELECT pg_backend_pid()::int4 AS pid;
+
+-- name: AdvisoryLock :exec
+-- Blocks until granted; run on a connection of its own.
+SELECT pg_advisory_lock(@key::int8);
+
+-- name: AdvisoryLockShared :exec
+SELECT pg_advisory_lock_shared(@key::int8);
+
+-- name: AdvisoryLockPair :exec
+SELECT pg_advisory_lock(@hi::int4, @lo::int4);
+
+-- name: AdvisoryLockPairShared :exec
+SELECT pg_advisory_lock_shared(@hi::int4, @lo::int4);
+
+-- name: AdvisoryUnlockAll :exec
+-- Clears a waiting connection whose wait was given up, in case Postgres
+-- granted the lock just as the client cancelled.
+SELECT pg_advisory_unlock_all();
+
+-- name: AdvisoryHeldCount :one
+SELECT count(*)::bigint AS held
+  FROM pg_catalog.pg_locks
+ WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted;
+
+-- name: AdvisoryXactTry :one
+-- Transaction-scoped: released at commit or rollback, so it works behind
+-- transaction pooling.
+SELECT (CASE
+            WHEN @shared::bool AND @pair::bool THEN pg_try_advisory_xact_lock_shared(@hi::int4, @lo::int4)
+            WHEN @shared::bool THEN pg_try_advisory_xact_lock_shared(@key::int8)
+            WHEN @pair::bool THEN pg_try_advisory_xact_lock(@hi::int4, @lo::int4)
+            ELSE pg_try_advisory_xact_lock(@key::int8)
+        END)::bool AS ok;
+
+-- name: AdvisoryXactLock :exec
+SELECT pg_advisory_xact_lock(@key::int8);
+
+-- name: AdvisoryXactLockShared :exec
+SELECT pg_advisory_xact_lock_shared(@key::int8);
+
+-- name: AdvisoryXactLockPair :exec
+SELECT pg_advisory_xact_lock(@hi::int4, @lo::int4);
+
+-- name: AdvisoryXactLockPairShared :exec
+SELECT pg_advisory_xact_lock_shared(@hi::int4, @lo::int4);
+
+-- name: AdvisoryRegisterName :one
+-- One upsert per process and name. The row that comes back is the one
+-- stored: a different name means two names share this key.
+INSERT INTO pgbaton.advisory_name AS n (key, namespace, name)
+VALUES (pgbaton.advisory_key(@name::text, @namespace::text), @namespace::text, @name::text)
+ON CONFLICT (key) DO UPDATE SET last_seen = clock_timestamp()
+RETURNING n.key, n.namespace, n.name;
