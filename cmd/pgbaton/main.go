@@ -95,10 +95,11 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	// Unknown subcommands and wrong argument counts are usage errors.
 	root.Args = func(cmd *cobra.Command, args []string) error {
 		if len(args) > 0 {
-			return usageError{fmt.Errorf("unknown command %q", args[0])}
+			return usageError{fmt.Errorf("unknown command %q; see pgbaton --help", args[0])}
 		}
 		return nil
 	}
+	root.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
 	return root
 }
 
