@@ -399,6 +399,16 @@ func (q *Queries) LeaseGroupNextExpiry(ctx context.Context, db DBTX, leaseGroup 
 	return i, err
 }
 
+const leaseListen = `-- name: LeaseListen :exec
+LISTEN pgbaton_lease
+`
+
+// pgbaton.release notifies this channel with the released lease's name.
+func (q *Queries) LeaseListen(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, leaseListen)
+	return err
+}
+
 const leaseRegister = `-- name: LeaseRegister :one
 SELECT pgbaton.register($1::text, $2::text[])::integer AS created
 `

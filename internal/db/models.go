@@ -26,6 +26,14 @@ type PgbatonCronSlot struct {
 	ClaimedAt   time.Time `json:"claimed_at"`
 }
 
+// pgbaton: JSON values written only by writers whose fencing token is not older than the last writer's
+type PgbatonFencedValue struct {
+	Key       string    `json:"key"`
+	Token     int64     `json:"token"`
+	Value     []byte    `json:"value"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
 type PgbatonJobRun struct {
 	ID          int64       `json:"id"`
 	Job         string      `json:"job"`
