@@ -1,0 +1,128 @@
+package advisory
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/pgbaton/pgbaton"
+)
+
+// Config configures a Locker. The zero value is valid: every field has a
+// documented default.
+type Config struct {
+	// Namespace is prefixed to every Name key ("namespace/name" is hashed),
+	// so that applications sharing a database cannot collide by accident.
+	// At most MaxNamespaceLen bytes, no "/". Default "" (none).
+	Namespace string
+
+	// MaxLocksPerSession caps the locks held on one session connection;
+	// beyond it the Locker opens another session. Every statement on a
+	// connection gets slower with the number of locks it holds (SELECT 1
+	// goes from about 56 µs to 305 µs at 5,000 locks). Default 500.
+	MaxLocksPerSession int
+
+	// MaxLocks caps the locks the whole Locker holds. Past it, lock calls
+	// fail with ErrLockTableFull before the server's shared lock table (by
+	// default about 64 × max_connections entries for the whole server)
+	// fills up and stops every other client too. Default 4000.
+	MaxLocks int
+
+	// PingInterval is how often an idle session is pinged. Default 1s.
+	PingInterval time.Duration
+
+	// PingTimeout bounds every round trip on a session, pings included. A
+	// session that does not answer in time is declared lost: its locks are
+	// cancelled with ErrLockLost at most PingInterval + PingTimeout after
+	// the last answer the session gave. Default 2s.
+	PingTimeout time.Duration
+
+	// RetryDelay is how long Campaign waits before campaigning again after
+	// an error other than the end of its context. Jittered ±25%.
+	// Default 1s.
+	RetryDelay time.Duration
+
+	// Logger receives session events (opened, lost, closed). Default:
+	// silent.
+	Logger *slog.Logger
+}
+
+// Defaults.
+const (
+	DefaultMaxLocksPerSession = 500
+	DefaultMaxLocks           = 4000
+	DefaultPingInterval       = time.Second
+	DefaultPingTimeout        = 2 * time.Second
+	DefaultRetryDelay         = time.Second
+)
+
+func (c Config) withDefaults() (Config, error) {
+	if err := validateNamespace(c.Namespace); err != nil {
+		return c, err
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"PingInterval", c.PingInterval}, {"PingTimeout", c.PingTimeout}, {"RetryDelay", c.RetryDelay}} {
+		if d.v < 0 {
+			return c, fmt.Errorf("%w: Config.%s is negative (%s)", pgbaton.ErrInvalidArgument, d.name, d.v)
+		}
+	}
+	if c.MaxLocksPerSession < 0 || c.MaxLocks < 0 {
+		return c, fmt.Errorf("%w: Config.MaxLocksPerSession and MaxLocks must not be negative", pgbaton.ErrInvalidArgument)
+	}
+	if c.MaxLocksPerSession == 0 {
+		c.MaxLocksPerSession = DefaultMaxLocksPerSession
+	}
+	if c.MaxLocks == 0 {
+		c.MaxLocks = DefaultMaxLocks
+	}
+	if c.PingInterval == 0 {
+		c.PingInterval = DefaultPingInterval
+	}
+	if c.PingTimeout == 0 {
+		c.PingTimeout = DefaultPingTimeout
+	}
+	if c.RetryDelay == 0 {
+		c.RetryDelay = DefaultRetryDelay
+	}
+	if c.PingInterval < 10*time.Millisecond || c.PingTimeout < 10*time.Millisecond {
+		return c, fmt.Errorf("%w: Config.PingInterval and PingTimeout must be at least 10ms", pgbaton.ErrInvalidArgument)
+	}
+	if c.PingInterval+c.PingTimeout > time.Hour {
+		return c, fmt.Errorf("%w: Config.PingInterval + PingTimeout must be at most an hour", pgbaton.ErrInvalidArgument)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}
+
+// giveUp is how long after its last answer a session is declared lost.
+func (c Config) giveUp() time.Duration { return c.PingInterval + c.PingTimeout }
+
+// serverTimeouts are the TCP settings of every session, derived from
+// giveUp so that the server drops a silent client only well after the
+// client has given up (see doc.go): keepalive probes start after
+// giveUp+1s of silence, and the connection is dropped once data or probes
+// have gone unanswered for 2×giveUp+1s.
+type serverTimeouts struct {
+	keepalivesIdle     int // seconds
+	keepalivesInterval int // seconds
+	keepalivesCount    int
+	userTimeout        int // milliseconds
+}
+
+func (c Config) serverTimeouts() serverTimeouts {
+	g := c.giveUp()
+	user := 2*g + time.Second
+	idle := int(math.Ceil((g + time.Second).Seconds()))
+	count := max(1, int(math.Ceil((user.Seconds()-float64(idle))/1)))
+	return serverTimeouts{
+		keepalivesIdle:     idle,
+		keepalivesInterval: 1,
+		keepalivesCount:    count,
+		userTimeout:        int(user.Milliseconds()),
+	}
+}

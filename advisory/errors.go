@@ -1,0 +1,77 @@
+package advisory
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Errors of package advisory. Test for them with errors.Is; the errors
+// returned carry details around them.
+var (
+	// ErrLocked is returned by TryLock, TryRLock, XactTryLock and a
+	// skip-if-held RunExclusive when another session (or another goroutine
+	// of this Locker) holds the lock.
+	ErrLocked = errors.New("advisory: lock is held elsewhere")
+
+	// ErrLockLost is the cause of a Lock's context and the error of Err once
+	// the session holding it is gone (connection failed, ping timed out,
+	// backend terminated, Locker closed). Postgres may already have granted
+	// the lock to someone else.
+	ErrLockLost = errors.New("advisory: lock lost")
+
+	// ErrUnlocked is the cause of a Lock's context after Unlock.
+	ErrUnlocked = errors.New("advisory: lock was unlocked")
+
+	// ErrLockTableFull is returned when Postgres reports SQLSTATE 53200 (out
+	// of shared memory: the server-wide lock table is full, after which even
+	// new logins fail) or before that, when the Locker already holds
+	// Config.MaxLocks locks. Release locks, or raise
+	// max_locks_per_transaction on the server.
+	ErrLockTableFull = errors.New("advisory: lock table full")
+
+	// ErrSessionPooling is returned when the backend behind a session
+	// connection changes between statements: a pooler such as PgBouncer in
+	// transaction or statement mode sits in between, and session locks
+	// would be taken and released on random backends. Connect the Locker to
+	// Postgres directly (or to a session-mode pool), or use XactLock, or the
+	// leasetable package.
+	ErrSessionPooling = errors.New("advisory: connection goes through a transaction-pooling proxy (backend pid changed between statements); session advisory locks need a direct connection: use XactLock or package leasetable behind PgBouncer")
+
+	// ErrKeyCollision is returned when a lock name hashes to the same key as
+	// a different name already recorded in pgbaton.advisory_name. Nothing
+	// was locked: rename one of the two.
+	ErrKeyCollision = errors.New("advisory: two lock names share one key")
+
+	// ErrNotHeld is returned by Unlock of a lock that was already unlocked.
+	ErrNotHeld = errors.New("advisory: lock not held")
+)
+
+const (
+	sqlstateOutOfSharedMemory = "53200"
+	sqlstateUndefinedTable    = "42P01"
+	sqlstateUndefinedFunction = "42883"
+	sqlstateInvalidSchema     = "3F000"
+	sqlstateQueryCanceled     = "57014"
+)
+
+func pgCode(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
+}
+
+// mapError turns server errors that have a meaning here into this
+// package's sentinels, keeping the original in the chain.
+func mapError(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if pgCode(err) == sqlstateOutOfSharedMemory {
+		return fmt.Errorf("%w: %s: the server's lock table is full (raise max_locks_per_transaction or hold fewer locks): %w", ErrLockTableFull, op, err)
+	}
+	return fmt.Errorf("advisory: %s: %w", op, err)
+}

@@ -1,0 +1,387 @@
+package advisory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgbaton/pgbaton"
+)
+
+// Locker takes session advisory locks on connections it owns. It is safe
+// for concurrent use. Create it with New and release everything with Close.
+type Locker struct {
+	pool  *pgxpool.Pool
+	cfg   Config
+	epoch time.Time // monotonic base of session timestamps
+
+	ctx    context.Context // cancelled by Close: ends blocking waits
+	cancel context.CancelFunc
+
+	opening chan struct{} // one session opens at a time
+
+	mu       sync.Mutex
+	closed   bool
+	sessions []*session
+	entries  map[lockID]*entry
+	total    int                 // locks held or being taken: the MaxLocks budget
+	names    map[string]struct{} // names recorded in the registry
+	bg       sync.WaitGroup      // blocking waits and retiring sessions
+}
+
+// entry is the in-process state of one key. Postgres advisory locks are
+// re-entrant per session, so this bookkeeping, not the server, keeps two
+// goroutines of one Locker from both holding a key.
+type entry struct {
+	shared  bool
+	sess    *session
+	locks   map[*Lock]struct{}
+	busy    bool          // a take or release of the key is under way
+	waiting bool          // ... and it is a blocking wait
+	changed chan struct{} // closed and replaced when busy ends
+}
+
+func (e *entry) notify() {
+	close(e.changed)
+	e.changed = make(chan struct{})
+}
+
+// New returns a Locker that takes its connections from pool. It does no
+// I/O: sessions open on first use. pool must connect to the primary
+// directly or through a session-mode pooler (see ErrSessionPooling).
+// Connections taken for sessions leave the pool for good (Hijack), so the
+// pool's MaxConnLifetime and health checks never close them.
+func New(pool *pgxpool.Pool, cfg Config) (*Locker, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: advisory.New: nil pool", pgbaton.ErrInvalidArgument)
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Locker{
+		pool:    pool,
+		cfg:     cfg,
+		epoch:   time.Now(),
+		ctx:     ctx,
+		cancel:  cancel,
+		opening: make(chan struct{}, 1),
+		entries: make(map[lockID]*entry),
+		names:   make(map[string]struct{}),
+	}, nil
+}
+
+func (l *Locker) since() time.Duration { return time.Since(l.epoch) }
+
+// TryLock takes the exclusive lock on key if it is free, without waiting.
+// It returns ErrLocked when another session or another goroutine of this
+// Locker holds it.
+func (l *Locker) TryLock(ctx context.Context, key Key) (*Lock, error) {
+	return l.acquire(ctx, key, false, false)
+}
+
+// Lock takes the exclusive lock on key, waiting until it is free or ctx
+// ends. The wait runs on a connection of its own, so it never holds up the
+// locks shared on a session; when ctx ends the wait is cancelled and no
+// lock is left behind, even if Postgres granted it just then.
+func (l *Locker) Lock(ctx context.Context, key Key) (*Lock, error) {
+	return l.acquire(ctx, key, false, true)
+}
+
+// TryRLock takes key in shared mode if no one holds it exclusively,
+// without waiting. Any number of shared holders may hold a key at once.
+func (l *Locker) TryRLock(ctx context.Context, key Key) (*Lock, error) {
+	return l.acquire(ctx, key, true, false)
+}
+
+// RLock takes key in shared mode, waiting until no one holds it
+// exclusively or ctx ends.
+func (l *Locker) RLock(ctx context.Context, key Key) (*Lock, error) {
+	return l.acquire(ctx, key, true, true)
+}
+
+func (l *Locker) acquire(ctx context.Context, key Key, shared, wait bool) (*Lock, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: nil context", pgbaton.ErrInvalidArgument)
+	}
+	id, err := key.resolve(l.cfg.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	if key.kind == kindName {
+		if err := l.register(ctx, key.name, id.id); err != nil {
+			return nil, err
+		}
+	}
+	for {
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			return nil, fmt.Errorf("advisory: lock %s: %w", key, pgbaton.ErrClosed)
+		}
+		e := l.entries[id]
+		if e != nil {
+			// Another goroutine of this Locker holds or is taking the key.
+			if !e.busy && shared && e.shared && e.sess.alive() {
+				lk := l.newLock(key, id, true, e.sess)
+				e.locks[lk] = struct{}{}
+				l.mu.Unlock()
+				return lk, nil
+			}
+			if !wait && (!e.busy || e.waiting) {
+				l.mu.Unlock()
+				return nil, fmt.Errorf("%w: %s is held in this process", ErrLocked, key)
+			}
+			ch := e.changed
+			l.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return nil, fmt.Errorf("advisory: lock %s: %w", key, context.Cause(ctx))
+			case <-l.ctx.Done():
+				return nil, fmt.Errorf("advisory: lock %s: %w", key, pgbaton.ErrClosed)
+			}
+		}
+		if l.total >= l.cfg.MaxLocks {
+			l.mu.Unlock()
+			return nil, fmt.Errorf("%w: this Locker holds Config.MaxLocks = %d locks already", ErrLockTableFull, l.cfg.MaxLocks)
+		}
+		e = &entry{shared: shared, busy: true, locks: make(map[*Lock]struct{}), changed: make(chan struct{})}
+		l.entries[id] = e
+		l.total++
+		l.mu.Unlock()
+
+		s, err := l.take(ctx, key, id, shared, wait, e)
+
+		l.mu.Lock()
+		e.busy, e.waiting = false, false
+		e.notify()
+		if err == nil && l.closed {
+			err = fmt.Errorf("advisory: lock %s: %w", key, pgbaton.ErrClosed)
+		}
+		if err == nil && !s.alive() {
+			err = fmt.Errorf("advisory: lock %s: %w", key, s.err())
+		}
+		if err != nil {
+			delete(l.entries, id)
+			l.total--
+			if s != nil {
+				s.count--
+			}
+			l.mu.Unlock()
+			return nil, err
+		}
+		lk := l.newLock(key, id, shared, s)
+		e.sess = s
+		e.locks[lk] = struct{}{}
+		l.mu.Unlock()
+		if ctx.Err() != nil {
+			// Taken, but the caller gave up meanwhile: do not hand out a
+			// lock nobody will unlock.
+			_ = lk.Unlock(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("advisory: lock %s: %w", key, context.Cause(ctx))
+		}
+		return lk, nil
+	}
+}
+
+// take gets the lock from the server: first with a try on a shared
+// session, then, for a waiting call, with a blocking wait on a connection
+// of its own that becomes a session once the lock is granted. On success
+// the returned session's count includes the lock.
+func (l *Locker) take(ctx context.Context, key Key, id lockID, shared, wait bool, e *entry) (*session, error) {
+	s, err := l.reserveSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	op := opTry
+	if shared {
+		op = opTryShared
+	}
+	ok, err := s.do(ctx, op, id)
+	if err == nil && ok {
+		return s, nil
+	}
+	l.unreserve(s)
+	if err != nil {
+		return nil, fmt.Errorf("advisory: lock %s: %w", key, err)
+	}
+	if !wait {
+		return nil, fmt.Errorf("%w: %s", ErrLocked, key)
+	}
+	l.mu.Lock()
+	e.waiting = true
+	e.notify() // try-lockers waiting on the outcome can give up now
+	l.mu.Unlock()
+	s, err = l.wait(ctx, id, shared)
+	if err != nil {
+		return nil, fmt.Errorf("advisory: lock %s: %w", key, err)
+	}
+	return s, nil
+}
+
+// reserveSession returns a live session with room for one more lock and
+// counts that lock in, opening a session if none has room.
+func (l *Locker) reserveSession(ctx context.Context) (*session, error) {
+	for {
+		l.mu.Lock()
+		if s := l.roomySession(); s != nil {
+			s.count++
+			l.mu.Unlock()
+			return s, nil
+		}
+		l.mu.Unlock()
+		select {
+		case l.opening <- struct{}{}:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+		l.mu.Lock()
+		if s := l.roomySession(); s != nil { // opened by someone else meanwhile
+			s.count++
+			l.mu.Unlock()
+			<-l.opening
+			return s, nil
+		}
+		l.mu.Unlock()
+		conn, pid, err := l.openConn(ctx)
+		<-l.opening
+		if err != nil {
+			return nil, err
+		}
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			closeConn(conn)
+			return nil, pgbaton.ErrClosed
+		}
+		s := l.newSession(conn, pid)
+		s.count++
+		l.sessions = append(l.sessions, s)
+		l.mu.Unlock()
+		return s, nil
+	}
+}
+
+// roomySession must be called with l.mu held.
+func (l *Locker) roomySession() *session {
+	if l.closed {
+		return nil
+	}
+	for _, s := range l.sessions {
+		if s.count < l.cfg.MaxLocksPerSession && s.alive() {
+			return s
+		}
+	}
+	return nil
+}
+
+// unreserve gives back a lock counted in by reserveSession or held on s.
+func (l *Locker) unreserve(s *session) {
+	l.mu.Lock()
+	s.count--
+	retire := l.retireLocked(s)
+	l.mu.Unlock()
+	if retire {
+		go func() {
+			defer l.bg.Done()
+			_ = s.shutdown(context.Background())
+		}()
+	}
+}
+
+// retireLocked decides, with l.mu held, whether an idle session should be
+// closed: one idle session is kept for the next lock, more are not. When
+// it returns true the caller must shut s down and call l.bg.Done.
+func (l *Locker) retireLocked(s *session) bool {
+	if s.count > 0 || l.closed {
+		return false
+	}
+	for i, o := range l.sessions {
+		if o != s && o.alive() && o.count < l.cfg.MaxLocksPerSession {
+			for j, x := range l.sessions {
+				if x == s {
+					l.sessions = append(l.sessions[:j:j], l.sessions[j+1:]...)
+					break
+				}
+			}
+			_ = i
+			l.bg.Add(1)
+			return true
+		}
+	}
+	return false
+}
+
+// sessionEnded runs once when s is lost or closed: every lock on it is
+// cancelled with the cause, and its keys are free to be taken again (on
+// another session).
+func (l *Locker) sessionEnded(s *session, cause error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, x := range l.sessions {
+		if x == s {
+			l.sessions = append(l.sessions[:i:i], l.sessions[i+1:]...)
+			break
+		}
+	}
+	if !errors.Is(cause, ErrLockLost) {
+		cause = fmt.Errorf("%w: %w", ErrLockLost, cause)
+	}
+	for id, e := range l.entries {
+		if e.sess != s || e.busy {
+			continue // a busy entry is cleaned up by the goroutine that made it busy
+		}
+		for lk := range e.locks {
+			lk.cancel(cause)
+		}
+		delete(l.entries, id)
+		l.total--
+		e.notify()
+	}
+}
+
+// Close releases every lock the Locker holds (their contexts are
+// cancelled with ErrLockLost and pgbaton.ErrClosed), cancels blocking
+// waits, and closes its sessions. Locks are released explicitly before
+// the connections close, so they are gone from pg_locks when Close
+// returns nil. ctx bounds the wait for that; Close is idempotent.
+func (l *Locker) Close(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", pgbaton.ErrInvalidArgument)
+	}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	sessions := l.sessions
+	l.sessions = nil
+	cause := fmt.Errorf("%w: %w", ErrLockLost, pgbaton.ErrClosed)
+	for id, e := range l.entries {
+		if e.busy {
+			continue
+		}
+		for lk := range e.locks {
+			lk.cancel(cause)
+		}
+		delete(l.entries, id)
+		l.total--
+		e.notify()
+	}
+	l.mu.Unlock()
+	l.cancel()
+	var errs []error
+	for _, s := range sessions {
+		errs = append(errs, s.shutdown(ctx))
+	}
+	l.bg.Wait()
+	return errors.Join(errs...)
+}

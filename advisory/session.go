@@ -1,0 +1,336 @@
+package advisory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/db"
+)
+
+// Operations a session runs for callers (see queries/advisory.sql).
+const (
+	opPing         int32 = 0
+	opTry          int32 = 1
+	opTryShared    int32 = 2
+	opUnlock       int32 = 3
+	opUnlockShared int32 = 4
+)
+
+// maxBatch bounds how many queued requests go into one pipelined batch.
+const maxBatch = 256
+
+// session is one connection the Locker owns, holding many locks. A single
+// goroutine (run) talks to the connection: it collects the requests queued
+// while the previous batch was on the wire and sends them together as one
+// pipelined batch, and pings the server when there was no traffic for a
+// PingInterval. Any failure of the connection ends the session and
+// cancels every lock on it.
+type session struct {
+	l    *Locker
+	conn *pgx.Conn
+	pid  int32
+
+	reqs    chan *request
+	stop    chan struct{} // closed by Locker.Close
+	exited  chan struct{} // closed when run returns
+	done    chan struct{} // closed when the session is lost or closed
+	cause   error         // why done was closed; set before
+	endOnce sync.Once
+
+	lastOK atomic.Int64 // l.since() when the last successful batch was sent
+
+	count int // locks held or being taken here; guarded by l.mu
+}
+
+type request struct {
+	op     int32
+	id     lockID
+	result chan result // buffered 1
+}
+
+type result struct {
+	ok  bool
+	err error
+}
+
+// openConn takes a connection out of the pool for good (Hijack: the pool
+// forgets it, so MaxConnLifetime and health checks never touch it) and
+// prepares it as a session: TCP timeouts, standby and pooler checks.
+func (l *Locker) openConn(ctx context.Context) (*pgx.Conn, int32, error) {
+	pc, err := l.pool.Acquire(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("advisory: open session: %w", err)
+	}
+	conn := pc.Hijack()
+	pid, err := l.setupConn(ctx, conn)
+	if err != nil {
+		closeConn(conn)
+		return nil, 0, err
+	}
+	return conn, pid, nil
+}
+
+func (l *Locker) setupConn(ctx context.Context, conn *pgx.Conn) (int32, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.PingTimeout)
+	defer cancel()
+	q := db.New()
+	st := l.cfg.serverTimeouts()
+	row, err := q.AdvisorySessionSetup(ctx, conn, db.AdvisorySessionSetupParams{
+		KeepalivesIdle:     strconv.Itoa(st.keepalivesIdle),
+		KeepalivesInterval: strconv.Itoa(st.keepalivesInterval),
+		KeepalivesCount:    strconv.Itoa(st.keepalivesCount),
+		UserTimeout:        strconv.Itoa(st.userTimeout),
+	})
+	if err != nil {
+		return 0, mapError("set up session", err)
+	}
+	if row.InRecovery {
+		return 0, fmt.Errorf("advisory: %w", pgbaton.ErrStandby)
+	}
+	// A transaction-pooling proxy hands each statement to whichever backend
+	// is free; two statements in a row usually show it.
+	pid, err := q.AdvisoryBackendPID(ctx, conn)
+	if err != nil {
+		return 0, mapError("set up session", err)
+	}
+	if pid != row.Pid {
+		return 0, fmt.Errorf("%w (pids %d then %d)", ErrSessionPooling, row.Pid, pid)
+	}
+	return pid, nil
+}
+
+func closeConn(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
+}
+
+// newSession starts the goroutine that owns conn.
+func (l *Locker) newSession(conn *pgx.Conn, pid int32) *session {
+	s := &session{
+		l:      l,
+		conn:   conn,
+		pid:    pid,
+		reqs:   make(chan *request, maxBatch),
+		stop:   make(chan struct{}),
+		exited: make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	s.lastOK.Store(int64(l.since()))
+	l.cfg.Logger.Debug("advisory: session opened", "pid", pid)
+	go s.run()
+	return s
+}
+
+// expired reports whether the session went longer than PingInterval +
+// PingTimeout without an answer: its locks must be treated as lost even if
+// the goroutine that would notice has not run (a paused process).
+func (s *session) expired() bool {
+	return s.l.since()-time.Duration(s.lastOK.Load()) > s.l.cfg.giveUp()
+}
+
+func (s *session) alive() bool {
+	select {
+	case <-s.done:
+		return false
+	default:
+		return !s.expired()
+	}
+}
+
+// do runs one operation in the session's next batch and waits for its
+// result. Once queued, the wait is not cut short by ctx: the batch is
+// bounded by PingTimeout, and the caller must know whether a lock was
+// taken.
+func (s *session) do(ctx context.Context, op int32, id lockID) (bool, error) {
+	r := &request{op: op, id: id, result: make(chan result, 1)}
+	select {
+	case s.reqs <- r:
+	case <-s.done:
+		return false, s.err()
+	case <-ctx.Done():
+		return false, context.Cause(ctx)
+	}
+	select {
+	case res := <-r.result:
+		return res.ok, res.err
+	case <-s.exited:
+		// Queued after the goroutine drained the queue for the last time.
+		select {
+		case res := <-r.result:
+			return res.ok, res.err
+		default:
+			return false, s.err()
+		}
+	}
+}
+
+func (s *session) err() error {
+	<-s.done
+	return s.cause
+}
+
+func (s *session) run() {
+	defer close(s.exited)
+	l := s.l
+	ping := time.NewTimer(l.cfg.PingInterval)
+	defer ping.Stop()
+	for {
+		select {
+		case <-s.stop:
+			s.failQueued(pgbaton.ErrClosed)
+			return
+		case <-s.done:
+			s.failQueued(s.cause)
+			return
+		case r := <-s.reqs:
+			batch := []*request{r}
+		drain:
+			for len(batch) < maxBatch {
+				select {
+				case r := <-s.reqs:
+					batch = append(batch, r)
+				default:
+					break drain
+				}
+			}
+			s.exec(batch)
+		case <-ping.C:
+			if idle := l.since() - time.Duration(s.lastOK.Load()); idle >= l.cfg.PingInterval {
+				s.exec([]*request{{op: opPing, result: make(chan result, 1)}})
+			}
+		}
+		next := l.cfg.PingInterval - (l.since() - time.Duration(s.lastOK.Load()))
+		ping.Reset(max(next, time.Millisecond))
+	}
+}
+
+// exec sends batch as one pipeline and hands out the results. Statements
+// after one that failed were skipped by the server (one implicit
+// transaction up to the Sync); they are queued again.
+func (s *session) exec(batch []*request) {
+	l := s.l
+	params := make([]db.AdvisoryOpParams, len(batch))
+	for i, r := range batch {
+		params[i] = db.AdvisoryOpParams{Op: r.op, Pair: r.id.pair, Hi: r.id.hi, Lo: r.id.lo, Key: r.id.id}
+	}
+	sent := l.since()
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.PingTimeout)
+	defer cancel()
+	results := make([]result, len(batch))
+	var firstErr error
+	var lost error
+	failedAt := -1
+	br := db.New().AdvisoryOp(ctx, s.conn, params)
+	br.QueryRow(func(i int, row db.AdvisoryOpRow, err error) {
+		switch {
+		case err != nil && firstErr == nil:
+			firstErr, failedAt = err, i
+		case err != nil:
+		case row.Pid != s.pid:
+			lost = fmt.Errorf("%w (pid %d, then %d)", ErrSessionPooling, s.pid, row.Pid)
+		default:
+			results[i] = result{ok: row.Ok}
+		}
+	})
+	var pgErr *pgconn.PgError
+	switch {
+	case lost != nil:
+	case firstErr != nil && !errors.As(firstErr, &pgErr):
+		lost = fmt.Errorf("%w: session connection (backend pid %d) failed: %w", ErrLockLost, s.pid, firstErr)
+	case firstErr != nil && s.conn.IsClosed():
+		lost = fmt.Errorf("%w: session connection (backend pid %d) closed: %w", ErrLockLost, s.pid, firstErr)
+	}
+	if lost != nil {
+		for _, r := range batch {
+			r.result <- result{err: lost}
+		}
+		s.end(lost)
+		return
+	}
+	s.lastOK.Store(int64(sent))
+	for i, r := range batch {
+		switch {
+		case failedAt < 0 || i < failedAt:
+			r.result <- results[i]
+		case i == failedAt:
+			r.result <- result{err: mapError("advisory lock", firstErr)}
+		default:
+			// Skipped: the buffered channel has room, the loop reads it next.
+			select {
+			case s.reqs <- r:
+			default:
+				r.result <- result{err: fmt.Errorf("advisory: request skipped after an error in the same batch: %w", firstErr)}
+			}
+		}
+	}
+}
+
+func (s *session) failQueued(err error) {
+	for {
+		select {
+		case r := <-s.reqs:
+			r.result <- result{err: err}
+		default:
+			return
+		}
+	}
+}
+
+// end marks the session lost (or closed) once, closes its connection and
+// tells the Locker, which cancels the session's locks.
+func (s *session) end(cause error) {
+	s.endOnce.Do(func() {
+		s.cause = cause
+		close(s.done)
+		if !errors.Is(cause, pgbaton.ErrClosed) {
+			s.l.cfg.Logger.Warn("advisory: session lost", "pid", s.pid, "err", cause)
+		}
+		s.l.sessionEnded(s, cause)
+		// The goroutine that owns the connection may be blocked on it; a
+		// hard close of the socket unblocks it and tells the server at once
+		// if the network still works.
+		if nc := s.conn.PgConn().Conn(); nc != nil && s.conn.PgConn() != nil {
+			_ = nc.Close()
+		}
+	})
+}
+
+// shutdown stops the goroutine, then releases every lock of the session
+// explicitly before closing the connection, so that nothing is left in
+// pg_locks when Close returns.
+func (s *session) shutdown(ctx context.Context) error {
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+	}
+	select {
+	case <-s.exited:
+	case <-ctx.Done():
+		s.end(fmt.Errorf("%w: %w", ErrLockLost, pgbaton.ErrClosed))
+		<-s.exited
+	}
+	var err error
+	select {
+	case <-s.done: // lost: the socket is closed already
+	default:
+		ctx, cancel := context.WithTimeout(ctx, s.l.cfg.PingTimeout)
+		if e := db.New().AdvisoryUnlockAll(ctx, s.conn); e != nil {
+			err = fmt.Errorf("advisory: release locks of session (backend pid %d): %w", s.pid, e)
+		}
+		_ = s.conn.Close(ctx)
+		cancel()
+		s.end(fmt.Errorf("%w: %w", ErrLockLost, pgbaton.ErrClosed))
+	}
+	return err
+}

@@ -1,0 +1,111 @@
+package advisory
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/db"
+)
+
+// wait blocks in pg_advisory_lock on a connection of its own. Once the
+// lock is granted the connection becomes a session holding it (and later
+// other locks too). A wait given up (ctx ended, Locker closed) is
+// cancelled on the server; because Postgres may grant the lock just as the
+// cancel arrives, the connection then releases every advisory lock it
+// holds before it is closed, so nothing is left behind.
+func (l *Locker) wait(ctx context.Context, id lockID, shared bool) (*session, error) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil, pgbaton.ErrClosed
+	}
+	l.bg.Add(1)
+	l.mu.Unlock()
+	defer l.bg.Done()
+
+	conn, pid, err := l.openConn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// The query runs under its own context: cancelling it through pgx would
+	// close the connection, and the server would release a lock granted in
+	// the meantime only when it notices, some time later.
+	qctx, qcancel := context.WithCancel(context.Background())
+	defer qcancel()
+	done := make(chan error, 1)
+	go func() { done <- blockingLock(qctx, conn, id, shared) }()
+	select {
+	case err = <-done:
+		if err != nil {
+			closeConn(conn)
+			return nil, mapError("wait for lock", err)
+		}
+	case <-ctx.Done():
+		return nil, l.abandonWait(conn, done, qcancel, context.Cause(ctx))
+	case <-l.ctx.Done():
+		return nil, l.abandonWait(conn, done, qcancel, pgbaton.ErrClosed)
+	}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		l.clearAndClose(conn)
+		return nil, pgbaton.ErrClosed
+	}
+	s := l.newSession(conn, pid)
+	s.count = 1
+	l.sessions = append(l.sessions, s)
+	l.mu.Unlock()
+	return s, nil
+}
+
+func blockingLock(ctx context.Context, conn *pgx.Conn, id lockID, shared bool) error {
+	q := db.New()
+	switch {
+	case id.pair && shared:
+		return q.AdvisoryLockPairShared(ctx, conn, db.AdvisoryLockPairSharedParams{Hi: id.hi, Lo: id.lo})
+	case id.pair:
+		return q.AdvisoryLockPair(ctx, conn, db.AdvisoryLockPairParams{Hi: id.hi, Lo: id.lo})
+	case shared:
+		return q.AdvisoryLockShared(ctx, conn, id.id)
+	default:
+		return q.AdvisoryLock(ctx, conn, id.id)
+	}
+}
+
+// abandonWait cancels the server-side wait with a cancel request, waits
+// (bounded by PingTimeout) for the statement to end, and clears the
+// connection whether or not the lock was granted in the race.
+func (l *Locker) abandonWait(conn *pgx.Conn, done <-chan error, qcancel context.CancelFunc, cause error) error {
+	cctx, cancel := context.WithTimeout(context.Background(), l.cfg.PingTimeout)
+	defer cancel()
+	_ = conn.PgConn().CancelRequest(cctx)
+	select {
+	case <-done:
+	case <-cctx.Done():
+		qcancel() // the server does not answer: drop the connection
+		<-done
+	}
+	l.clearAndClose(conn)
+	return cause
+}
+
+// clearAndClose releases whatever advisory locks conn holds, then closes
+// it. If the connection is broken, the server releases them when it
+// notices the client has gone.
+func (l *Locker) clearAndClose(conn *pgx.Conn) {
+	if !conn.IsClosed() {
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.PingTimeout)
+		err := db.New().AdvisoryUnlockAll(ctx, conn)
+		if pgCode(err) == sqlstateQueryCanceled {
+			// Our cancel request arrived late and hit this statement instead.
+			err = db.New().AdvisoryUnlockAll(ctx, conn)
+		}
+		cancel()
+		if err != nil {
+			l.cfg.Logger.Warn("advisory: clearing an abandoned wait failed; the server releases its locks when it notices the closed connection", "err", err)
+		}
+	}
+	closeConn(conn)
+}
