@@ -59,3 +59,27 @@ func rootCause(err error) string {
 	msg, _, _ := strings.Cut(err.Error(), "\n")
 	return msg
 }
+
+// explainQueryError turns the errors an operator can fix into one line that
+// says how.
+func explainQueryError(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return err
+	}
+	switch pgErr.Code {
+	case "42P01", "3F000", "42883": // undefined table, schema, function
+		return fmt.Errorf("the pgbaton schema is missing or too old in this database (%s): run `pgbaton migrate up`", pgErr.Message)
+	case "42501": // insufficient privilege
+		msg := pgErr.Message
+		if pgErr.Hint != "" {
+			msg += " (" + pgErr.Hint + ")"
+		} else {
+			msg += ": grant the role pgbaton_reader (to inspect) or pgbaton_admin (to release)"
+		}
+		return errors.New(msg)
+	case "PB404":
+		return fmt.Errorf("%w: %s", errNotFound, pgErr.Message)
+	}
+	return err
+}

@@ -92,6 +92,29 @@ func (q *Queries) FenceTxStatus(ctx context.Context, db DBTX, xid int64) (string
 	return status, err
 }
 
+const fencedValueCompare = `-- name: FencedValueCompare :one
+SELECT token, value = $1::jsonb AS matches FROM pgbaton.fenced_value WHERE key = $2::text
+`
+
+type FencedValueCompareParams struct {
+	Expected []byte `json:"expected"`
+	Key      string `json:"key"`
+}
+
+type FencedValueCompareRow struct {
+	Token   int64 `json:"token"`
+	Matches bool  `json:"matches"`
+}
+
+// Why a compare-and-set wrote nothing: the stored token, and whether the
+// stored value equals expected by jsonb equality.
+func (q *Queries) FencedValueCompare(ctx context.Context, db DBTX, arg FencedValueCompareParams) (FencedValueCompareRow, error) {
+	row := db.QueryRow(ctx, fencedValueCompare, arg.Expected, arg.Key)
+	var i FencedValueCompareRow
+	err := row.Scan(&i.Token, &i.Matches)
+	return i, err
+}
+
 const fencedValueCreate = `-- name: FencedValueCreate :one
 INSERT INTO pgbaton.fenced_value (key, token, value, updated_at)
 VALUES ($1::text, $2::bigint, $3::jsonb, clock_timestamp())

@@ -26,6 +26,19 @@ type PgbatonCronSlot struct {
 	ClaimedAt   time.Time `json:"claimed_at"`
 }
 
+// pgbaton audit log: forced releases, who did them and why
+type PgbatonEvent struct {
+	ID       int64       `json:"id"`
+	At       time.Time   `json:"at"`
+	Actor    string      `json:"actor"`
+	Action   string      `json:"action"`
+	Target   string      `json:"target"`
+	Reason   string      `json:"reason"`
+	OldToken pgtype.Int8 `json:"old_token"`
+	NewToken pgtype.Int8 `json:"new_token"`
+	Detail   []byte      `json:"detail"`
+}
+
 // pgbaton: JSON values written only by writers whose fencing token is not older than the last writer's
 type PgbatonFencedValue struct {
 	Key       string    `json:"key"`

@@ -184,6 +184,9 @@ func (e *Env) stop() error {
 // Cluster is the throwaway cluster, or nil when PGBATON_TEST_DSN is set.
 func (e *Env) Cluster() *pgcluster.Cluster { return e.cluster }
 
+// AdminPool is a superuser pool on the server's maintenance database.
+func (e *Env) AdminPool() *pgxpool.Pool { return e.admin }
+
 // AdminURL is a superuser connection URL to the server's maintenance
 // database.
 func (e *Env) AdminURL() string { return e.adminURL }

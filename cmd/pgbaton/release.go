@@ -1,0 +1,203 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/pgbaton/pgbaton/internal/db"
+)
+
+type releaseOpts struct {
+	reason    string
+	yes       bool
+	terminate bool
+	kind      string
+	namespace string
+	stdin     io.Reader
+}
+
+func newReleaseCmd(g *globals) *cobra.Command {
+	o := releaseOpts{stdin: os.Stdin}
+	cmd := &cobra.Command{
+		Use:   "release NAME",
+		Short: "Force-release a lease, or an advisory lock by terminating its holder's session",
+		Long: `Force-release a stuck lock, with a reason written to the audit log
+(pgbaton events) in the same transaction. Needs role pgbaton_admin.
+
+A lease is freed and its token bumped, so the old holder's fenced writes fail
+from then on. An advisory lock can only be freed by ending the session that
+holds it, which frees every lock that session holds: pgbaton shows them and
+does it only with --terminate-backend.
+
+NAME is a lease name or an advisory lock name; an advisory lock can also be
+given as a bigint key or as "a,b" for an (int, int) pair.`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if strings.TrimSpace(o.reason) == "" {
+				return usageError{fmt.Errorf("--reason is required: it goes into the audit log")}
+			}
+			switch o.kind {
+			case "auto", "lease", "advisory":
+			default:
+				return usageError{fmt.Errorf("--kind must be auto, lease or advisory, not %q", o.kind)}
+			}
+			pool, err := g.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			return g.release(cmd.Context(), pool, args[0], o)
+		},
+	}
+	cmd.Flags().StringVar(&o.reason, "reason", "", "why (required; written to the audit log)")
+	cmd.Flags().BoolVarP(&o.yes, "yes", "y", false, "do not ask for confirmation")
+	cmd.Flags().BoolVar(&o.terminate, "terminate-backend", false, "for an advisory lock: terminate the session holding it")
+	cmd.Flags().StringVar(&o.kind, "kind", "auto", "lease, advisory, or auto (a held lease of that name first)")
+	cmd.Flags().StringVar(&o.namespace, "namespace", "", "advisory lock namespace (advisory.Config.Namespace)")
+	return cmd
+}
+
+func (g *globals) release(ctx context.Context, pool *pgxpool.Pool, name string, o releaseOpts) error {
+	if o.kind != "advisory" {
+		rows, err := db.New().Leases(ctx, pool, db.LeasesParams{Prefix: name, MaxRows: 1000})
+		if err != nil {
+			return explainQueryError(err)
+		}
+		for _, r := range rows {
+			if r.Name == name {
+				return g.releaseLease(ctx, pool, leaseFromRow(r), o)
+			}
+		}
+		if o.kind == "lease" {
+			return fmt.Errorf("%w: no held lease named %q", errNotFound, name)
+		}
+	}
+	return g.releaseAdvisory(ctx, pool, name, o)
+}
+
+func (g *globals) confirm(o releaseOpts, prompt string) error {
+	if o.yes {
+		return nil
+	}
+	fmt.Fprintf(g.stderr, "%s [y/N] ", prompt)
+	line, _ := bufio.NewReader(o.stdin).ReadString('\n')
+	if a := strings.ToLower(strings.TrimSpace(line)); a == "y" || a == "yes" {
+		return nil
+	}
+	return fmt.Errorf("not confirmed; nothing was changed (pass --yes to skip the question)")
+}
+
+func (g *globals) releaseLease(ctx context.Context, pool *pgxpool.Pool, l leaseView, o releaseOpts) error {
+	fmt.Fprintf(g.stderr, "lease %s held by %s with token %d for %s, expires in %s\n", l.Name, l.Owner, l.Token, l.HeldFor, l.ExpiresIn)
+	if err := g.confirm(o, "Force-release it? Its holder's fenced writes will fail."); err != nil {
+		return err
+	}
+	var res db.ForceReleaseLeaseRow
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		res, err = db.New().ForceReleaseLease(ctx, tx, db.ForceReleaseLeaseParams{Name: l.Name, Reason: o.reason})
+		return err
+	})
+	if err != nil {
+		return explainQueryError(err)
+	}
+	out := struct {
+		Kind     string `json:"kind"`
+		Name     string `json:"name"`
+		OldOwner string `json:"old_owner"`
+		OldToken int64  `json:"old_token"`
+		NewToken int64  `json:"new_token"`
+	}{"lease", l.Name, res.OldOwner, res.OldToken, res.NewToken}
+	return g.render(out, []string{"RELEASED", "OLD OWNER", "OLD TOKEN", "NEW TOKEN"}, func() [][]string {
+		return [][]string{{"lease " + l.Name, res.OldOwner, strconv.FormatInt(res.OldToken, 10), strconv.FormatInt(res.NewToken, 10)}}
+	})
+}
+
+func (g *globals) releaseAdvisory(ctx context.Context, pool *pgxpool.Pool, name string, o releaseOpts) error {
+	rep, err := readLocks(ctx, pool, lockFilter{limit: 1})
+	if err != nil {
+		return err
+	}
+	match, err := advisoryMatcher(ctx, pool, name, o.namespace)
+	if err != nil {
+		return err
+	}
+	var holders []advisoryLock
+	for _, a := range rep.Advisory {
+		if a.Granted && match(a) {
+			holders = append(holders, a)
+		}
+	}
+	if len(holders) == 0 {
+		return fmt.Errorf("%w: no held lease or advisory lock named %q", errNotFound, name)
+	}
+	for _, h := range holders {
+		fmt.Fprintf(g.stderr, "advisory lock %s is held (%s) by backend pid %d (%s, %s), which holds:\n", h.Lock, h.Mode, h.PID, orDash(h.ApplicationName), orDash(h.ClientAddr))
+		for _, other := range rep.Advisory {
+			if other.PID == h.PID && other.Granted {
+				fmt.Fprintf(g.stderr, "  %s (%s)\n", other.Lock, other.Mode)
+			}
+		}
+	}
+	if !o.terminate {
+		return fmt.Errorf("an advisory lock is freed only by ending the session that holds it, which frees every lock listed above; pass --terminate-backend to do that")
+	}
+	if err := g.confirm(o, fmt.Sprintf("Terminate %d backend(s)?", len(holders))); err != nil {
+		return err
+	}
+	type result struct {
+		PID        int32 `json:"pid"`
+		Terminated bool  `json:"terminated"`
+		LocksHeld  int32 `json:"locks_held"`
+	}
+	var results []result
+	for _, h := range holders {
+		var res db.TerminateAdvisoryHolderRow
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var err error
+			res, err = db.New().TerminateAdvisoryHolder(ctx, tx, db.TerminateAdvisoryHolderParams{Pid: h.PID, Target: h.Lock, Reason: o.reason})
+			return err
+		})
+		if err != nil {
+			return explainQueryError(err)
+		}
+		results = append(results, result{h.PID, res.Terminated, res.LocksHeld})
+	}
+	return g.render(results, []string{"TERMINATED PID", "OK", "LOCKS FREED"}, func() [][]string {
+		var rows [][]string
+		for _, r := range results {
+			rows = append(rows, []string{strconv.Itoa(int(r.PID)), strconv.FormatBool(r.Terminated), strconv.Itoa(int(r.LocksHeld))})
+		}
+		return rows
+	})
+}
+
+// advisoryMatcher recognises the lock an operator named: "a,b" is an int
+// pair, a number is a bigint key, anything else a name hashed the way
+// advisory.Name does (pgbaton.advisory_key).
+func advisoryMatcher(ctx context.Context, pool *pgxpool.Pool, name, namespace string) (func(advisoryLock) bool, error) {
+	if a, b, ok := strings.Cut(name, ","); ok {
+		k1, err1 := strconv.ParseInt(strings.TrimSpace(a), 10, 32)
+		k2, err2 := strconv.ParseInt(strings.TrimSpace(b), 10, 32)
+		if err1 == nil && err2 == nil {
+			return func(l advisoryLock) bool { return l.Pair != nil && l.Pair[0] == int32(k1) && l.Pair[1] == int32(k2) }, nil
+		}
+	}
+	if k, err := strconv.ParseInt(name, 10, 64); err == nil {
+		return func(l advisoryLock) bool { return l.Key != nil && *l.Key == k }, nil
+	}
+	key, err := db.New().AdvisoryKeyOf(ctx, pool, db.AdvisoryKeyOfParams{Name: name, Namespace: namespace})
+	if err != nil {
+		return nil, explainQueryError(err)
+	}
+	return func(l advisoryLock) bool { return l.Key != nil && *l.Key == key }, nil
+}

@@ -1,0 +1,155 @@
+-- Operator roles, the audit log, and forced release.
+--
+-- Roles are cluster-wide, so they are created only when missing, and only
+-- when the migrating user may create roles; otherwise a DBA creates them
+-- (CREATE ROLE pgbaton_reader; CREATE ROLE pgbaton_admin IN ROLE
+-- pgbaton_reader;) and runs SELECT pgbaton.grant_roles().
+
+DO $$
+DECLARE
+    r text;
+BEGIN
+    FOREACH r IN ARRAY ARRAY['pgbaton_reader', 'pgbaton_admin'] LOOP
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = r) THEN
+            BEGIN
+                EXECUTE format('CREATE ROLE %I NOLOGIN', r);
+            EXCEPTION
+                WHEN insufficient_privilege THEN
+                    RAISE NOTICE 'pgbaton: cannot create role % (needs CREATEROLE); a DBA must create it and run SELECT pgbaton.grant_roles()', r;
+                WHEN duplicate_object OR unique_violation THEN
+                    NULL; -- created at the same moment from another database
+            END;
+        END IF;
+    END LOOP;
+END $$;
+
+-- The audit log: one row per forced release, written in the same
+-- transaction as the release itself.
+CREATE TABLE pgbaton.event (
+    id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at        timestamptz NOT NULL DEFAULT clock_timestamp(),
+    actor     text NOT NULL DEFAULT current_user,
+    action    text NOT NULL CHECK (action IN ('force_release_lease', 'terminate_advisory_holder')),
+    target    text NOT NULL,
+    reason    text NOT NULL CHECK (btrim(reason) <> ''),
+    old_token bigint,
+    new_token bigint,
+    detail    jsonb NOT NULL DEFAULT '{}'
+);
+
+COMMENT ON TABLE pgbaton.event IS 'pgbaton audit log: forced releases, who did them and why';
+
+-- require_admin raises insufficient_privilege, naming the role, unless the
+-- current user is a superuser or a member of pgbaton_admin.
+CREATE FUNCTION pgbaton.require_admin(p_what text)
+RETURNS void LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user) THEN
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'pgbaton_admin')
+       AND pg_has_role(current_user, 'pgbaton_admin', 'MEMBER') THEN
+        RETURN;
+    END IF;
+    RAISE EXCEPTION 'pgbaton: % needs role pgbaton_admin; user % is not a member', p_what, current_user
+        USING ERRCODE = 'insufficient_privilege', HINT = format('GRANT pgbaton_admin TO %I;', current_user);
+END $$;
+
+CREATE FUNCTION pgbaton.require_reason(p_reason text)
+RETURNS void LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF p_reason IS NULL OR btrim(p_reason) = '' THEN
+        RAISE EXCEPTION 'pgbaton: a forced release needs a reason' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END $$;
+
+-- force_release_lease frees a held lease whoever holds it, draws a new token
+-- so that the old holder's fenced writes fail from now on, wakes waiters and
+-- writes the audit row, all in the caller's transaction. SQLSTATE PB404
+-- when there is no such lease or it is not held.
+CREATE FUNCTION pgbaton.force_release_lease(p_name text, p_reason text)
+RETURNS TABLE (old_owner text, old_token bigint, new_token bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    cur pgbaton.lease%ROWTYPE;
+BEGIN
+    PERFORM pgbaton.require_admin('force-releasing a lease');
+    PERFORM pgbaton.require_reason(p_reason);
+    SELECT * INTO cur FROM pgbaton.lease l WHERE l.name = p_name FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pgbaton: no lease named %', p_name USING ERRCODE = 'PB404';
+    END IF;
+    IF cur.owner IS NULL OR cur.expires_at <= clock_timestamp() THEN
+        RAISE EXCEPTION 'pgbaton: lease % is not held', p_name USING ERRCODE = 'PB404';
+    END IF;
+    UPDATE pgbaton.lease l
+       SET owner = NULL, expires_at = NULL, token = nextval('pgbaton.lease_token_seq')
+     WHERE l.name = p_name
+    RETURNING l.token INTO new_token;
+    old_owner := cur.owner;
+    old_token := cur.token;
+    INSERT INTO pgbaton.event (action, target, reason, old_token, new_token, detail)
+    VALUES ('force_release_lease', p_name, p_reason, cur.token, new_token,
+            jsonb_build_object('owner', cur.owner, 'group', cur.lease_group,
+                               'acquired_at', cur.acquired_at, 'expires_at', cur.expires_at));
+    PERFORM pg_notify('pgbaton_lease', p_name);
+    RETURN NEXT;
+END $$;
+
+-- terminate_advisory_holder ends backend p_pid, which frees every advisory
+-- lock it holds, after recording them all in the audit row. p_target names
+-- the lock the operator meant (key or name) for the log. SQLSTATE PB404
+-- when the backend holds no advisory lock in this database.
+CREATE FUNCTION pgbaton.terminate_advisory_holder(p_pid integer, p_target text, p_reason text)
+RETURNS TABLE (terminated boolean, locks_held integer)
+LANGUAGE plpgsql AS $$
+DECLARE
+    held jsonb;
+BEGIN
+    PERFORM pgbaton.require_admin('terminating a lock holder');
+    PERFORM pgbaton.require_reason(p_reason);
+    SELECT jsonb_agg(jsonb_build_object('classid', l.classid, 'objid', l.objid, 'objsubid', l.objsubid, 'mode', l.mode)),
+           count(*)
+      INTO held, locks_held
+      FROM pg_catalog.pg_locks l
+     WHERE l.pid = p_pid AND l.locktype = 'advisory' AND l.granted
+       AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database());
+    IF locks_held = 0 THEN
+        RAISE EXCEPTION 'pgbaton: backend % holds no advisory lock in this database', p_pid USING ERRCODE = 'PB404';
+    END IF;
+    INSERT INTO pgbaton.event (action, target, reason, detail)
+    SELECT 'terminate_advisory_holder', p_target, p_reason,
+           jsonb_build_object('pid', p_pid, 'locks', held, 'application_name', a.application_name,
+                              'client_addr', host(a.client_addr), 'usename', a.usename)
+      FROM (SELECT 1) one LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = p_pid;
+    terminated := pg_terminate_backend(p_pid);
+    RETURN NEXT;
+END $$;
+
+-- grant_roles gives pgbaton_reader read access to every pgbaton table and
+-- pgbaton_admin what forced release needs. Run it again after creating the
+-- roles by hand. Grants of predefined roles are skipped when the current
+-- user may not give them.
+CREATE FUNCTION pgbaton.grant_roles()
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'pgbaton_reader')
+       OR NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'pgbaton_admin') THEN
+        RAISE NOTICE 'pgbaton: roles pgbaton_reader and pgbaton_admin do not exist; no grants made';
+        RETURN;
+    END IF;
+    GRANT USAGE ON SCHEMA pgbaton TO pgbaton_reader;
+    GRANT SELECT ON ALL TABLES IN SCHEMA pgbaton TO pgbaton_reader;
+    GRANT UPDATE ON pgbaton.lease TO pgbaton_admin;
+    GRANT INSERT ON pgbaton.event TO pgbaton_admin;
+    GRANT USAGE ON SEQUENCE pgbaton.lease_token_seq TO pgbaton_admin;
+    BEGIN
+        GRANT pgbaton_reader TO pgbaton_admin;
+        GRANT pg_read_all_stats TO pgbaton_reader;
+        GRANT pg_signal_backend TO pgbaton_admin;
+    EXCEPTION WHEN insufficient_privilege OR invalid_grant_operation THEN
+        RAISE NOTICE 'pgbaton: could not grant role memberships (%); a DBA should run SELECT pgbaton.grant_roles()', SQLERRM;
+    END;
+END $$;
+
+SELECT pgbaton.grant_roles();
