@@ -1,0 +1,447 @@
+package advisory_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/advisory"
+)
+
+func TestTryLockUnlock(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	admin := adminPool(t)
+	a := newLocker(t, pool, advisory.Config{})
+	b := newLocker(t, pool, advisory.Config{})
+	ctx := ctxT(t)
+
+	for _, key := range []advisory.Key{advisory.Name("job:daily-export"), advisory.Int64(7), advisory.Pair(1, 2)} {
+		lk, err := a.TryLock(ctx, key)
+		require.NoError(t, err, key.String())
+		require.NoError(t, lk.Err())
+		_, err = b.TryLock(ctx, key)
+		require.ErrorIs(t, err, advisory.ErrLocked, "other Locker, %s", key)
+		_, err = a.TryLock(ctx, key)
+		require.ErrorIs(t, err, advisory.ErrLocked, "same Locker: Postgres would re-enter, the Locker must not (%s)", key)
+		_, err = b.TryRLock(ctx, key)
+		require.ErrorIs(t, err, advisory.ErrLocked)
+
+		require.NoError(t, lk.Unlock(ctx))
+		require.ErrorIs(t, lk.Err(), advisory.ErrUnlocked)
+		require.NotErrorIs(t, lk.Err(), advisory.ErrLockLost, "a normal unlock is not a loss")
+		select {
+		case <-lk.Done():
+		default:
+			t.Fatal("Done not closed after Unlock")
+		}
+		require.ErrorIs(t, lk.Unlock(ctx), advisory.ErrNotHeld)
+
+		lk2, err := b.TryLock(ctx, key)
+		require.NoError(t, err)
+		require.NoError(t, lk2.Unlock(ctx))
+	}
+	// Int64(1) and Pair(0, 1) are different key spaces.
+	l1, err := a.TryLock(ctx, advisory.Int64(1))
+	require.NoError(t, err)
+	l2, err := b.TryLock(ctx, advisory.Pair(0, 1))
+	require.NoError(t, err)
+	require.NoError(t, l1.Unlock(ctx))
+	require.NoError(t, l2.Unlock(ctx))
+
+	granted, _ := advisoryLocks(t, admin, d)
+	require.Zero(t, granted)
+}
+
+func TestSharedLocks(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	a := newLocker(t, pool, advisory.Config{})
+	b := newLocker(t, pool, advisory.Config{})
+	ctx := ctxT(t)
+	key := advisory.Name("shared")
+
+	r1, err := a.TryRLock(ctx, key)
+	require.NoError(t, err)
+	r2, err := a.TryRLock(ctx, key)
+	require.NoError(t, err)
+	r3, err := b.TryRLock(ctx, key)
+	require.NoError(t, err)
+	_, err = a.TryLock(ctx, key)
+	require.ErrorIs(t, err, advisory.ErrLocked)
+	_, err = b.TryLock(ctx, key)
+	require.ErrorIs(t, err, advisory.ErrLocked)
+
+	require.NoError(t, r1.Unlock(ctx))
+	require.NoError(t, r2.Unlock(ctx))
+	_, err = b.TryLock(ctx, key) // b's own reader still holds it
+	require.ErrorIs(t, err, advisory.ErrLocked)
+	require.NoError(t, r3.Unlock(ctx))
+
+	w, err := a.TryLock(ctx, key)
+	require.NoError(t, err)
+	_, err = b.TryRLock(ctx, key)
+	require.ErrorIs(t, err, advisory.ErrLocked)
+	require.NoError(t, w.Unlock(ctx))
+}
+
+// Many goroutines of one Locker on few keys: never two holders of a key
+// at once, although all locks share a session and Postgres would let the
+// session take a key twice.
+func TestGoroutineExclusion(t *testing.T) {
+	d := env.DB(t)
+	l := newLocker(t, d.Pool(t), advisory.Config{})
+	ctx := ctxT(t)
+	var holders [3]atomic.Int32
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for g := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 40 {
+				k := (g + i) % len(holders)
+				var lk *advisory.Lock
+				var err error
+				if i%2 == 0 {
+					lk, err = l.Lock(ctx, advisory.Int64(int64(k)))
+				} else {
+					lk, err = l.TryLock(ctx, advisory.Int64(int64(k)))
+					if errors.Is(err, advisory.ErrLocked) {
+						continue
+					}
+				}
+				if err != nil {
+					failed.Store(err)
+					return
+				}
+				if n := holders[k].Add(1); n != 1 {
+					failed.Store(errors.New("two holders of one key"))
+				}
+				time.Sleep(50 * time.Microsecond)
+				holders[k].Add(-1)
+				if err := lk.Unlock(ctx); err != nil {
+					failed.Store(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCloseReleasesAll(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	admin := adminPool(t)
+	ctx := ctxT(t)
+	l, err := advisory.New(pool, advisory.Config{MaxLocksPerSession: 10})
+	require.NoError(t, err)
+	var locks []*advisory.Lock
+	for i := range 25 { // three sessions
+		lk, err := l.TryLock(ctx, advisory.Int64(int64(i)))
+		require.NoError(t, err)
+		locks = append(locks, lk)
+	}
+	rl, err := l.TryRLock(ctx, advisory.Name("r"))
+	require.NoError(t, err)
+	locks = append(locks, rl)
+	granted, _ := advisoryLocks(t, admin, d)
+	require.Equal(t, 26, granted)
+	var sessions int
+	require.NoError(t, admin.QueryRow(ctx, `SELECT count(DISTINCT l.pid) FROM pg_locks l JOIN pg_database d ON d.oid = l.database WHERE l.locktype = 'advisory' AND d.datname = $1`, d.Name).Scan(&sessions))
+	require.Equal(t, 3, sessions, "MaxLocksPerSession 10 and 26 locks")
+
+	// A waiter is cancelled by Close too.
+	other := newLocker(t, pool, advisory.Config{})
+	held, err := other.TryLock(ctx, advisory.Name("busy"))
+	require.NoError(t, err)
+	waitErr := make(chan error, 1)
+	go func() {
+		_, err := l.Lock(ctx, advisory.Name("busy"))
+		waitErr <- err
+	}()
+	eventuallyWaiting(t, admin, d, 1)
+
+	require.NoError(t, l.Close(ctx))
+	require.ErrorIs(t, <-waitErr, pgbaton.ErrClosed)
+	for _, lk := range locks {
+		require.ErrorIs(t, lk.Err(), advisory.ErrLockLost)
+		require.ErrorIs(t, lk.Err(), pgbaton.ErrClosed)
+	}
+	granted, waiting := advisoryLocks(t, admin, d)
+	require.Equal(t, 1, granted, "only the other Locker's lock is left") // no Eventually: Close waits for it
+	require.Zero(t, waiting)
+	_, err = l.TryLock(ctx, advisory.Int64(1))
+	require.ErrorIs(t, err, pgbaton.ErrClosed)
+	require.NoError(t, l.Close(ctx), "Close twice")
+	require.NoError(t, held.Unlock(ctx))
+	require.NoError(t, other.Close(ctx))
+	pool.Close()
+	env.NoConnections(t, d)
+}
+
+
+
+func TestBadInput(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	admin := adminPool(t)
+	ctx := ctxT(t)
+	_, err := advisory.New(nil, advisory.Config{})
+	require.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
+	for _, cfg := range []advisory.Config{
+		{Namespace: "a/b"},
+		{PingInterval: -time.Second},
+		{PingTimeout: time.Millisecond},
+		{MaxLocks: -1},
+		{MaxLocksPerSession: -1},
+	} {
+		_, err := advisory.New(pool, cfg)
+		require.ErrorIs(t, err, pgbaton.ErrInvalidArgument, "%+v", cfg)
+	}
+	l := newLocker(t, pool, advisory.Config{})
+	for _, key := range []advisory.Key{{}, advisory.Name(""), advisory.Name("bad\xff"), advisory.Name(string(make([]byte, 2000)))} {
+		_, err := l.TryLock(ctx, key)
+		require.ErrorIs(t, err, pgbaton.ErrInvalidArgument, key.String())
+		_, err = l.Lock(ctx, key)
+		require.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
+		err = l.RunExclusive(ctx, key, func(context.Context) error { return nil }, advisory.RunOptions{})
+		require.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
+		_, err = l.Elect(ctx, key)
+		require.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
+		err = l.Campaign(ctx, key, advisory.Callbacks{OnStartedLeading: func(context.Context) {}})
+		require.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
+	}
+	//lint:ignore SA1012 nil context on purpose
+	_, err = l.TryLock(nil, advisory.Int64(1)) //nolint:staticcheck
+	require.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
+	err = l.RunExclusive(ctx, advisory.Int64(1), nil, advisory.RunOptions{})
+	require.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
+	err = l.Campaign(ctx, advisory.Int64(1), advisory.Callbacks{})
+	require.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
+	err = l.XactTryLock(ctx, nil, advisory.Int64(1))
+	require.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
+
+	granted, _ := advisoryLocks(t, admin, d)
+	require.Zero(t, granted)
+	var names int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pgbaton.advisory_name").Scan(&names))
+	require.Zero(t, names, "bad input changes nothing")
+}
+
+func TestRegistry(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := ctxT(t)
+	l := newLocker(t, pool, advisory.Config{})
+	ns := newLocker(t, pool, advisory.Config{Namespace: "billing"})
+	for range 3 {
+		lk, err := l.TryLock(ctx, advisory.Name("job:daily-export"))
+		require.NoError(t, err)
+		require.NoError(t, lk.Unlock(ctx))
+	}
+	lk, err := ns.TryLock(ctx, advisory.Name("job:daily-export"))
+	require.NoError(t, err)
+	require.NoError(t, lk.Unlock(ctx))
+
+	rows, err := pool.Query(ctx, "SELECT key, namespace, name FROM pgbaton.advisory_name ORDER BY namespace")
+	require.NoError(t, err)
+	type row struct {
+		Key       int64
+		Namespace string
+		Name      string
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+	require.NoError(t, err)
+	require.Equal(t, []row{
+		{golden[0].key, "", "job:daily-export"},
+		{golden[3].key, "billing", "job:daily-export"},
+	}, got)
+
+	// A collision: another name stored under the key of "victim". Real
+	// SHA-256 collisions cannot be made, so the check constraint is
+	// dropped to plant one.
+	_, err = pool.Exec(ctx, "ALTER TABLE pgbaton.advisory_name DROP CONSTRAINT advisory_name_key_matches")
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "INSERT INTO pgbaton.advisory_name (key, name) VALUES (pgbaton.advisory_key('victim'), 'impostor')")
+	require.NoError(t, err)
+	fresh := newLocker(t, pool, advisory.Config{})
+	_, err = fresh.TryLock(ctx, advisory.Name("victim"))
+	require.ErrorIs(t, err, advisory.ErrKeyCollision)
+	require.ErrorContains(t, err, "impostor")
+	admin := adminPool(t)
+	granted, _ := advisoryLocks(t, admin, d)
+	require.Zero(t, granted)
+}
+
+func TestNotMigrated(t *testing.T) {
+	d := env.EmptyDB(t)
+	l := newLocker(t, d.Pool(t), advisory.Config{})
+	ctx := ctxT(t)
+	_, err := l.TryLock(ctx, advisory.Name("x"))
+	require.ErrorIs(t, err, pgbaton.ErrNotMigrated)
+	lk, err := l.TryLock(ctx, advisory.Int64(1)) // numeric keys need no schema
+	require.NoError(t, err)
+	require.NoError(t, lk.Unlock(ctx))
+}
+
+func TestRunExclusive(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	admin := adminPool(t)
+	ctx := ctxT(t)
+	l := newLocker(t, pool, advisory.Config{})
+	other := newLocker(t, pool, advisory.Config{})
+	key := advisory.Name("job:run")
+
+	ran := false
+	require.NoError(t, l.RunExclusive(ctx, key, func(ctx context.Context) error {
+		ran = true
+		_, err := other.TryLock(ctx, key)
+		require.ErrorIs(t, err, advisory.ErrLocked)
+		return nil
+	}, advisory.RunOptions{}))
+	require.True(t, ran)
+
+	// Skip if held.
+	held, err := other.TryLock(ctx, key)
+	require.NoError(t, err)
+	err = l.RunExclusive(ctx, key, func(context.Context) error { t.Fatal("ran while held"); return nil }, advisory.RunOptions{})
+	require.ErrorIs(t, err, advisory.ErrLocked)
+	// Wait until released.
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		_ = held.Unlock(context.Background())
+	}()
+	require.NoError(t, l.RunExclusive(ctx, key, func(context.Context) error { return nil }, advisory.RunOptions{Wait: true}))
+
+	// fn's error comes back; the lock is released.
+	boom := errors.New("boom")
+	require.ErrorIs(t, l.RunExclusive(ctx, key, func(context.Context) error { return boom }, advisory.RunOptions{}), boom)
+	// A panic unlocks, then continues.
+	require.PanicsWithValue(t, "kaboom", func() {
+		_ = l.RunExclusive(ctx, key, func(context.Context) error { panic("kaboom") }, advisory.RunOptions{})
+	})
+	granted, _ := advisoryLocks(t, admin, d)
+	require.Zero(t, granted)
+	lk, err := other.TryLock(ctx, key)
+	require.NoError(t, err)
+	require.NoError(t, lk.Unlock(ctx))
+}
+
+func TestXactLocks(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := ctxT(t)
+	l := newLocker(t, pool, advisory.Config{})
+	key := advisory.Name("xact")
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, l.XactTryLock(ctx, tx, key))
+	_, err = l.TryLock(ctx, key)
+	require.ErrorIs(t, err, advisory.ErrLocked)
+	tx2, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	require.ErrorIs(t, l.XactTryLock(ctx, tx2, key), advisory.ErrLocked)
+	require.ErrorIs(t, l.XactTryRLock(ctx, tx2, key), advisory.ErrLocked)
+	// XactLock waits until the first transaction ends.
+	got := make(chan error, 1)
+	go func() { got <- l.XactLock(ctx, tx2, key) }()
+	select {
+	case err := <-got:
+		t.Fatalf("XactLock returned while held: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, <-got)
+	require.NoError(t, tx2.Rollback(ctx))
+
+	lk, err := l.TryLock(ctx, key)
+	require.NoError(t, err, "released at commit/rollback")
+	require.NoError(t, lk.Unlock(ctx))
+
+	// Shared and pair variants.
+	tx3, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, l.XactRLock(ctx, tx3, advisory.Pair(3, 4)))
+	require.NoError(t, l.XactTryRLock(ctx, tx3, advisory.Pair(3, 4)))
+	_, err = l.TryLock(ctx, advisory.Pair(3, 4))
+	require.ErrorIs(t, err, advisory.ErrLocked)
+	require.NoError(t, tx3.Rollback(ctx))
+}
+
+func TestElect(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := ctxT(t)
+	a := newLocker(t, pool, advisory.Config{})
+	b := newLocker(t, pool, advisory.Config{})
+	key := advisory.Name("leader")
+
+	la, err := a.Elect(ctx, key)
+	require.NoError(t, err)
+	elected := make(chan *advisory.Leadership, 1)
+	go func() {
+		lb, err := b.Elect(ctx, key)
+		if err == nil {
+			elected <- lb
+		}
+	}()
+	select {
+	case <-elected:
+		t.Fatal("two leaders")
+	case <-time.After(100 * time.Millisecond):
+	}
+	require.NoError(t, la.Resign(ctx))
+	<-la.Done()
+	lb := <-elected
+	require.NoError(t, lb.Err())
+	require.NoError(t, lb.Resign(ctx))
+}
+
+func TestCampaign(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	admin := adminPool(t)
+	a := newLocker(t, pool, advisory.Config{PingInterval: 100 * time.Millisecond, RetryDelay: 10 * time.Millisecond})
+	key := advisory.Int64(99)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	started := make(chan context.Context, 10)
+	stopped := make(chan struct{}, 10)
+	campaign := make(chan error, 1)
+	go func() {
+		campaign <- a.Campaign(ctx, key, advisory.Callbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				started <- ctx
+				<-ctx.Done()
+			},
+			OnStoppedLeading: func() { stopped <- struct{}{} },
+		})
+	}()
+	term := <-started
+	// Lose leadership: kill the session's backend. Campaign notices, ends
+	// the term and wins again on a new session.
+	env.Terminate(t, holderPID(t, admin, d, 99))
+	<-term.Done()
+	require.ErrorIs(t, context.Cause(term), advisory.ErrLockLost)
+	<-stopped
+	term2 := <-started
+	require.NoError(t, term2.Err())
+	cancel()
+	require.ErrorIs(t, <-campaign, context.Canceled)
+	<-stopped
+	granted, _ := advisoryLocks(t, admin, d)
+	require.Zero(t, granted)
+}
