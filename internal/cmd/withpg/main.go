@@ -2,18 +2,25 @@
 // cluster and removes the cluster afterwards:
 //
 //	go run ./internal/cmd/withpg -- sqlc vet
+//	go run ./internal/cmd/withpg -durable -set max_connections=1300 -- ./bench
 //
 // The command sees the connection URL in PGBATON_DSN and SQLC_DATABASE_URL.
 // withpg exits with the command's exit code.
+//
+// By default the cluster runs without fsync (fast, for tests and sqlc).
+// -durable keeps fsync and synchronous_commit on, as benchmarks of writes
+// need; -set name=value (repeatable) passes extra server settings.
 package main
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/pgbaton/pgbaton/internal/pgcluster"
@@ -25,17 +32,21 @@ func main() {
 }
 
 func run() int {
-	args := os.Args[1:]
-	if len(args) > 0 && args[0] == "--" {
-		args = args[1:]
+	fs := flag.NewFlagSet("withpg", flag.ContinueOnError)
+	durable := fs.Bool("durable", false, "keep fsync and synchronous_commit on (benchmarks)")
+	settings := settingsFlag{}
+	fs.Var(settings, "set", "extra server setting name=value (repeatable)")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		return 2
 	}
+	args := fs.Args()
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: withpg -- command [args...]")
+		fmt.Fprintln(os.Stderr, "usage: withpg [-durable] [-set name=value]... -- command [args...]")
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cluster, err := pgcluster.Start(ctx, pgcluster.Config{NoFsync: true})
+	cluster, err := pgcluster.Start(ctx, pgcluster.Config{NoFsync: !*durable, Settings: settings})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "withpg:", err)
 		return 1
@@ -58,4 +69,18 @@ func run() int {
 		return 1
 	}
 	return 0
+}
+
+// settingsFlag collects -set name=value flags.
+type settingsFlag map[string]string
+
+func (s settingsFlag) String() string { return fmt.Sprint(map[string]string(s)) }
+
+func (s settingsFlag) Set(v string) error {
+	name, value, ok := strings.Cut(v, "=")
+	if !ok || name == "" {
+		return fmt.Errorf("want name=value, got %q", v)
+	}
+	s[name] = value
+	return nil
 }
