@@ -191,8 +191,6 @@ func TestCloseReleasesAll(t *testing.T) {
 	env.NoConnections(t, d)
 }
 
-
-
 func TestBadInput(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)

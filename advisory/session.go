@@ -40,6 +40,7 @@ type session struct {
 	pid  int32
 
 	reqs    chan *request
+	inspect chan func()   // runs a function on the goroutine that owns conn (tests)
 	stop    chan struct{} // closed by Locker.Close
 	exited  chan struct{} // closed when run returns
 	done    chan struct{} // closed when the session is lost or closed
@@ -117,13 +118,14 @@ func closeConn(conn *pgx.Conn) {
 // newSession starts the goroutine that owns conn.
 func (l *Locker) newSession(conn *pgx.Conn, pid int32) *session {
 	s := &session{
-		l:      l,
-		conn:   conn,
-		pid:    pid,
-		reqs:   make(chan *request, maxBatch),
-		stop:   make(chan struct{}),
-		exited: make(chan struct{}),
-		done:   make(chan struct{}),
+		l:       l,
+		conn:    conn,
+		pid:     pid,
+		reqs:    make(chan *request, maxBatch),
+		inspect: make(chan func()),
+		stop:    make(chan struct{}),
+		exited:  make(chan struct{}),
+		done:    make(chan struct{}),
 	}
 	s.lastOK.Store(int64(l.since()))
 	l.cfg.Logger.Debug("advisory: session opened", "pid", pid)
@@ -204,6 +206,8 @@ func (s *session) run() {
 				}
 			}
 			s.exec(batch)
+		case fn := <-s.inspect:
+			fn()
 		case <-ping.C:
 			if idle := l.since() - time.Duration(s.lastOK.Load()); idle >= l.cfg.PingInterval {
 				s.exec([]*request{{op: opPing, result: make(chan result, 1)}})

@@ -1,0 +1,247 @@
+package advisory_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbaton/pgbaton/advisory"
+	"github.com/pgbaton/pgbaton/internal/faultproxy"
+	"github.com/pgbaton/pgbaton/internal/pgtest"
+)
+
+// Loss is reported within PingInterval + 1s of the backend's death, on
+// every lock of the session, and new work gets a new session.
+func TestLossAfterTerminate(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	admin := adminPool(t)
+	ctx := ctxT(t)
+	const ping = 500 * time.Millisecond
+	l := newLocker(t, pool, advisory.Config{PingInterval: ping})
+	a, err := l.TryLock(ctx, advisory.Int64(1))
+	require.NoError(t, err)
+	b, err := l.TryRLock(ctx, advisory.Name("loss"))
+	require.NoError(t, err)
+	pid := holderPID(t, admin, d, 1)
+
+	env.Terminate(t, pid)
+	killed := time.Now()
+	for _, lk := range []*advisory.Lock{a, b} {
+		select {
+		case <-lk.Done():
+		case <-time.After(ping + time.Second - time.Since(killed)):
+			t.Fatalf("loss not detected within PingInterval + 1s")
+		}
+		require.ErrorIs(t, lk.Err(), advisory.ErrLockLost)
+		require.ErrorIs(t, context.Cause(lk.Context()), advisory.ErrLockLost)
+	}
+	require.ErrorIs(t, a.Unlock(ctx), advisory.ErrLockLost)
+
+	// The key is free again and new work reconnects.
+	c, err := l.TryLock(ctx, advisory.Int64(1))
+	require.NoError(t, err)
+	require.NotEqual(t, pid, holderPID(t, admin, d, 1))
+	require.NoError(t, c.Unlock(ctx))
+}
+
+// A normal unlock is never reported as a loss, and an idle session stays
+// up across many pings.
+func TestNoFalseLoss(t *testing.T) {
+	d := env.DB(t)
+	l := newLocker(t, d.Pool(t), advisory.Config{PingInterval: 20 * time.Millisecond})
+	ctx := ctxT(t)
+	lk, err := l.TryLock(ctx, advisory.Int64(5))
+	require.NoError(t, err)
+	time.Sleep(300 * time.Millisecond) // many ping intervals: what is asserted is the passage of time
+	require.NoError(t, lk.Err())
+	require.NoError(t, lk.Unlock(ctx))
+	require.ErrorIs(t, lk.Err(), advisory.ErrUnlocked)
+	require.NotErrorIs(t, lk.Err(), advisory.ErrLockLost)
+}
+
+// A silent network partition (a proxy that stalls without FIN or RST):
+// the client reports the loss within PingInterval + PingTimeout, while the
+// server still holds the lock, so nobody else can have been granted it
+// before the holder gave up. Once the connection is cut, it is free.
+func TestLossOnStalledNetwork(t *testing.T) {
+	c := env.Cluster()
+	if c == nil {
+		t.Skip("needs the throwaway cluster's TCP port") // only with PGBATON_TEST_DSN
+	}
+	d := env.DB(t)
+	admin := adminPool(t)
+	ctx := ctxT(t)
+	proxy, err := faultproxy.New(fmt.Sprintf("127.0.0.1:%d", c.Port()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = proxy.Close() })
+	proxied := pgtest.Pool(t, d.URL, func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.Host = "127.0.0.1"
+		cfg.ConnConfig.Port = uint16(proxy.Port())
+	})
+	const ping, timeout = 200 * time.Millisecond, 300 * time.Millisecond
+	l := newLocker(t, proxied, advisory.Config{PingInterval: ping, PingTimeout: timeout})
+	lk, err := l.TryLock(ctx, advisory.Int64(11))
+	require.NoError(t, err)
+	pid := holderPID(t, admin, d, 11)
+
+	other := newLocker(t, d.Pool(t), advisory.Config{})
+	proxy.Stall()
+	stalled := time.Now()
+	select {
+	case <-lk.Done():
+	case <-time.After(ping + timeout + time.Second):
+		t.Fatal("loss not reported within PingInterval + PingTimeout + 1s of a silent partition")
+	}
+	require.ErrorIs(t, lk.Err(), advisory.ErrLockLost)
+	t.Logf("loss reported %s after the stall", time.Since(stalled).Round(time.Millisecond))
+	// The holder has given up; the server has not let go yet.
+	_, err = other.TryLock(ctx, advisory.Int64(11))
+	require.ErrorIs(t, err, advisory.ErrLocked)
+	require.Equal(t, pid, holderPID(t, admin, d, 11))
+
+	proxy.Cut()
+	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
+		lk, err := other.TryLock(ctx, advisory.Int64(11))
+		if errors.Is(err, advisory.ErrLocked) {
+			return false, nil
+		}
+		if err == nil {
+			err = lk.Unlock(ctx)
+		}
+		return true, err
+	}, "lock free after the partitioned connection was cut")
+	proxy.Resume()
+}
+
+// The server-side TCP settings are those the timing argument in doc.go
+// needs: keepalive probes only after the client has given up, and the
+// drop later still.
+func TestSessionServerTimeouts(t *testing.T) {
+	d := env.DB(t)
+	admin := adminPool(t)
+	ctx := ctxT(t)
+	l := newLocker(t, d.Pool(t), advisory.Config{PingInterval: time.Second, PingTimeout: 2 * time.Second})
+	lk, err := l.TryLock(ctx, advisory.Int64(12))
+	require.NoError(t, err)
+	defer lk.Unlock(ctx)
+	_ = holderPID(t, admin, d, 12)
+	// A backend's settings are visible only to itself: ask the session.
+	settings := advisory.SessionSettingsForTest(t, l)
+	require.Equal(t, map[string]string{
+		"tcp_keepalives_idle":     "4",
+		"tcp_keepalives_interval": "1",
+		"tcp_keepalives_count":    "3",
+		"tcp_user_timeout":        "7000",
+	}, settings)
+}
+
+// Mutual exclusion between OS processes: three children increment a
+// counter with a read-modify-write under one lock; any overlap would lose
+// updates.
+func TestExclusionAcrossProcesses(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := ctxT(t)
+	_, err := pool.Exec(ctx, "CREATE TABLE counter (n int NOT NULL); INSERT INTO counter VALUES (0)")
+	require.NoError(t, err)
+	const children, each = 3, 30
+	var kids []*pgtest.Child
+	for range children {
+		kids = append(kids, env.StartChild(t, "counter", d.URL, "counter-lock", strconv.Itoa(each)))
+	}
+	for _, k := range kids {
+		k.Expect(t, "done", time.Minute)
+		require.NoError(t, k.Wait(t, time.Minute))
+	}
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT n FROM counter").Scan(&n))
+	require.Equal(t, children*each, n, "lost updates: two processes held the lock at once")
+}
+
+// A waiter acquires as soon as the holder process is SIGKILLed.
+func TestWaiterAcquiresAfterHolderKilled(t *testing.T) {
+	d := env.DB(t)
+	admin := adminPool(t)
+	ctx := ctxT(t)
+	holder := env.StartChild(t, "hold", d.URL, "victim-lock")
+	holder.Expect(t, "locked", time.Minute)
+	l := newLocker(t, d.Pool(t), advisory.Config{})
+	_, err := l.TryLock(ctx, advisory.Name("victim-lock"))
+	require.ErrorIs(t, err, advisory.ErrLocked)
+
+	got := make(chan error, 1)
+	var lk *advisory.Lock
+	go func() {
+		var err error
+		lk, err = l.Lock(ctx, advisory.Name("victim-lock"))
+		got <- err
+	}()
+	eventuallyWaiting(t, admin, d, 1)
+	holder.Signal(t, syscall.SIGKILL)
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter not granted after the holder was killed")
+	}
+	require.NoError(t, lk.Err())
+	require.NoError(t, lk.Unlock(ctx))
+}
+
+// Waits whose context ends leave nothing in pg_locks: neither a waiting
+// request nor a lock granted as the wait was given up.
+func TestCancelledWaitsLeaveNothing(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	admin := adminPool(t)
+	ctx := ctxT(t)
+	holder := newLocker(t, pool, advisory.Config{})
+	l := newLocker(t, pool, advisory.Config{})
+	key := advisory.Name("contended")
+	held, err := holder.TryLock(ctx, key)
+	require.NoError(t, err)
+
+	// Plain timeout while the lock stays held.
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err = l.Lock(wctx, key)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	granted, waiting := advisoryLocks(t, admin, d)
+	require.Equal(t, 1, granted)
+	require.Zero(t, waiting)
+
+	// The race: release the lock and cancel the wait at the same moment,
+	// many times; whoever wins, nothing may be left behind by the waiter.
+	for i := range 30 {
+		wctx, cancel := context.WithCancel(ctx)
+		got := make(chan *advisory.Lock, 1)
+		go func() {
+			lk, _ := l.Lock(wctx, key)
+			got <- lk
+		}()
+		eventuallyWaiting(t, admin, d, 1)
+		go func() {
+			time.Sleep(time.Duration(i%5) * 100 * time.Microsecond)
+			cancel()
+		}()
+		require.NoError(t, held.Unlock(ctx))
+		if lk := <-got; lk != nil {
+			require.NoError(t, lk.Unlock(ctx))
+		}
+		cancel()
+		granted, waiting := advisoryLocks(t, admin, d)
+		require.Zero(t, granted, "iteration %d", i)
+		require.Zero(t, waiting, "iteration %d", i)
+		held, err = holder.TryLock(ctx, key)
+		require.NoError(t, err)
+	}
+	require.NoError(t, held.Unlock(ctx))
+}
