@@ -114,3 +114,7 @@ WITH ins AS (
     RETURNING 1
 )
 SELECT EXISTS (SELECT 1 FROM ins)::boolean AS claimed;
+
+-- name: LeaseListen :exec
+-- pgbaton.release notifies this channel with the released lease's name.
+LISTEN pgbaton_lease;

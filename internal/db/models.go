@@ -26,6 +26,28 @@ type PgbatonCronSlot struct {
 	ClaimedAt   time.Time `json:"claimed_at"`
 }
 
+type PgbatonDemoLeaderTerm struct {
+	Term       int64     `json:"term"`
+	Worker     int32     `json:"worker"`
+	AcquiredAt time.Time `json:"acquired_at"`
+	At         time.Time `json:"at"`
+}
+
+type PgbatonDemoProcessed struct {
+	Item       string    `json:"item"`
+	Worker     int32     `json:"worker"`
+	Token      int64     `json:"token"`
+	AcquiredAt time.Time `json:"acquired_at"`
+	At         time.Time `json:"at"`
+}
+
+type PgbatonDemoSlotRun struct {
+	Job    string    `json:"job"`
+	Slot   time.Time `json:"slot"`
+	Worker int32     `json:"worker"`
+	At     time.Time `json:"at"`
+}
+
 // pgbaton audit log: forced releases, who did them and why
 type PgbatonEvent struct {
 	ID       int64       `json:"id"`

@@ -1,0 +1,73 @@
+package leasetable
+
+import (
+	"context"
+	"time"
+
+	"github.com/pgbaton/pgbaton/internal/db"
+)
+
+// Register creates free lease rows for names in group: shards, work items
+// or slots that Claim hands out. It returns how many rows were new; names
+// already registered in group are left as they are. A name that exists
+// outside group is an error (pgbaton.ErrInvalidArgument) and nothing is
+// created.
+func (c *Client) Register(ctx context.Context, group string, names ...string) (int, error) {
+	if err := checkName("group", group); err != nil {
+		return 0, err
+	}
+	if len(names) == 0 {
+		return 0, invalid("Register needs at least one name")
+	}
+	for _, n := range names {
+		if err := checkName("lease name", n); err != nil {
+			return 0, err
+		}
+	}
+	if err := c.checkOpen(); err != nil {
+		return 0, err
+	}
+	n, err := c.q.LeaseRegister(ctx, c.pool, db.LeaseRegisterParams{LeaseGroup: group, Names: names})
+	if err != nil {
+		return 0, dbError("register in "+group, err)
+	}
+	return int(n), nil
+}
+
+// Claim takes up to n leases of group that are free: never held, released,
+// or expired. Each gets its own new token and is kept alive like any
+// lease. Concurrent claimers never wait on each other nor get the same
+// lease (FOR UPDATE SKIP LOCKED). It returns fewer than n leases, maybe
+// none, when no more are free; it does not wait.
+func (c *Client) Claim(ctx context.Context, group string, n int) ([]*Lease, error) {
+	if err := checkName("group", group); err != nil {
+		return nil, err
+	}
+	if n <= 0 || n > 1<<20 {
+		return nil, invalid("claim count must be in 1..%d, got %d", 1<<20, n)
+	}
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	rows, err := c.q.LeaseClaim(ctx, c.pool, db.LeaseClaimParams{LeaseGroup: group, Owner: c.cfg.Owner, N: int32(n), TtlMs: c.ttlMs})
+	if err != nil {
+		return nil, dbError("claim from "+group, err)
+	}
+	leases := make([]*Lease, 0, len(rows))
+	for _, r := range rows {
+		l, err := c.track(r.Name, group, r.Token, r.ExpiresAt, start)
+		if err != nil {
+			// Closed meanwhile: track gave this one back; give back the rest.
+			for _, r := range rows[len(leases)+1:] {
+				_, _ = c.q.LeaseRelease(ctx, c.pool, db.LeaseReleaseParams{Name: r.Name, Owner: c.cfg.Owner, Token: r.Token})
+			}
+			for _, l := range leases {
+				_ = l.Release(ctx)
+			}
+			return nil, err
+		}
+		leases = append(leases, l)
+	}
+	return leases, nil
+}

@@ -1,0 +1,285 @@
+package leasetable
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/migrations"
+)
+
+// Client takes leases for one owner through a pool. It is safe for
+// concurrent use. Close it to release its leases and its LISTEN connection.
+type Client struct {
+	pool  *pgxpool.Pool
+	cfg   Config
+	ttlMs int64
+	q     *db.Queries
+	log   interface {
+		Warn(string, ...any)
+		Debug(string, ...any)
+	}
+	ln *listener
+
+	// bg parents renewals; cancelled by Close.
+	bg       context.Context
+	bgCancel context.CancelFunc
+
+	// background counts goroutines Close must wait for.
+	background sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
+	leases map[*Lease]struct{}
+	sems   map[string]int // semaphores registered by this client: name -> slots
+}
+
+// New returns a client for the pgbaton schema behind pool. It refuses a
+// pool that is nil, a database not migrated to this build's schema and a
+// standby, and checks cfg (pgbaton.ErrInvalidArgument).
+func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Client, error) {
+	if pool == nil {
+		return nil, invalid("nil pool")
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	q := db.New()
+	info, err := q.ServerInfo(ctx, pool)
+	if err != nil {
+		return nil, fmt.Errorf("leasetable: connect: %w", err)
+	}
+	if info.InRecovery {
+		return nil, pgbaton.ErrStandby
+	}
+	if err := migrations.Check(ctx, pool); err != nil && !errors.Is(err, pgbaton.ErrSchemaTooNew) {
+		// A newer schema keeps the lease protocol compatible; an older one
+		// may lack it.
+		return nil, err
+	}
+	bg, cancel := context.WithCancel(context.Background())
+	c := &Client{
+		pool: pool, cfg: cfg, ttlMs: cfg.ttlMs(), q: q, log: cfg.Logger,
+		bg: bg, bgCancel: cancel,
+		leases: make(map[*Lease]struct{}),
+		sems:   make(map[string]int),
+	}
+	c.ln = newListener(c)
+	return c, nil
+}
+
+// Owner is the owner string this client writes into the lease table.
+func (c *Client) Owner() string { return c.cfg.Owner }
+
+// Config is the client's configuration with defaults filled in.
+func (c *Client) Config() Config { return c.cfg }
+
+// Close releases every lease the client still holds (their contexts end
+// with ErrReleased), stops the LISTEN connection and makes further calls
+// return pgbaton.ErrClosed. Releases that fail leave rows to expire at
+// their TTL; the first such error is returned.
+func (c *Client) Close(ctx context.Context) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	held := make([]*Lease, 0, len(c.leases))
+	for l := range c.leases {
+		held = append(held, l)
+	}
+	c.mu.Unlock()
+	var errs []error
+	for _, l := range held {
+		if err := l.Release(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
+			errs = append(errs, err)
+		}
+	}
+	c.ln.close()
+	c.background.Wait()
+	c.bgCancel()
+	return errors.Join(errs...)
+}
+
+// goBackground runs fn on its own goroutine, which Close waits for. After
+// Close has begun it does nothing.
+func (c *Client) goBackground(fn func(ctx context.Context)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	c.background.Add(1)
+	go func() {
+		defer c.background.Done()
+		fn(c.bg)
+	}()
+}
+
+func (c *Client) checkOpen() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return pgbaton.ErrClosed
+	}
+	return nil
+}
+
+// TryAcquire takes the lease name if nobody holds a live grant of it, in
+// one round trip. When someone does, it returns a *HeldError (errors.Is
+// ErrHeld) naming the holder and the grant's expiry.
+func (c *Client) TryAcquire(ctx context.Context, name string) (*Lease, error) {
+	if err := checkName("lease name", name); err != nil {
+		return nil, err
+	}
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	return c.attempt(ctx, name, nil)
+}
+
+func (c *Client) attempt(ctx context.Context, name string, metadata []byte) (*Lease, error) {
+	// The local deadline counts from before the request is sent: the
+	// database's expiry can only be later.
+	start := time.Now()
+	row, err := c.q.LeaseAttempt(ctx, c.pool, db.LeaseAttemptParams{
+		Name: name, Owner: c.cfg.Owner, TtlMs: c.ttlMs, Metadata: metadata,
+	})
+	if err != nil {
+		return nil, dbError("acquire "+name, err)
+	}
+	if !row.Acquired {
+		return nil, &HeldError{Name: name, Holder: row.Holder, Token: row.Token, Expiry: row.ExpiresAt,
+			remaining: row.ExpiresAt.Sub(row.DbNow)}
+	}
+	return c.track(name, "", row.Token, row.ExpiresAt, start)
+}
+
+// Acquire takes the lease name, waiting while someone else holds it. It
+// wakes when the holder releases (LISTEN/NOTIFY on the client's one
+// listening connection) or at the holder's known expiry plus a little
+// jitter; it never polls. It returns ctx's error when ctx ends first: the
+// caller did not get the lease.
+func (c *Client) Acquire(ctx context.Context, name string) (*Lease, error) {
+	if err := checkName("lease name", name); err != nil {
+		return nil, err
+	}
+	return c.acquire(ctx, name, nil)
+}
+
+func (c *Client) acquire(ctx context.Context, name string, metadata []byte) (*Lease, error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	// Subscribe before the first attempt, so a release between the attempt
+	// and the wait still wakes us.
+	wake, unsubscribe, err := c.ln.subscribe(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer unsubscribe()
+	for {
+		l, err := c.attempt(ctx, name, metadata)
+		var held *HeldError
+		if !errors.As(err, &held) {
+			return l, err
+		}
+		c.log.Debug("pgbaton: waiting for lease", "lease", name, "holder", held.Holder, "expires_in", held.remaining)
+		if err := c.wait(ctx, wake, held.remaining); err != nil {
+			return nil, fmt.Errorf("leasetable: waiting for lease %q (held by %q): %w", name, held.Holder, err)
+		}
+	}
+}
+
+// wait blocks until a wake-up, until the known expiry (d from now) plus
+// jitter, or until ctx or the client ends.
+func (c *Client) wait(ctx context.Context, wake <-chan struct{}, d time.Duration) error {
+	t := time.NewTimer(max(d, 0) + jitter(c.cfg.TTL))
+	defer t.Stop()
+	select {
+	case <-wake:
+		return nil
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-c.bg.Done():
+		return pgbaton.ErrClosed
+	}
+}
+
+// jitter spreads waiters that look again at the same expiry: up to 1% of
+// the TTL, at least 1ms and at most 20ms.
+func jitter(ttl time.Duration) time.Duration {
+	hi := min(max(ttl/100, time.Millisecond), 20*time.Millisecond)
+	return time.Millisecond + rand.N(hi)
+}
+
+// track creates the Lease for a grant and starts keeping it alive.
+func (c *Client) track(name, group string, token int64, expires time.Time, start time.Time) (*Lease, error) {
+	l := newLease(c, name, group, token, expires, start)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		// Closed while the grant was in flight: give it back at once.
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.TTL)
+		defer cancel()
+		_ = l.Release(ctx)
+		return nil, pgbaton.ErrClosed
+	}
+	c.leases[l] = struct{}{}
+	c.mu.Unlock()
+	l.start()
+	return l, nil
+}
+
+func (c *Client) untrack(l *Lease) {
+	c.mu.Lock()
+	delete(c.leases, l)
+	c.mu.Unlock()
+}
+
+// Info reads the row of lease name, for diagnostics: who holds it, until
+// when and with which token. A name never used gives a zero Info.
+func (c *Client) Info(ctx context.Context, name string) (Info, error) {
+	if err := checkName("lease name", name); err != nil {
+		return Info{}, err
+	}
+	row, err := c.q.LeaseGet(ctx, c.pool, name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Info{Name: name}, nil
+	}
+	if err != nil {
+		return Info{}, dbError("read lease "+name, err)
+	}
+	in := Info{Name: row.Name, Group: row.LeaseGroup.String, Owner: row.Owner.String, Token: row.Token.Int64,
+		Metadata: row.Metadata}
+	if row.ExpiresAt != nil {
+		in.ExpiresAt = *row.ExpiresAt
+		in.Held = row.Owner.Valid && row.ExpiresAt.After(row.DbNow)
+		in.Remaining = row.ExpiresAt.Sub(row.DbNow)
+	}
+	return in, nil
+}
+
+// Info is a lease row as Client.Info read it.
+type Info struct {
+	Name      string
+	Group     string
+	Held      bool          // a live grant exists
+	Owner     string        // owner of the last grant if not released
+	Token     int64         // last token granted (0: never granted)
+	ExpiresAt time.Time     // database clock; zero when released
+	Remaining time.Duration // ExpiresAt minus the database clock at the read
+	Metadata  []byte
+}

@@ -1,0 +1,49 @@
+package leasetable
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Do acquires the lease name (waiting like Acquire), runs fn with a
+// context that is cancelled, with cause ErrLeaseLost, if the lease is lost,
+// and releases the lease on every path. It returns fn's error; if fn
+// returned nil but the lease was lost while it ran, an error wrapping
+// ErrLeaseLost, because fn may not have run alone.
+func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error) error {
+	if fn == nil {
+		return invalid("nil function")
+	}
+	l, err := c.Acquire(ctx, name)
+	if err != nil {
+		return err
+	}
+	return c.runUnder(ctx, l, func(ctx context.Context) error { return fn(ctx) })
+}
+
+// runUnder runs fn under l and releases l afterwards.
+func (c *Client) runUnder(ctx context.Context, l *Lease, fn func(ctx context.Context) error) (err error) {
+	fnCtx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(l.Context(), func() { cancel(l.Err()) })
+	defer func() {
+		stop()
+		cancel(nil)
+		lost := l.Err() // nil unless the lease ended before fn returned
+		relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.TTL)
+		defer relCancel()
+		relErr := l.Release(relCtx)
+		switch {
+		case err != nil:
+		case lost != nil:
+			err = lost
+		case relErr != nil && errors.Is(relErr, ErrNotHeld):
+			err = fmt.Errorf("%w: %w", ErrLeaseLost, relErr)
+		case relErr != nil:
+			// The work ran under a valid lease; the row expires by itself.
+			c.log.Warn("pgbaton: release after Do failed; the lease expires at its TTL",
+				"lease", l.name, "ttl", c.cfg.TTL, "error", relErr)
+		}
+	}()
+	return fn(fnCtx)
+}

@@ -1,0 +1,76 @@
+package leasetable
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgbaton/pgbaton"
+)
+
+var (
+	// ErrHeld is returned by TryAcquire when another grant is live. The
+	// error is a *HeldError that says who holds the lease and until when.
+	ErrHeld = errors.New("leasetable: lease is held")
+
+	// ErrLeaseLost is the cause of a lease's context when it ended without
+	// Release: a renewal was refused or the local deadline passed first.
+	// Stop work done under the lease; another holder may have it now.
+	ErrLeaseLost = errors.New("leasetable: lease lost")
+
+	// ErrReleased is the cause of a lease's context after Release or
+	// Complete.
+	ErrReleased = errors.New("leasetable: lease released")
+
+	// ErrNotHeld is returned by Renew, Release and Complete when the
+	// database no longer has this grant: it expired and was taken over, or
+	// was released. Nothing was changed.
+	ErrNotHeld = errors.New("leasetable: lease no longer held by this grant")
+
+	// ErrNoLeader is returned by Election.Leader when nobody holds the
+	// election's lease.
+	ErrNoLeader = errors.New("leasetable: no leader")
+)
+
+// HeldError is the error TryAcquire returns when someone else holds the
+// lease. errors.Is(err, ErrHeld) is true for it.
+type HeldError struct {
+	Name   string
+	Holder string    // owner of the live grant
+	Token  int64     // token of the live grant
+	Expiry time.Time // when the grant expires unless renewed, database clock
+
+	// remaining is Expiry minus the database clock when it was read, so a
+	// waiter needs no agreement between clocks.
+	remaining time.Duration
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("leasetable: lease %q is held by %q (token %d) until %s",
+		e.Name, e.Holder, e.Token, e.Expiry.Format(time.RFC3339Nano))
+}
+
+// Is makes errors.Is(err, ErrHeld) true.
+func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: leasetable: "+format, append([]any{pgbaton.ErrInvalidArgument}, args...)...)
+}
+
+// dbError maps server errors to the shared sentinels, keeping the cause.
+func dbError(op string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "22023", "23514": // invalid_parameter_value, check_violation
+			return fmt.Errorf("%w: leasetable: %s: %w", pgbaton.ErrInvalidArgument, op, err)
+		case "3F000", "42883", "42P01": // schema, function or table missing
+			return fmt.Errorf("%w: leasetable: %s: %w; run `pgbaton migrate up` or migrations.Up", pgbaton.ErrNotMigrated, op, err)
+		case "25006": // read_only_sql_transaction
+			return fmt.Errorf("%w: leasetable: %s: %w", pgbaton.ErrStandby, op, err)
+		}
+	}
+	return fmt.Errorf("leasetable: %s: %w", op, err)
+}

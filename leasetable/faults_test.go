@@ -1,0 +1,258 @@
+package leasetable_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbaton/pgbaton/internal/pgtest"
+	"github.com/pgbaton/pgbaton/leasetable"
+)
+
+// childExclusive runs Do(args[1]) args[2] times; inside, it counts itself
+// in table excl and prints "violation" if anyone else is inside too.
+func childExclusive(ctx context.Context, args []string) error {
+	rounds, _ := strconv.Atoi(args[2])
+	c, closeFn, err := childClient(ctx, args[0], 2*time.Second)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	pool, err := pgxpool.New(ctx, args[0])
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	for range rounds {
+		err := c.Do(ctx, args[1], func(ctx context.Context) error {
+			var inside int
+			if err := pool.QueryRow(ctx, "UPDATE excl SET inside = inside + 1, total = total + 1 RETURNING inside").Scan(&inside); err != nil {
+				return err
+			}
+			if inside != 1 {
+				pgtest.Printf("violation %d", inside)
+			}
+			_, err := pool.Exec(ctx, "SELECT pg_sleep(0.002); UPDATE excl SET inside = inside - 1")
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	pgtest.Printf("finished")
+	return nil
+}
+
+func TestExclusionAcrossProcesses(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := ctxT(t, 2*time.Minute)
+	_, err := pool.Exec(ctx, "CREATE TABLE excl (inside int, total int); INSERT INTO excl VALUES (0, 0)")
+	require.NoError(t, err)
+	const procs, rounds = 3, 30
+	var kids []*pgtest.Child
+	for range procs {
+		kids = append(kids, env.StartChild(t, "exclusive", d.URL, "crit", strconv.Itoa(rounds)))
+	}
+	for _, k := range kids {
+		require.NoError(t, k.Wait(t, 90*time.Second), k.Stderr())
+		assert.NotContains(t, k.Stderr(), "violation")
+	}
+	var inside, total int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT inside, total FROM excl").Scan(&inside, &total))
+	assert.Zero(t, inside)
+	assert.Equal(t, procs*rounds, total)
+}
+
+func TestSIGSTOPHolderLosesBeforeTakeover(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := ctxT(t, time.Minute)
+	k := env.StartChild(t, "hold", d.URL, "paused", shortTTL.String())
+	oldTok, err := strconv.ParseInt(k.Expect(t, "token", 30*time.Second), 10, 64)
+	require.NoError(t, err)
+	k.Signal(t, syscall.SIGSTOP)
+	c := newClient(t, pool, leasetable.Config{Owner: "taker", TTL: shortTTL})
+	l, err := c.Acquire(ctx, "paused") // granted once the paused grant expires
+	require.NoError(t, err)
+	assert.Greater(t, l.Token(), oldTok)
+	k.Signal(t, syscall.SIGCONT)
+	// On resume the child's Done has fired (its local deadline passed long
+	// ago); it reports the loss before doing anything else.
+	ended := k.Expect(t, "ended", 10*time.Second)
+	assert.Contains(t, ended, "lease lost")
+	require.NoError(t, k.Wait(t, 10*time.Second), k.Stderr())
+	assert.NoError(t, l.Err(), "the new holder keeps the lease")
+}
+
+func TestSIGKILLHolderTakenOverWithinTTL(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := ctxT(t, time.Minute)
+	k := env.StartChild(t, "hold", d.URL, "killed", shortTTL.String())
+	oldTok, err := strconv.ParseInt(k.Expect(t, "token", 30*time.Second), 10, 64)
+	require.NoError(t, err)
+	c := newClient(t, pool, leasetable.Config{Owner: "taker", TTL: shortTTL})
+	_, err = c.TryAcquire(ctx, "killed")
+	require.ErrorIs(t, err, leasetable.ErrHeld)
+	killed := time.Now()
+	k.Signal(t, syscall.SIGKILL)
+	l, err := c.Acquire(ctx, "killed")
+	require.NoError(t, err)
+	took := time.Since(killed)
+	t.Logf("takeover %s after SIGKILL (TTL %s)", took, shortTTL)
+	assert.Greater(t, l.Token(), oldTok)
+	assert.Less(t, took, shortTTL+100*time.Millisecond)
+}
+
+// childClaimer claims up to args[2] leases of group args[1], prints
+// "claimed a,b,c" and holds them until killed.
+func childClaimer(ctx context.Context, args []string) error {
+	n, _ := strconv.Atoi(args[2])
+	c, closeFn, err := childClient(ctx, args[0], shortTTL)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	ls, err := c.Claim(ctx, args[1], n)
+	if err != nil {
+		return err
+	}
+	names := make([]string, len(ls))
+	for i, l := range ls {
+		names[i] = l.Name()
+	}
+	pgtest.Printf("claimed %s", strings.Join(names, ","))
+	<-ctx.Done()
+	return nil
+}
+
+func TestClaimCoverageAndRebalance(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := ctxT(t, time.Minute)
+	const shards, workers = 24, 3
+	names := make([]string, shards)
+	for i := range names {
+		names[i] = fmt.Sprintf("shard-%02d", i)
+	}
+	reg := newClient(t, pool, leasetable.Config{})
+	created, err := reg.Register(ctx, "shards", names...)
+	require.NoError(t, err)
+	require.Equal(t, shards, created)
+	again, err := reg.Register(ctx, "shards", names...)
+	require.NoError(t, err)
+	assert.Zero(t, again, "registering twice creates nothing")
+
+	// One worker is another process, to be killed; two are in here.
+	k := env.StartChild(t, "claimer", d.URL, "shards", strconv.Itoa(shards/workers))
+	dead := strings.Split(k.Expect(t, "claimed", 30*time.Second), ",")
+	require.Len(t, dead, shards/workers)
+	owner := map[string]string{}
+	for _, n := range dead {
+		owner[n] = "child"
+	}
+	var live []*leasetable.Client
+	for w := range workers - 1 {
+		c := newClient(t, pool, leasetable.Config{Owner: "w" + strconv.Itoa(w), TTL: shortTTL})
+		live = append(live, c)
+		ls, err := c.Claim(ctx, "shards", shards/workers)
+		require.NoError(t, err)
+		require.Len(t, ls, shards/workers)
+		for _, l := range ls {
+			require.NotContains(t, owner, l.Name(), "shard claimed twice")
+			owner[l.Name()] = c.Owner()
+		}
+	}
+	require.Len(t, owner, shards, "full coverage")
+	// Nothing is left to claim.
+	none, err := live[0].Claim(ctx, "shards", 1)
+	require.NoError(t, err)
+	assert.Empty(t, none)
+
+	// The child dies; its shards free at expiry and the others take them.
+	k.Signal(t, syscall.SIGKILL)
+	got := map[string]bool{}
+	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
+		for _, c := range live {
+			ls, err := c.Claim(ctx, "shards", 2)
+			if err != nil {
+				return false, err
+			}
+			for _, l := range ls {
+				if got[l.Name()] || owner[l.Name()] != "child" {
+					return false, fmt.Errorf("claimed %s, owned by %s, again", l.Name(), owner[l.Name()])
+				}
+				got[l.Name()] = true
+			}
+		}
+		return len(got) == len(dead), nil
+	}, "dead worker's shards not all taken over: %v", got)
+}
+
+// childSlots tries ClaimSlot for args[1] slots starting at unix second
+// args[2] of job "tick", with a skew of args[3] milliseconds added to its
+// ticker, and prints "slot N" for each slot it won.
+func childSlots(ctx context.Context, args []string) error {
+	n, _ := strconv.Atoi(args[1])
+	base, _ := strconv.ParseInt(args[2], 10, 64)
+	skew, _ := strconv.Atoi(args[3])
+	c, closeFn, err := childClient(ctx, args[0], shortTTL)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	for i := range n {
+		// A skewed ticker fires at a different moment, but computes the
+		// same nominal slot time.
+		time.Sleep(time.Duration(skew) * time.Microsecond) // simulated skew, not synchronisation
+		ok, err := c.ClaimSlot(ctx, "tick", time.Unix(base+int64(i)*60, 0))
+		if err != nil {
+			return err
+		}
+		if ok {
+			pgtest.Printf("slot %d", i)
+		}
+	}
+	pgtest.Printf("done")
+	return nil
+}
+
+func TestClaimSlotOnceAcrossProcesses(t *testing.T) {
+	d := env.DB(t)
+	const slots, procs = 50, 3
+	base := time.Now().Unix() / 60 * 60
+	var kids []*pgtest.Child
+	for p := range procs {
+		kids = append(kids, env.StartChild(t, "slots", d.URL, strconv.Itoa(slots), strconv.FormatInt(base, 10), strconv.Itoa(p*300)))
+	}
+	won := map[string]int{}
+	for _, k := range kids {
+		for {
+			line := k.Expect(t, "", 30*time.Second)
+			if line == "done" {
+				break
+			}
+			won[line]++
+		}
+		require.NoError(t, k.Wait(t, 10*time.Second))
+	}
+	require.Len(t, won, slots, "every slot ran")
+	for s, n := range won {
+		assert.Equal(t, 1, n, "%s ran %d times", s, n)
+	}
+	ok, err := leasetable.New(ctxT(t, 10*time.Second), d.Pool(t), leasetable.Config{})
+	require.NoError(t, err)
+	defer ok.Close(context.Background())
+	again, err := ok.ClaimSlot(context.Background(), "tick", time.Unix(base, 0).Add(123*time.Nanosecond))
+	require.NoError(t, err)
+	assert.False(t, again, "a slot is claimed once, to the microsecond")
+}

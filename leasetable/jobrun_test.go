@@ -1,0 +1,173 @@
+package leasetable_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbaton/pgbaton/internal/pgtest"
+	"github.com/pgbaton/pgbaton/leasetable"
+)
+
+type progress struct{ Done int }
+
+// childJob runs job "etl", checkpointing progress 1, 2, 3, ... and printing
+// "checkpoint N" after each, until killed.
+func childJob(ctx context.Context, args []string) error {
+	c, closeFn, err := childClient(ctx, args[0], shortTTL)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	return c.RunJob(ctx, "etl", func(ctx context.Context, r *leasetable.Run) error {
+		for i := 1; ; i++ {
+			if err := r.Checkpoint(ctx, progress{Done: i}); err != nil {
+				return err
+			}
+			pgtest.Printf("checkpoint %d", i)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(20 * time.Millisecond): // the job's own work
+			}
+		}
+	})
+}
+
+func TestRunJobResumesAfterKilledHolder(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := ctxT(t, time.Minute)
+	k := env.StartChild(t, "job", d.URL)
+	for k.Expect(t, "checkpoint", 30*time.Second) != "3" {
+	}
+	k.Signal(t, syscall.SIGSTOP) // freeze it: its last checkpoint is at least 3
+	k.Signal(t, syscall.SIGKILL)
+	c := newClient(t, pool, leasetable.Config{Owner: "resumer", TTL: shortTTL})
+	var resumed progress
+	err := c.RunJob(ctx, "etl", func(ctx context.Context, r *leasetable.Run) error {
+		ok, err := r.LastCheckpoint(&resumed)
+		require.NoError(t, err)
+		require.True(t, ok, "a new holder sees the lost run's checkpoint")
+		return r.Checkpoint(ctx, progress{Done: resumed.Done + 1})
+	})
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, resumed.Done, 3)
+
+	runs, err := c.Runs(ctx, "etl", 10)
+	require.NoError(t, err)
+	require.Len(t, runs, 2)
+	assert.Equal(t, leasetable.RunSucceeded, runs[0].Status)
+	assert.Equal(t, "resumer", runs[0].Owner)
+	assert.JSONEq(t, `{"Done":`+strconv.Itoa(resumed.Done+1)+`}`, string(runs[0].Checkpoint))
+	assert.Equal(t, leasetable.RunLost, runs[1].Status, "the killed run is marked lost")
+	assert.NotNil(t, runs[1].FinishedAt)
+	assert.Greater(t, runs[0].Token, runs[1].Token)
+
+	// A later run starts fresh: the last run succeeded.
+	require.NoError(t, c.RunJob(ctx, "etl", func(ctx context.Context, r *leasetable.Run) error {
+		var p progress
+		ok, err := r.LastCheckpoint(&p)
+		assert.False(t, ok)
+		return err
+	}))
+}
+
+func TestRunJobLostLeaseFencesCheckpoint(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := ctxT(t, time.Minute)
+	c := newClient(t, pool, leasetable.Config{Owner: "slow", TTL: 500 * time.Millisecond})
+	err := c.RunJob(ctx, "fenced", func(fnCtx context.Context, r *leasetable.Run) error {
+		require.NoError(t, r.Checkpoint(fnCtx, progress{Done: 1}))
+		// Renewals are blocked until the grant expires; then another
+		// holder takes over.
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, "SELECT 1 FROM pgbaton.lease WHERE name = 'fenced' FOR UPDATE")
+		require.NoError(t, err)
+		<-fnCtx.Done()
+		assert.ErrorIs(t, context.Cause(fnCtx), leasetable.ErrLeaseLost)
+		require.NoError(t, tx.Rollback(ctx))
+		thief := newClient(t, pool, leasetable.Config{Owner: "thief"})
+		tl, err := thief.Acquire(ctx, "fenced")
+		require.NoError(t, err)
+		assert.Greater(t, tl.Token(), r.Token())
+		// The stale run can no longer write progress.
+		err = r.Checkpoint(ctx, progress{Done: 2})
+		require.ErrorIs(t, err, leasetable.ErrLeaseLost)
+		return context.Cause(fnCtx)
+	})
+	require.ErrorIs(t, err, leasetable.ErrLeaseLost)
+	runs, err := c.Runs(ctx, "fenced", 1)
+	require.NoError(t, err)
+	assert.Equal(t, leasetable.RunLost, runs[0].Status)
+	assert.JSONEq(t, `{"Done":1}`, string(runs[0].Checkpoint))
+}
+
+func TestRunJobStatuses(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := ctxT(t, time.Minute)
+	c := newClient(t, pool, leasetable.Config{TTL: 300 * time.Millisecond})
+	boom := errors.New("boom")
+	require.ErrorIs(t, c.RunJob(ctx, "j", func(context.Context, *leasetable.Run) error { return boom }), boom)
+	cctx, cancel := context.WithCancel(ctx)
+	err := c.RunJob(cctx, "j", func(ctx context.Context, r *leasetable.Run) error {
+		// Heartbeats move with renewals while the run lasts.
+		first := heartbeat(t, pool, r.ID())
+		pgtest.Eventually(t, 5*time.Second, func() (bool, error) {
+			return heartbeat(t, pool, r.ID()).After(first), nil
+		}, "heartbeat did not move")
+		cancel()
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	require.ErrorIs(t, err, context.Canceled)
+	runs, err := c.Runs(ctx, "j", 10)
+	require.NoError(t, err)
+	require.Len(t, runs, 2)
+	assert.Equal(t, leasetable.RunCancelled, runs[0].Status)
+	assert.Equal(t, leasetable.RunFailed, runs[1].Status)
+	assert.Equal(t, "boom", runs[1].Error)
+	in, err := c.Info(ctx, "j")
+	require.NoError(t, err)
+	assert.False(t, in.Held, "the job's lease is released after every run")
+}
+
+func heartbeat(t *testing.T, pool *pgxpool.Pool, id int64) time.Time {
+	t.Helper()
+	var hb time.Time
+	require.NoError(t, pool.QueryRow(context.Background(), "SELECT heartbeat_at FROM pgbaton.job_run WHERE id = $1", id).Scan(&hb))
+	return hb
+}
+
+func TestCheckpointFencedInDatabase(t *testing.T) {
+	// The holder has not noticed yet (long renew interval), but its grant
+	// was taken over: the database refuses the checkpoint.
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := ctxT(t, time.Minute)
+	c := newClient(t, pool, leasetable.Config{Owner: "unaware", TTL: time.Minute})
+	err := c.RunJob(ctx, "db-fenced", func(ctx context.Context, r *leasetable.Run) error {
+		require.NoError(t, r.Checkpoint(ctx, progress{Done: 1}))
+		_, err := pool.Exec(ctx, "UPDATE pgbaton.lease SET owner = 'thief', token = nextval('pgbaton.lease_token_seq') WHERE name = 'db-fenced'")
+		require.NoError(t, err)
+		require.NoError(t, r.Lease().Err(), "not noticed locally yet")
+		err = r.Checkpoint(ctx, progress{Done: 2})
+		require.ErrorIs(t, err, leasetable.ErrLeaseLost)
+		return nil
+	})
+	require.ErrorIs(t, err, leasetable.ErrLeaseLost, "fn returned nil, but the lease was lost")
+	runs, err := c.Runs(ctx, "db-fenced", 1)
+	require.NoError(t, err)
+	assert.Equal(t, leasetable.RunLost, runs[0].Status)
+	assert.JSONEq(t, `{"Done":1}`, string(runs[0].Checkpoint))
+}

@@ -1,0 +1,135 @@
+package leasetable_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbaton/pgbaton/internal/pgtest"
+	"github.com/pgbaton/pgbaton/leasetable"
+)
+
+var env *pgtest.Env
+
+func TestMain(m *testing.M) {
+	env = pgtest.Setup(pgtest.Options{Children: children})
+	os.Exit(env.Run(m))
+}
+
+// children run in separate OS processes of the test binary. Their first
+// argument is always the database URL.
+var children = map[string]pgtest.ChildFunc{
+	"hold":      childHold,
+	"exclusive": childExclusive,
+	"claimer":   childClaimer,
+	"slots":     childSlots,
+	"job":       childJob,
+}
+
+// shortTTL keeps fault tests quick: losses and takeovers happen within a
+// second or two.
+const shortTTL = time.Second
+
+func newClient(t testing.TB, pool *pgxpool.Pool, cfg leasetable.Config) *leasetable.Client {
+	t.Helper()
+	c, err := leasetable.New(context.Background(), pool, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, c.Close(ctx))
+	})
+	return c
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// childClient opens a pool and client in a child process.
+func childClient(ctx context.Context, url string, ttl time.Duration) (*leasetable.Client, func(), error) {
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := leasetable.New(ctx, pool, leasetable.Config{TTL: ttl, Owner: "child-" + strconv.Itoa(os.Getpid())})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return c, func() { _ = c.Close(ctx); pool.Close() }, nil
+}
+
+// childHold acquires args[1] with TTL args[2], prints "token N", then
+// waits for the lease to end and prints "ended <cause>", then exits.
+func childHold(ctx context.Context, args []string) error {
+	ttl, err := time.ParseDuration(args[2])
+	if err != nil {
+		return err
+	}
+	c, closeFn, err := childClient(ctx, args[0], ttl)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	l, err := c.Acquire(ctx, args[1])
+	if err != nil {
+		return err
+	}
+	pgtest.Printf("token %d", l.Token())
+	<-l.Done()
+	// Done may have fired while this process was stopped; say so at once.
+	pgtest.Printf("ended %v", l.Err())
+	if !errors.Is(l.Err(), leasetable.ErrLeaseLost) {
+		return fmt.Errorf("lease ended with %v, want ErrLeaseLost", l.Err())
+	}
+	return nil
+}
+
+// logTo returns a logger that sends the lease name of every "waiting for
+// lease" debug message to ch: tests learn that a waiter is waiting without
+// sleeping.
+func logTo(ch chan<- string) *slog.Logger {
+	return slog.New(waitHandler{ch})
+}
+
+type waitHandler struct{ ch chan<- string }
+
+func (h waitHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h waitHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "pgbaton: waiting for lease" || r.Message == "pgbaton: waiting for semaphore" {
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "lease" || a.Key == "semaphore" {
+				select {
+				case h.ch <- a.Value.String():
+				default:
+				}
+				return false
+			}
+			return true
+		})
+	}
+	return nil
+}
+func (h waitHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h waitHandler) WithGroup(string) slog.Handler      { return h }
+
+func percentile(d []time.Duration, p int) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[min(len(s)-1, len(s)*p/100)]
+}

@@ -1,0 +1,91 @@
+package leasetable
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+)
+
+// MaxSlots bounds Semaphore's slot count.
+const MaxSlots = 10000
+
+// Semaphore takes one of slots permits named name, waiting while all are
+// held: at most slots leases of the semaphore are live at once. Each
+// permit is a lease row "name#i" in group name, claimed with Claim; Release
+// the returned lease to give the permit back. Every caller must pass the
+// same slots for a name (pgbaton.ErrInvalidArgument otherwise).
+//
+// A waiter wakes when a permit is released or at the earliest expiry of a
+// held one.
+func (c *Client) Semaphore(ctx context.Context, name string, slots int) (*Lease, error) {
+	if err := checkName("semaphore name", name); err != nil {
+		return nil, err
+	}
+	if slots <= 0 || slots > MaxSlots {
+		return nil, invalid("semaphore slots must be in 1..%d, got %d", MaxSlots, slots)
+	}
+	if len(name)+1+len(strconv.Itoa(slots-1)) > MaxNameLen {
+		return nil, invalid("semaphore name %q too long for its slot names", name)
+	}
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	names := make([]string, slots)
+	for i := range names {
+		names[i] = name + "#" + strconv.Itoa(i)
+	}
+	if err := c.registerSemaphore(ctx, name, names); err != nil {
+		return nil, err
+	}
+	wake, unsubscribe, err := c.ln.subscribe(ctx, names...)
+	if err != nil {
+		return nil, err
+	}
+	defer unsubscribe()
+	for {
+		got, err := c.Claim(ctx, name, 1)
+		if err != nil {
+			return nil, err
+		}
+		if len(got) == 1 {
+			return got[0], nil
+		}
+		next, err := c.q.LeaseGroupNextExpiry(ctx, c.pool, name)
+		if err != nil {
+			return nil, dbError("semaphore "+name, err)
+		}
+		c.log.Debug("pgbaton: waiting for semaphore", "semaphore", name, "slots", slots)
+		if err := c.wait(ctx, wake, next.NextExpiry.Sub(next.DbNow)); err != nil {
+			return nil, fmt.Errorf("leasetable: waiting for semaphore %q: %w", name, err)
+		}
+	}
+}
+
+func (c *Client) registerSemaphore(ctx context.Context, name string, names []string) error {
+	c.mu.Lock()
+	known := c.sems[name]
+	c.mu.Unlock()
+	if known == len(names) {
+		return nil
+	}
+	// Count before registering, so a wrong count changes nothing.
+	n, err := c.q.LeaseGroupCount(ctx, c.pool, name)
+	if err != nil {
+		return dbError("semaphore "+name, err)
+	}
+	if n == 0 {
+		if _, err := c.Register(ctx, name, names...); err != nil {
+			return err
+		}
+		if n, err = c.q.LeaseGroupCount(ctx, c.pool, name); err != nil {
+			return dbError("semaphore "+name, err)
+		}
+	}
+	if int(n) != len(names) {
+		return invalid("semaphore %q has %d slots, not %d: every caller must pass the same count", name, n, len(names))
+	}
+	c.mu.Lock()
+	c.sems[name] = len(names)
+	c.mu.Unlock()
+	return nil
+}
