@@ -3,48 +3,68 @@ package leasetable
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/pgbaton/pgbaton"
 )
 
-// Election is leader election on the lease of one name: the leader is the
-// holder, and its term is the lease token, which grows with every new
+// Leadership is won by Elect: this client leads while it holds the
+// election's lease. The term is the lease token, larger for every new
 // leader, so a leader's writes can be fenced with it.
-type Election struct {
-	c    *Client
-	name string
+type Leadership struct {
+	lease *Lease
 }
 
-// Election returns the election on lease name.
-func (c *Client) Election(name string) (*Election, error) {
+// Elect blocks until this client is the leader of election name (holds its
+// lease) or ctx ends. value is published with the leadership for Leader to
+// read, e.g. the leader's address.
+func (c *Client) Elect(ctx context.Context, name, value string) (*Leadership, error) {
 	if err := checkName("election name", name); err != nil {
 		return nil, err
 	}
-	return &Election{c: c, name: name}, nil
-}
-
-// Campaign waits until this client is leader and returns the leadership
-// lease: Token is the term, Done closes when leadership is lost, Release
-// resigns. value is published with the leadership (Leader reads it), e.g.
-// the leader's address.
-func (e *Election) Campaign(ctx context.Context, value string) (*Lease, error) {
 	meta, err := json.Marshal(map[string]string{"value": value})
+	if err != nil {
+		return nil, invalid("election value: %v", err)
+	}
+	l, err := c.acquire(ctx, name, meta)
 	if err != nil {
 		return nil, err
 	}
-	return e.c.acquire(ctx, e.name, meta)
+	return &Leadership{lease: l}, nil
 }
 
-// Leader describes the current leader.
+// Term is the leadership's fencing token.
+func (ld *Leadership) Term() int64 { return ld.lease.Token() }
+
+// Lease is the election lease held while leading.
+func (ld *Leadership) Lease() *Lease { return ld.lease }
+
+// Done is closed when leadership ends: resigned or lost.
+func (ld *Leadership) Done() <-chan struct{} { return ld.lease.Done() }
+
+// Context is cancelled when leadership ends; its cause wraps ErrLeaseLost
+// when it was lost.
+func (ld *Leadership) Context() context.Context { return ld.lease.Context() }
+
+// Err is nil while leading, like Lease.Err otherwise.
+func (ld *Leadership) Err() error { return ld.lease.Err() }
+
+// Resign gives up leadership, waking the other candidates.
+func (ld *Leadership) Resign(ctx context.Context) error { return ld.lease.Release(ctx) }
+
+// Leader describes the current leader of an election.
 type Leader struct {
 	Owner string
 	Value string
 	Term  int64
-	// Lease is the leadership lease's row.
-	Lease Info
+	// Remaining is how long the leadership lasts without renewal.
+	Remaining time.Duration
 }
 
-// Leader returns the current leader, or ErrNoLeader.
-func (e *Election) Leader(ctx context.Context) (Leader, error) {
-	in, err := e.c.Info(ctx, e.name)
+// Leader returns the current leader of election name, or ErrNoLeader.
+func (c *Client) Leader(ctx context.Context, name string) (Leader, error) {
+	in, err := c.Info(ctx, name)
 	if err != nil {
 		return Leader{}, err
 	}
@@ -54,25 +74,76 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	var meta struct {
 		Value string `json:"value"`
 	}
-	_ = json.Unmarshal(in.Metadata, &meta) // metadata written by others may differ
-	return Leader{Owner: in.Owner, Value: meta.Value, Term: in.Token, Lease: in}, nil
+	_ = json.Unmarshal(in.Metadata, &meta) // metadata written by other tools may differ
+	return Leader{Owner: in.Owner, Value: meta.Value, Term: in.Token, Remaining: in.Remaining}, nil
 }
 
-// Elect campaigns, then runs fn as leader with a context cancelled when
-// leadership is lost, and resigns when fn returns. term is fn's fencing
-// token. It returns fn's error, or an error wrapping ErrLeaseLost when
-// leadership was lost before fn returned nil.
-func (c *Client) Elect(ctx context.Context, name, value string, fn func(ctx context.Context, term int64) error) error {
-	if fn == nil {
-		return invalid("nil function")
+// Callbacks are Campaign's hooks.
+type Callbacks struct {
+	// OnStartedLeading runs, on Campaign's goroutine, each time this client
+	// becomes leader, with the term's fencing token. Its context is
+	// cancelled when leadership is lost or Campaign's context ends.
+	// Leadership is kept until it returns (or is lost), then resigned.
+	// Required.
+	OnStartedLeading func(ctx context.Context, term int64)
+	// OnStoppedLeading runs after each term, once OnStartedLeading has
+	// returned and leadership was resigned or lost. Optional.
+	OnStoppedLeading func()
+}
+
+// Campaign campaigns for election name until ctx ends: it waits to become
+// leader, runs OnStartedLeading for the term, and after the term ends
+// campaigns again. Terms in this client never overlap. It returns the
+// context's cause when ctx ends, or at once for errors retrying cannot fix
+// (bad input, client closed, schema, standby); other errors are retried
+// after about a renew interval.
+func (c *Client) Campaign(ctx context.Context, name, value string, cb Callbacks) error {
+	if ctx == nil || cb.OnStartedLeading == nil {
+		return invalid("Campaign needs a context and Callbacks.OnStartedLeading")
 	}
-	e, err := c.Election(name)
-	if err != nil {
+	if err := checkName("election name", name); err != nil {
 		return err
 	}
-	l, err := e.Campaign(ctx, value)
-	if err != nil {
-		return err
+	for {
+		ld, err := c.Elect(ctx, name, value)
+		switch {
+		case ctx.Err() != nil:
+			if ld != nil {
+				_ = ld.Resign(context.WithoutCancel(ctx))
+			}
+			return context.Cause(ctx)
+		case err != nil && permanent(err):
+			return err
+		case err != nil:
+			c.log.Warn("pgbaton: campaign: election failed; retrying", "election", name, "error", err)
+			t := time.NewTimer(c.cfg.RenewInterval + jitter(c.cfg.TTL))
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return context.Cause(ctx)
+			}
+			continue
+		}
+		_ = c.runUnder(ctx, ld.lease, func(ctx context.Context) error {
+			cb.OnStartedLeading(ctx, ld.Term())
+			return nil
+		})
+		if cb.OnStoppedLeading != nil {
+			cb.OnStoppedLeading()
+		}
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
 	}
-	return c.runUnder(ctx, l, func(ctx context.Context) error { return fn(ctx, l.Token()) })
+}
+
+func permanent(err error) bool {
+	for _, e := range []error{pgbaton.ErrInvalidArgument, pgbaton.ErrClosed, pgbaton.ErrNotMigrated,
+		pgbaton.ErrSchemaTooNew, pgbaton.ErrStandby} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }

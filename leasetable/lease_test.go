@@ -361,8 +361,11 @@ func TestBadInput(t *testing.T) {
 		assert.ErrorIs(t, err, pgbaton.ErrInvalidArgument, "%q", name)
 		assert.ErrorIs(t, c.Do(ctx, name, func(context.Context) error { return nil }), pgbaton.ErrInvalidArgument)
 		assert.ErrorIs(t, c.RunJob(ctx, name, func(context.Context, *leasetable.Run) error { return nil }), pgbaton.ErrInvalidArgument)
-		_, err = c.Election(name)
+		_, err = c.Elect(ctx, name, "v")
 		assert.ErrorIs(t, err, pgbaton.ErrInvalidArgument, "%q", name)
+		_, err = c.Leader(ctx, name)
+		assert.ErrorIs(t, err, pgbaton.ErrInvalidArgument, "%q", name)
+		assert.ErrorIs(t, c.Campaign(ctx, name, "v", leasetable.Callbacks{OnStartedLeading: func(context.Context, int64) {}}), pgbaton.ErrInvalidArgument)
 	}
 	_, err = c.Claim(ctx, "g", 0)
 	assert.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
@@ -374,6 +377,9 @@ func TestBadInput(t *testing.T) {
 	assert.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
 	assert.ErrorIs(t, c.Do(ctx, "x", nil), pgbaton.ErrInvalidArgument)
 	assert.ErrorIs(t, c.RunJob(ctx, "x", nil), pgbaton.ErrInvalidArgument)
+	assert.ErrorIs(t, c.Campaign(ctx, "x", "v", leasetable.Callbacks{}), pgbaton.ErrInvalidArgument)
+	_, err = c.Runs(ctx, "x", 0)
+	assert.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
 	// The SQL functions refuse bad input the same way.
 	for _, sql := range []string{
 		"SELECT * FROM pgbaton.try_acquire('', 'o', 1000)",

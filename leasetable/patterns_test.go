@@ -1,0 +1,217 @@
+package leasetable_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbaton/pgbaton/internal/pgtest"
+	"github.com/pgbaton/pgbaton/leasetable"
+)
+
+func TestDoCancelsOnLossAndReleasesOnEveryPath(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := ctxT(t, time.Minute)
+	c := newClient(t, pool, leasetable.Config{TTL: 600 * time.Millisecond})
+	held := func() bool {
+		in, err := c.Info(ctx, "do")
+		require.NoError(t, err)
+		return in.Held
+	}
+
+	require.NoError(t, c.Do(ctx, "do", func(ctx context.Context) error {
+		assert.True(t, held())
+		return nil
+	}))
+	assert.False(t, held())
+
+	boom := errors.New("boom")
+	require.ErrorIs(t, c.Do(ctx, "do", func(context.Context) error { return boom }), boom)
+	assert.False(t, held())
+
+	require.Panics(t, func() {
+		_ = c.Do(ctx, "do", func(context.Context) error { panic("fn panicked") })
+	})
+	assert.False(t, held(), "released even when fn panics")
+
+	// Loss: the grant is taken over under fn; fn's context ends with
+	// ErrLeaseLost at the next renewal.
+	err := c.Do(ctx, "do", func(fnCtx context.Context) error {
+		_, err := pool.Exec(ctx, "UPDATE pgbaton.lease SET owner = 'thief', token = nextval('pgbaton.lease_token_seq') WHERE name = 'do'")
+		require.NoError(t, err)
+		<-fnCtx.Done()
+		return nil
+	})
+	require.ErrorIs(t, err, leasetable.ErrLeaseLost)
+	in, err := c.Info(ctx, "do")
+	require.NoError(t, err)
+	assert.Equal(t, "thief", in.Owner, "a lost Do leaves the new holder alone")
+
+	// Caller's context ends: fn sees it, lease released, no ErrLeaseLost.
+	cctx, cancel := context.WithCancel(ctx)
+	_, err = pool.Exec(ctx, "DELETE FROM pgbaton.lease WHERE name = 'do'")
+	require.NoError(t, err)
+	err = c.Do(cctx, "do", func(fnCtx context.Context) error {
+		cancel()
+		<-fnCtx.Done()
+		return fnCtx.Err()
+	})
+	require.ErrorIs(t, err, context.Canceled)
+	assert.False(t, held())
+}
+
+func TestElection(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := ctxT(t, time.Minute)
+	a := newClient(t, pool, leasetable.Config{Owner: "a", TTL: time.Minute})
+	b := newClient(t, pool, leasetable.Config{Owner: "b", TTL: time.Minute})
+	_, err := a.Leader(ctx, "leader")
+	require.ErrorIs(t, err, leasetable.ErrNoLeader)
+
+	la, err := a.Elect(ctx, "leader", "10.0.0.1:80")
+	require.NoError(t, err)
+	ld, err := b.Leader(ctx, "leader")
+	require.NoError(t, err)
+	assert.Equal(t, leasetable.Leader{Owner: "a", Value: "10.0.0.1:80", Term: la.Term(), Remaining: ld.Remaining}, ld)
+	assert.Greater(t, ld.Remaining, 50*time.Second)
+
+	won := make(chan *leasetable.Leadership)
+	go func() {
+		lb, err := b.Elect(ctx, "leader", "10.0.0.2:80")
+		assert.NoError(t, err)
+		won <- lb
+	}()
+	select {
+	case <-won:
+		t.Fatal("two leaders")
+	case <-time.After(50 * time.Millisecond): // b keeps waiting while a leads
+	}
+	require.NoError(t, la.Resign(ctx))
+	lb := <-won
+	assert.Greater(t, lb.Term(), la.Term())
+	ld, err = a.Leader(ctx, "leader")
+	require.NoError(t, err)
+	assert.Equal(t, "10.0.0.2:80", ld.Value)
+	assert.Equal(t, lb.Term(), ld.Term)
+	require.NoError(t, lb.Resign(ctx))
+}
+
+func TestCampaignTermsNeverOverlap(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx, cancel := context.WithCancel(ctxT(t, time.Minute))
+	defer cancel()
+	var leaders atomic.Int32
+	var mu sync.Mutex
+	var terms []int64
+	var wg sync.WaitGroup
+	for i := range 3 {
+		c := newClient(t, pool, leasetable.Config{Owner: "c" + strconv.Itoa(i), TTL: time.Minute})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := c.Campaign(ctx, "campaign", "", leasetable.Callbacks{
+				OnStartedLeading: func(ctx context.Context, term int64) {
+					if n := leaders.Add(1); n != 1 {
+						t.Errorf("%d leaders at once", n)
+					}
+					mu.Lock()
+					terms = append(terms, term)
+					done := len(terms) >= 9
+					mu.Unlock()
+					leaders.Add(-1)
+					if done {
+						cancel()
+					}
+				},
+			})
+			assert.ErrorIs(t, err, context.Canceled)
+		}()
+	}
+	wg.Wait()
+	require.GreaterOrEqual(t, len(terms), 9)
+	for i := 1; i < len(terms); i++ {
+		assert.Greater(t, terms[i], terms[i-1])
+	}
+}
+
+func TestSemaphoreNeverExceedsSlots(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := ctxT(t, time.Minute)
+	const slots, workers, rounds = 3, 8, 10
+	var inside, peak atomic.Int32
+	var wg sync.WaitGroup
+	for w := range workers {
+		c := newClient(t, pool, leasetable.Config{Owner: "s" + strconv.Itoa(w), TTL: time.Minute})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				l, err := c.Semaphore(ctx, "pool", slots)
+				if !assert.NoError(t, err) {
+					return
+				}
+				n := inside.Add(1)
+				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+				}
+				// Hold the permit across a round trip so holders overlap.
+				_, err = pool.Exec(ctx, "SELECT pg_sleep(0.003)")
+				assert.NoError(t, err)
+				inside.Add(-1)
+				assert.NoError(t, l.Release(ctx))
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("peak concurrent permits: %d of %d", peak.Load(), slots)
+	assert.LessOrEqual(t, peak.Load(), int32(slots))
+	assert.Equal(t, int32(slots), peak.Load(), "the permits were used in parallel")
+}
+
+func TestWaitersSurviveListenConnectionLoss(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := ctxT(t, time.Minute)
+	holder := newClient(t, pool, leasetable.Config{Owner: "h", TTL: time.Minute})
+	waiting := make(chan string, 1)
+	waiter := newClient(t, pool, leasetable.Config{Owner: "w", TTL: time.Minute, Logger: logTo(waiting)})
+	l, err := holder.TryAcquire(ctx, "x")
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		wl, err := waiter.Acquire(ctx, "x")
+		if err == nil {
+			err = wl.Release(ctx)
+		}
+		got <- err
+	}()
+	require.Equal(t, "x", <-waiting)
+	// Kill the waiter's LISTEN backend; the release then happens while it
+	// may be reconnecting. The waiter must still get the lease long before
+	// the minute-long TTL.
+	var pid uint32
+	require.NoError(t, pool.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE query LIKE '%LISTEN pgbaton_lease%' AND pid <> pg_backend_pid() AND datname = current_database()").Scan(&pid))
+	env.Terminate(t, pid)
+	require.NoError(t, l.Release(ctx))
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("waiter not woken after its LISTEN connection was killed")
+	}
+	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
+		var n int
+		err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%LISTEN pgbaton_lease%' AND pid <> pg_backend_pid() AND datname = current_database()").Scan(&n)
+		return n == 1, err
+	}, "listener did not reconnect")
+}
