@@ -54,6 +54,8 @@ const (
 	sqlstateUndefinedFunction = "42883"
 	sqlstateInvalidSchema     = "3F000"
 	sqlstateQueryCanceled     = "57014"
+	// A standby refuses writes with this one.
+	sqlstateReadOnlyTransaction = "25006"
 )
 
 func pgCode(err error) string {

@@ -22,6 +22,8 @@ func (l *Locker) register(ctx context.Context, name string, key int64) error {
 	row, err := db.New().AdvisoryRegisterName(ctx, l.pool, db.AdvisoryRegisterNameParams{Name: name, Namespace: ns})
 	switch pgCode(err) {
 	case "":
+	case sqlstateReadOnlyTransaction:
+		return fmt.Errorf("advisory: record lock name %q: %w: %w", name, pgbaton.ErrStandby, err)
 	case sqlstateUndefinedTable, sqlstateUndefinedFunction, sqlstateInvalidSchema:
 		return fmt.Errorf("%w: advisory lock names need pgbaton.advisory_name (migration 2): run `pgbaton migrate up` or migrations.Up: %w", pgbaton.ErrNotMigrated, err)
 	}

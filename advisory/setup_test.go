@@ -1,0 +1,103 @@
+package advisory_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/advisory"
+	"github.com/pgbaton/pgbaton/internal/pgcluster"
+	"github.com/pgbaton/pgbaton/internal/pgtest"
+)
+
+// SQLSTATE 53200: a server whose shared lock table is tiny fills up; the
+// Locker reports ErrLockTableFull, keeps the locks it has, still works,
+// and releases everything on Close.
+func TestLockTableFull(t *testing.T) {
+	c := pgtest.NewCluster(t, pgcluster.Config{NoFsync: true, Settings: map[string]string{
+		"max_locks_per_transaction": "10",
+		"max_connections":           "20",
+	}})
+	pool := pgtest.Pool(t, c.URL("postgres"))
+	ctx := ctxT(t)
+	l, err := advisory.New(pool, advisory.Config{MaxLocks: 100000, MaxLocksPerSession: 100000})
+	require.NoError(t, err)
+	var held []*advisory.Lock
+	var full error
+	for i := range 10000 {
+		lk, err := l.TryLock(ctx, advisory.Int64(int64(i)))
+		if err != nil {
+			full = err
+			break
+		}
+		held = append(held, lk)
+	}
+	require.ErrorIs(t, full, advisory.ErrLockTableFull)
+	t.Logf("lock table full after %d advisory locks: %v", len(held), full)
+	for _, lk := range held {
+		require.NoError(t, lk.Err(), "locks taken before stay held")
+	}
+	// Room again after a release.
+	require.NoError(t, held[0].Unlock(ctx))
+	lk, err := l.TryLock(ctx, advisory.Int64(-1))
+	require.NoError(t, err)
+	require.NoError(t, lk.Unlock(ctx))
+
+	require.NoError(t, l.Close(ctx))
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").Scan(&n))
+	require.Zero(t, n)
+}
+
+// The Locker's own cap comes before the server's.
+func TestMaxLocks(t *testing.T) {
+	d := env.DB(t)
+	ctx := ctxT(t)
+	l := newLocker(t, d.Pool(t), advisory.Config{MaxLocks: 3, MaxLocksPerSession: 2})
+	var held []*advisory.Lock
+	for i := range 3 {
+		lk, err := l.TryLock(ctx, advisory.Int64(int64(i)))
+		require.NoError(t, err)
+		held = append(held, lk)
+	}
+	_, err := l.TryLock(ctx, advisory.Int64(3))
+	require.ErrorIs(t, err, advisory.ErrLockTableFull)
+	_, err = l.Lock(ctx, advisory.Int64(3))
+	require.ErrorIs(t, err, advisory.ErrLockTableFull)
+	require.NoError(t, held[0].Unlock(ctx))
+	lk, err := l.TryLock(ctx, advisory.Int64(3))
+	require.NoError(t, err)
+	require.NoError(t, lk.Unlock(ctx))
+}
+
+func TestStandby(t *testing.T) {
+	if env.Cluster() == nil {
+		t.Skip("needs the throwaway cluster") // only with PGBATON_TEST_DSN
+	}
+	d := env.DB(t)
+	// pg_basebackup waits for a spread checkpoint; one done now leaves it
+	// almost nothing to write.
+	_, err := env.AdminPool().Exec(ctxT(t), "CHECKPOINT")
+	require.NoError(t, err)
+	standby := pgtest.NewStandby(t, env.Cluster())
+	pool := pgtest.Pool(t, standby.URL(d.Name))
+	ctx := ctxT(t)
+	pgtest.Eventually(t, 30*time.Second, func() (bool, error) {
+		err := pool.Ping(ctx)
+		return err == nil, nil
+	}, "standby accepts connections to %s", d.Name)
+	l := newLocker(t, pool, advisory.Config{})
+	_, err = l.TryLock(ctx, advisory.Int64(1))
+	require.ErrorIs(t, err, pgbaton.ErrStandby)
+	_, err = l.Lock(ctx, advisory.Int64(1))
+	require.ErrorIs(t, err, pgbaton.ErrStandby)
+	_, err = l.TryLock(ctx, advisory.Name("x"))
+	require.ErrorIs(t, err, pgbaton.ErrStandby)
+	err = l.Campaign(ctx, advisory.Int64(1), advisory.Callbacks{OnStartedLeading: func(context.Context) {}})
+	require.ErrorIs(t, err, pgbaton.ErrStandby, "Campaign gives up at once")
+	require.False(t, errors.Is(err, context.Canceled))
+}
