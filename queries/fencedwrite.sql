@@ -55,3 +55,8 @@ RETURNING key, token, value, updated_at;
 
 -- name: FencedValueDelete :execrows
 DELETE FROM pgbaton.fenced_value WHERE key = @key::text AND token <= @token::bigint;
+
+-- name: FencedValueCompare :one
+-- Why a compare-and-set wrote nothing: the stored token, and whether the
+-- stored value equals expected by jsonb equality.
+SELECT token, value = @expected::jsonb AS matches FROM pgbaton.fenced_value WHERE key = @key::text;

@@ -92,7 +92,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root.PersistentFlags().StringVar(&g.dsn, "dsn", "", "connection string (default: $DATABASE_URL, else the PG* variables)")
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "table", "output format: table, json or wide")
 	root.AddCommand(newStatusCmd(g), newMigrateCmd(g), newDemoCmd(g), newLocksCmd(g), newLeasesCmd(g),
-		newRunsCmd(g), newEventsCmd(g), newReleaseCmd(g), newWatchCmd(g))
+		newRunsCmd(g), newEventsCmd(g), newReleaseCmd(g), newWatchCmd(g), newDemoWorkerCmd(g), newServeCmd(g))
 	// Unknown subcommands and wrong argument counts are usage errors.
 	root.Args = func(cmd *cobra.Command, args []string) error {
 		if len(args) > 0 {

@@ -16,6 +16,11 @@ import (
 var env *pgtest.Env
 
 func TestMain(m *testing.M) {
+	// The demo starts its workers as `<this executable> demo-worker ...`;
+	// under go test that executable is the test binary, so act as the CLI.
+	if len(os.Args) > 1 && os.Args[1] == "demo-worker" {
+		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	}
 	env = pgtest.Setup(pgtest.Options{})
 	os.Exit(env.Run(m))
 }

@@ -1,0 +1,162 @@
+package fencedwrite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/db"
+)
+
+// Querier runs statements: a *pgxpool.Pool, *pgx.Conn or pgx.Tx.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// Beginner starts transactions and runs statements: a *pgxpool.Pool (best:
+// after a connection failure InTx asks a fresh connection how the commit
+// went) or a *pgx.Conn.
+type Beginner interface {
+	Querier
+	BeginTx(ctx context.Context, txOptions pgx.TxOptions) (pgx.Tx, error)
+}
+
+// rollbackTimeout bounds the rollback after a failure, which runs even when
+// ctx is already cancelled so the connection goes back to the pool clean.
+const rollbackTimeout = 10 * time.Second
+
+// InTx runs fn in a READ COMMITTED transaction guarded by lease (see Guard)
+// and commits it. It returns nil only if the transaction committed.
+//
+//   - A stale token, found by the guard, by a statement in fn (a fenced
+//     table's trigger, pgbaton.assert_token) or at COMMIT, is a
+//     *StaleTokenError: nothing was written.
+//   - An error from fn rolls back and is returned as it is (PB001 errors
+//     mapped as above).
+//   - A COMMIT that fails is never reported as a bare driver error. If the
+//     reply was lost, InTx asks the database (txid_status, on another
+//     connection of pool) whether the transaction committed: if it did,
+//     InTx returns nil. If it did not and the lease has moved meanwhile,
+//     the error is a *StaleTokenError wrapping the commit error; if it did
+//     not and the lease is still held, the commit error says nothing was
+//     written. If the database cannot tell, the error wraps
+//     ErrCommitUnknown.
+//
+// fn must not commit or roll back tx, and should return the error of any
+// statement that fails: after a failed statement PostgreSQL refuses the
+// rest of the transaction anyway.
+func InTx(ctx context.Context, pool Beginner, lease Lease, fn func(pgx.Tx) error) error {
+	switch {
+	case isNil(pool):
+		return fmt.Errorf("%w: nil pool", pgbaton.ErrInvalidArgument)
+	case isNil(lease):
+		return fmt.Errorf("%w: nil lease", pgbaton.ErrInvalidArgument)
+	case fn == nil:
+		return fmt.Errorf("%w: nil function", pgbaton.ErrInvalidArgument)
+	}
+	name, token := lease.Name(), lease.Token()
+	if err := checkToken(name, token); err != nil {
+		return err
+	}
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return fmt.Errorf("pgbaton: begin transaction for lease %q: %w", name, err)
+	}
+	q := db.New()
+	row, err := q.FenceAssertTokenXid(ctx, tx, db.FenceAssertTokenXidParams{Name: name, Token: token})
+	if err != nil {
+		rollback(ctx, tx)
+		return guardError(name, token, err)
+	}
+	if err := fn(tx); err != nil {
+		rollback(ctx, tx)
+		return MapError(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return commitError(ctx, pool, name, token, row.Xid, err)
+	}
+	return nil
+}
+
+func rollback(ctx context.Context, tx pgx.Tx) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	_ = tx.Rollback(ctx) // on failure pgx closes the connection, which rolls back too
+}
+
+// commitError explains a failed COMMIT of the transaction with id xid.
+func commitError(ctx context.Context, pool Beginner, name string, token, xid int64, err error) error {
+	// Find out even if ctx is what ended the commit: an honest answer is
+	// worth a short wait.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	if mapped := MapError(err); mapped != err {
+		return mapped // a deferred fence check failed at commit
+	}
+	if !notCommitted(err) {
+		committed, statusErr := commitStatus(ctx, pool, xid)
+		switch {
+		case statusErr != nil:
+			return fmt.Errorf("%w: lease %q: COMMIT failed (%w) and its outcome could not be read: %w",
+				ErrCommitUnknown, name, err, statusErr)
+		case committed:
+			return nil // the reply was lost, the commit was not
+		}
+	}
+	// Nothing was written. Say whether the lease moved, which is what the
+	// caller must act on.
+	check := db.New().FenceAssertToken(ctx, pool, db.FenceAssertTokenParams{Name: name, Token: token})
+	var stale *StaleTokenError
+	if errors.As(guardError(name, token, check), &stale) {
+		stale.Err = err
+		return stale
+	}
+	return fmt.Errorf("pgbaton: commit under lease %q failed, nothing was written: %w", name, err)
+}
+
+// notCommitted reports whether a COMMIT error proves the transaction did
+// not commit: the server answered with ROLLBACK or an ERROR, or the
+// statement never left the client.
+func notCommitted(err error) bool {
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.Is(err, pgx.ErrTxCommitRollback), pgconn.SafeToRetry(err):
+		return true
+	case errors.As(err, &pgErr):
+		return pgErr.Severity == "ERROR"
+	}
+	return false
+}
+
+// commitStatus asks the database whether transaction xid committed,
+// waiting while it is still in progress (a backend that is being
+// terminated finishes its abort first).
+func commitStatus(ctx context.Context, pool Beginner, xid int64) (committed bool, err error) {
+	q := db.New()
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		status, err := q.FenceTxStatus(ctx, pool, xid)
+		switch {
+		case err != nil:
+			return false, err
+		case status == "committed":
+			return true, nil
+		case status == "aborted":
+			return false, nil
+		case status != "in progress":
+			return false, fmt.Errorf("txid_status(%d) is %q", xid, status)
+		}
+		select {
+		case <-ctx.Done():
+			return false, context.Cause(ctx)
+		case <-time.After(wait):
+		}
+	}
+}
