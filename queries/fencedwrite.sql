@@ -59,4 +59,4 @@ DELETE FROM pgbaton.fenced_value WHERE key = @key::text AND token <= @token::big
 -- name: FencedValueCompare :one
 -- Why a compare-and-set wrote nothing: the stored token, and whether the
 -- stored value equals expected by jsonb equality.
-SELECT token, value = @expected::jsonb AS matches FROM pgbaton.fenced_value WHERE key = @key::text;
+SELECT token, coalesce(value = @expected::jsonb, false)::bool AS matches FROM pgbaton.fenced_value WHERE key = @key::text;

@@ -93,7 +93,7 @@ func (q *Queries) FenceTxStatus(ctx context.Context, db DBTX, xid int64) (string
 }
 
 const fencedValueCompare = `-- name: FencedValueCompare :one
-SELECT token, value = $1::jsonb AS matches FROM pgbaton.fenced_value WHERE key = $2::text
+SELECT token, coalesce(value = $1::jsonb, false)::bool AS matches FROM pgbaton.fenced_value WHERE key = $2::text
 `
 
 type FencedValueCompareParams struct {
