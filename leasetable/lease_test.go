@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/pgtest"
 	"github.com/pgbaton/pgbaton/leasetable"
 )
 
@@ -424,10 +425,30 @@ func TestBadInput(t *testing.T) {
 	assert.ErrorIs(t, err, pgbaton.ErrClosed)
 }
 
-func TestNotMigratedAndStandby(t *testing.T) {
+func TestNotMigrated(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
 	d := env.EmptyDB(t)
-	_, err := leasetable.New(ctxT(t, 30*time.Second), d.Pool(t), leasetable.Config{})
+	_, err := leasetable.New(ctx, d.Pool(t), leasetable.Config{})
 	assert.ErrorIs(t, err, pgbaton.ErrNotMigrated)
+}
+
+func TestStandbyRefused(t *testing.T) {
+	if env.Cluster() == nil {
+		t.Skip("needs the throwaway cluster") // only with PGBATON_TEST_DSN
+	}
+	ctx := ctxT(t, 2*time.Minute)
+	migrated := env.DB(t)
+	// pg_basebackup waits for a spread checkpoint; one done now leaves it
+	// almost nothing to write.
+	_, err := env.AdminPool().Exec(ctx, "CHECKPOINT")
+	require.NoError(t, err)
+	standby := pgtest.NewStandby(t, env.Cluster())
+	pool := pgtest.Pool(t, standby.URL(migrated.Name))
+	pgtest.Eventually(t, 30*time.Second, func() (bool, error) {
+		return pool.Ping(ctx) == nil, nil
+	}, "standby has no copy of %s", migrated.Name)
+	_, err = leasetable.New(ctx, pool, leasetable.Config{})
+	assert.ErrorIs(t, err, pgbaton.ErrStandby)
 }
 
 func TestAcquireRespectsContext(t *testing.T) {

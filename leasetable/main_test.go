@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"sync/atomic"
 	"strconv"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/pgbaton/pgbaton/internal/pgtest"
 	"github.com/pgbaton/pgbaton/leasetable"
+	"github.com/pgbaton/pgbaton/migrations"
 )
 
 var env *pgtest.Env
@@ -132,4 +134,33 @@ func percentile(d []time.Duration, p int) time.Duration {
 		return 0
 	}
 	return s[min(len(s)-1, len(s)*p/100)]
+}
+
+var exampleSeq atomic.Int64
+
+// examplePool gives an example a fresh migrated database, so the examples
+// read like application code: "pool" is the application's pool.
+func examplePool() (*pgxpool.Pool, func()) {
+	ctx := context.Background()
+	name := fmt.Sprintf("leasetable_example_%d", exampleSeq.Add(1))
+	admin := env.AdminPool()
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		panic(err)
+	}
+	cfg, err := pgxpool.ParseConfig(env.AdminURL())
+	if err != nil {
+		panic(err)
+	}
+	cfg.ConnConfig.Database = name
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		panic(err)
+	}
+	if err := migrations.Up(ctx, pool); err != nil {
+		panic(err)
+	}
+	return pool, func() {
+		pool.Close()
+		_, _ = admin.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)")
+	}
 }

@@ -215,11 +215,13 @@ BEGIN
     -- The rows are locked by the selects above, so each token is drawn under
     -- its row's lock.
     RETURN QUERY
-    UPDATE pgbaton.lease l
-       SET owner = p_owner, token = nextval('pgbaton.lease_token_seq'),
-           acquired_at = t, renewed_at = t, expires_at = t + p_ttl_ms * interval '1 millisecond'
-     WHERE l.name = ANY (picked)
-    RETURNING l.name, l.token, l.expires_at;
+    WITH granted AS (
+        UPDATE pgbaton.lease l
+           SET owner = p_owner, token = nextval('pgbaton.lease_token_seq'),
+               acquired_at = t, renewed_at = t, expires_at = t + p_ttl_ms * interval '1 millisecond'
+         WHERE l.name = ANY (picked)
+        RETURNING l.name, l.token, l.expires_at)
+    SELECT g.name, g.token, g.expires_at FROM granted g ORDER BY g.name;
 END $$;
 
 -- Job runs: one row per run of a job under its lease, so a later holder can

@@ -1,0 +1,65 @@
+package leasetable_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/pgbaton/pgbaton/leasetable"
+)
+
+// Shards are registered once as lease rows of a group; each worker claims
+// some. A worker that dies frees its shards when their leases expire, and
+// the others claim them on their next round.
+func ExampleClient_Claim() {
+	pool, done := examplePool()
+	defer done()
+	ctx := context.Background()
+
+	worker, err := leasetable.New(ctx, pool, leasetable.Config{Owner: "worker-1", TTL: 30 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer worker.Close(ctx)
+
+	shards := []string{"orders-0", "orders-1", "orders-2", "orders-3"}
+	if _, err := worker.Register(ctx, "orders", shards...); err != nil {
+		log.Fatal(err)
+	}
+	mine, err := worker.Claim(ctx, "orders", 2)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, l := range mine {
+		fmt.Println("worker-1 processes", l.Name())
+	}
+	// A work item that is done is completed: its row goes away.
+	if err := mine[0].Complete(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// worker-1 processes orders-0
+	// worker-1 processes orders-1
+}
+
+// A semaphore lets at most N holders in at once.
+func ExampleClient_Semaphore() {
+	pool, done := examplePool()
+	defer done()
+	ctx := context.Background()
+	client, err := leasetable.New(ctx, pool, leasetable.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close(ctx)
+
+	permit, err := client.Semaphore(ctx, "exporter", 2) // waits while 2 are taken
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("permit", permit.Name())
+	_ = permit.Release(ctx)
+	// Output:
+	// permit exporter#0
+}
