@@ -7,8 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"slices"
-	"sync/atomic"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
