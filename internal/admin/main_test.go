@@ -11,7 +11,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -58,21 +57,8 @@ func newFixture(t *testing.T) *fixture {
 		_, err := holder.Exec(ctx, sql)
 		require.NoError(t, err, sql)
 	}
-	waiter := pgtest.Connect(t, d.URL, "admin-waiter")
-	waitCtx, stopWaiting := context.WithCancel(ctx)
-	waited := make(chan struct{})
-	go func() {
-		defer close(waited)
-		// Blocks until the holder's session ends or the test does.
-		_, _ = waiter.Exec(waitCtx, `SELECT pg_advisory_lock(pgbaton.advisory_key('job:admin'))`)
-	}()
-	t.Cleanup(func() { stopWaiting(); <-waited })
+	pgtest.Blocked(t, d.URL, "admin-waiter", `SELECT pg_advisory_lock(pgbaton.advisory_key('job:admin'))`)
 	pool := d.Pool(t)
-	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
-		var n int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&n)
-		return n == 1, err
-	}, "the waiter is not waiting")
 	return &fixture{db: d, pool: pool, holder: holder}
 }
 
