@@ -1,12 +1,13 @@
 // Package faultproxy is an in-process TCP proxy for fault tests: it
-// forwards connections to a target and, on request, cuts them (RST) or
+// forwards connections to a target and, on request, cuts them (RST),
 // stalls them silently (no bytes forwarded, no FIN, no RST), as a network
-// partition looks to both ends.
+// partition looks to both ends, or slows them (a delay on every chunk).
 package faultproxy
 
 import (
 	"net"
 	"sync"
+	"time"
 )
 
 // Proxy forwards every connection accepted on Addr to the target.
@@ -17,6 +18,7 @@ type Proxy struct {
 	mu      sync.Mutex
 	cond    *sync.Cond
 	stalled bool
+	latency time.Duration
 	closed  bool
 	conns   map[net.Conn]struct{}
 	wg      sync.WaitGroup
@@ -55,6 +57,14 @@ func (p *Proxy) Resume() {
 	p.mu.Lock()
 	p.stalled = false
 	p.cond.Broadcast()
+	p.mu.Unlock()
+}
+
+// SetLatency delays every chunk forwarded in either direction by d, on
+// current and future connections, like a slow link; 0 turns it off.
+func (p *Proxy) SetLatency(d time.Duration) {
+	p.mu.Lock()
+	p.latency = max(d, 0)
 	p.mu.Unlock()
 }
 
@@ -133,10 +143,13 @@ func (p *Proxy) pipe(src, dst net.Conn) {
 			for p.stalled && !p.closed {
 				p.cond.Wait()
 			}
-			closed := p.closed
+			closed, latency := p.closed, p.latency
 			p.mu.Unlock()
 			if closed {
 				return
+			}
+			if latency > 0 {
+				time.Sleep(latency) // the delay is the fault: a slow link
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
