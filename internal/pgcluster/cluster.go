@@ -108,7 +108,9 @@ func StartStandby(ctx context.Context, primary *Cluster, cfg Config) (*Cluster, 
 	}
 	return start(ctx, cfg, func(c *Cluster) error {
 		cmd := exec.CommandContext(ctx, filepath.Join(c.binDir, "pg_basebackup"),
-			"-D", c.dataDir, "-d", primary.URL("postgres"), "-X", "stream", "-R", "--no-sync")
+			"-D", c.dataDir, "-d", primary.URL("postgres"), "-X", "stream", "-R", "--no-sync",
+			// A spread checkpoint could keep us waiting for minutes.
+			"--checkpoint=fast")
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
 		cmd.Dir = c.dir
 		if out, err := cmd.CombinedOutput(); err != nil {
