@@ -2,6 +2,7 @@ package leasetable
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/pgbaton/pgbaton/internal/db"
@@ -70,4 +71,54 @@ func (c *Client) Claim(ctx context.Context, group string, n int) ([]*Lease, erro
 		leases = append(leases, l)
 	}
 	return leases, nil
+}
+
+// Complete ends leases and deletes their rows in one round trip: the work
+// items are done and will not be claimed again. Each is guarded by its
+// token like Lease.Complete; those taken over meanwhile are left alone and
+// reported in an error wrapping ErrNotHeld. Leases already released or
+// completed are skipped.
+func (c *Client) Complete(ctx context.Context, leases ...*Lease) error {
+	for _, l := range leases {
+		if l == nil || l.c != c {
+			return invalid("Complete needs leases of this client")
+		}
+	}
+	batch := make([]*Lease, 0, len(leases))
+	names := make([]string, 0, len(leases))
+	tokens := make([]int64, 0, len(leases))
+	for _, l := range leases {
+		l.releaseOnce.Do(func() {
+			l.stop()
+			batch = append(batch, l)
+			names = append(names, l.name)
+			tokens = append(tokens, l.token)
+		})
+	}
+	if len(batch) == 0 {
+		return nil
+	}
+	deleted, err := c.q.LeaseCompleteMany(ctx, c.pool, db.LeaseCompleteManyParams{Names: names, Tokens: tokens, Owner: c.cfg.Owner})
+	if err != nil {
+		err = dbError("complete", err)
+		for _, l := range batch {
+			l.setReleaseErr(err)
+		}
+		return err
+	}
+	if len(deleted) == len(batch) {
+		return nil
+	}
+	gone := make(map[string]bool, len(deleted))
+	for _, n := range deleted {
+		gone[n] = true
+	}
+	var missing []string
+	for _, l := range batch {
+		if !gone[l.name] {
+			missing = append(missing, l.name)
+			l.setReleaseErr(fmt.Errorf("%w: %q token %d was taken over before completion", ErrNotHeld, l.name, l.token))
+		}
+	}
+	return fmt.Errorf("%w: taken over before completion: %v", ErrNotHeld, missing)
 }

@@ -36,7 +36,7 @@ type Lease struct {
 	afterRenew func(context.Context) // job runs heartbeat here
 
 	releaseOnce sync.Once
-	releaseErr  error
+	releaseErr  error // guarded by mu
 }
 
 func newLease(c *Client, name, group string, token int64, expires, start time.Time) *Lease {
@@ -251,12 +251,7 @@ func (l *Lease) Complete(ctx context.Context) error {
 
 func (l *Lease) finish(ctx context.Context, complete bool) error {
 	l.releaseOnce.Do(func() {
-		l.mu.Lock()
-		wait := l.endLocked(fmt.Errorf("%w: %q token %d", ErrReleased, l.name, l.token))
-		l.mu.Unlock()
-		if wait != nil {
-			<-wait // the cancelled renewal must not race the release
-		}
+		l.stop()
 		p := db.LeaseReleaseParams{Name: l.name, Owner: l.c.cfg.Owner, Token: l.token}
 		var ok bool
 		var err error
@@ -267,10 +262,29 @@ func (l *Lease) finish(ctx context.Context, complete bool) error {
 		}
 		switch {
 		case err != nil:
-			l.releaseErr = dbError("release "+l.name, err)
+			l.setReleaseErr(dbError("release "+l.name, err))
 		case !ok:
-			l.releaseErr = fmt.Errorf("%w: %q token %d was taken over before release", ErrNotHeld, l.name, l.token)
+			l.setReleaseErr(fmt.Errorf("%w: %q token %d was taken over before release", ErrNotHeld, l.name, l.token))
 		}
 	})
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	return l.releaseErr
+}
+
+// stop ends the lease as released (unless it ended already) and waits for
+// a running renewal, which must not race the release.
+func (l *Lease) stop() {
+	l.mu.Lock()
+	wait := l.endLocked(fmt.Errorf("%w: %q token %d", ErrReleased, l.name, l.token))
+	l.mu.Unlock()
+	if wait != nil {
+		<-wait
+	}
+}
+
+func (l *Lease) setReleaseErr(err error) {
+	l.mu.Lock()
+	l.releaseErr = err
+	l.mu.Unlock()
 }

@@ -215,3 +215,46 @@ func TestWaitersSurviveListenConnectionLoss(t *testing.T) {
 		return n == 1, err
 	}, "listener did not reconnect")
 }
+
+func TestClaimCompleteWorkItems(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := ctxT(t, time.Minute)
+	a := newClient(t, pool, leasetable.Config{Owner: "a", TTL: time.Minute})
+	b := newClient(t, pool, leasetable.Config{Owner: "b", TTL: time.Minute})
+	items := make([]string, 50)
+	for i := range items {
+		items[i] = "item-" + strconv.Itoa(i)
+	}
+	_, err := a.Register(ctx, "queue", items...)
+	require.NoError(t, err)
+	la, err := a.Claim(ctx, "queue", 30)
+	require.NoError(t, err)
+	lb, err := b.Claim(ctx, "queue", 30)
+	require.NoError(t, err)
+	assert.Len(t, la, 30)
+	assert.Len(t, lb, 20, "only what is left")
+	// One of a's items is taken over behind its back; completing the batch
+	// deletes the rest and leaves that one to its new holder.
+	_, err = pool.Exec(ctx, "UPDATE pgbaton.lease SET owner = 'thief', token = nextval('pgbaton.lease_token_seq') WHERE name = $1", la[3].Name())
+	require.NoError(t, err)
+	err = a.Complete(ctx, la...)
+	require.ErrorIs(t, err, leasetable.ErrNotHeld)
+	assert.Contains(t, err.Error(), la[3].Name())
+	require.ErrorIs(t, la[3].Release(ctx), leasetable.ErrNotHeld, "Release after Complete returns Complete's result")
+	require.NoError(t, b.Complete(ctx, lb...))
+	require.NoError(t, b.Complete(ctx, lb...), "completing twice does nothing")
+	var left []string
+	rows, err := pool.Query(ctx, "SELECT name FROM pgbaton.lease WHERE lease_group = 'queue'")
+	require.NoError(t, err)
+	for rows.Next() {
+		var n string
+		require.NoError(t, rows.Scan(&n))
+		left = append(left, n)
+	}
+	require.NoError(t, rows.Err())
+	assert.Equal(t, []string{la[3].Name()}, left)
+	for _, l := range append(la, lb...) {
+		assert.ErrorIs(t, l.Err(), leasetable.ErrReleased)
+	}
+}

@@ -118,3 +118,13 @@ SELECT EXISTS (SELECT 1 FROM ins)::boolean AS claimed;
 -- name: LeaseListen :exec
 -- pgbaton.release notifies this channel with the released lease's name.
 LISTEN pgbaton_lease;
+
+-- name: LeaseCompleteMany :many
+-- Deletes the rows of finished work items in one round trip, each guarded
+-- by its (name, token) like pgbaton.complete; returns the names deleted.
+-- Matching names and tokens as two sets is exact: every token is granted
+-- to one row only, so no row has one lease's name and another's token.
+DELETE FROM pgbaton.lease l
+ WHERE l.name = ANY (@names::text[]) AND l.token = ANY (@tokens::bigint[])
+   AND l.owner = @owner::text
+RETURNING l.name;

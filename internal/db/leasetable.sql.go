@@ -335,6 +335,43 @@ func (q *Queries) LeaseComplete(ctx context.Context, db DBTX, arg LeaseCompleteP
 	return completed, err
 }
 
+const leaseCompleteMany = `-- name: LeaseCompleteMany :many
+DELETE FROM pgbaton.lease l
+ WHERE l.name = ANY ($1::text[]) AND l.token = ANY ($2::bigint[])
+   AND l.owner = $3::text
+RETURNING l.name
+`
+
+type LeaseCompleteManyParams struct {
+	Names  []string `json:"names"`
+	Tokens []int64  `json:"tokens"`
+	Owner  string   `json:"owner"`
+}
+
+// Deletes the rows of finished work items in one round trip, each guarded
+// by its (name, token) like pgbaton.complete; returns the names deleted.
+// Matching names and tokens as two sets is exact: every token is granted
+// to one row only, so no row has one lease's name and another's token.
+func (q *Queries) LeaseCompleteMany(ctx context.Context, db DBTX, arg LeaseCompleteManyParams) ([]string, error) {
+	rows, err := db.Query(ctx, leaseCompleteMany, arg.Names, arg.Tokens, arg.Owner)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		items = append(items, name)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const leaseGet = `-- name: LeaseGet :one
 SELECT l.name, l.lease_group, l.owner, l.token, l.acquired_at, l.renewed_at, l.expires_at, l.metadata,
        clock_timestamp()::timestamptz AS db_now
