@@ -249,6 +249,25 @@ func (e *Env) newDB(t testing.TB, template string) *DB {
 	return &DB{Name: name, URL: e.urlFor(name)}
 }
 
+// ExamplePool opens a pool on a fresh migrated database for an Example
+// function, which has no testing.T; call done when the example ends. It
+// panics on failure, as examples have no other way to fail.
+func (e *Env) ExamplePool() (pool *pgxpool.Pool, done func()) {
+	ctx := context.Background()
+	name := fmt.Sprintf("%s%d", e.prefix, e.seq.Add(1))
+	if _, err := e.admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE "+pgx.Identifier{e.template}.Sanitize()); err != nil {
+		panic(err)
+	}
+	pool, err := pgxpool.New(ctx, e.urlFor(name))
+	if err != nil {
+		panic(err)
+	}
+	return pool, func() {
+		pool.Close()
+		_, _ = e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	}
+}
+
 // Pool opens a pool on url, closed when t ends. configure, if given, may
 // change the pool's configuration first.
 func Pool(t testing.TB, url string, configure ...func(*pgxpool.Config)) *pgxpool.Pool {
