@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -28,21 +29,27 @@ const (
 // maxBatch bounds how many queued requests go into one pipelined batch.
 const maxBatch = 256
 
-// session is one connection the Locker owns, holding many locks. A single
-// goroutine (run) talks to the connection: it collects the requests queued
-// while the previous batch was on the wire and sends them together as one
-// pipelined batch, and pings the server when there was no traffic for a
-// PingInterval. Any failure of the connection ends the session and
-// cancels every lock on it.
+// session is one connection the Locker owns, holding many locks.
+// Requests are queued; whoever holds the connection token sends
+// everything queued at that moment as one pipelined batch (group commit),
+// so a lone caller pays one round trip without a goroutine hand-off, and
+// concurrent callers share round trips. A pinger goroutine pings the
+// server when there was no traffic for a PingInterval. Any failure of the
+// connection ends the session and cancels every lock on it.
 type session struct {
 	l    *Locker
 	conn *pgx.Conn
 	pid  int32
 
-	reqs    chan *request
-	inspect chan func()   // runs a function on the goroutine that owns conn (tests)
-	stop    chan struct{} // closed by Locker.Close
-	exited  chan struct{} // closed when run returns
+	tok chan struct{} // held (full) while a goroutine uses conn
+
+	qmu     sync.Mutex
+	queue   []*request
+	ended   bool // no more requests: lost or closing; guarded by qmu
+	stopped bool // Close began; guarded by qmu
+
+	stop    chan struct{} // closed when the session ends or closes: stops the pinger
+	exited  chan struct{} // closed when the pinger returns
 	done    chan struct{} // closed when the session is lost or closed
 	cause   error         // why done was closed; set before
 	endOnce sync.Once
@@ -115,21 +122,20 @@ func closeConn(conn *pgx.Conn) {
 	_ = conn.Close(ctx)
 }
 
-// newSession starts the goroutine that owns conn.
+// newSession wraps conn and starts its pinger.
 func (l *Locker) newSession(conn *pgx.Conn, pid int32) *session {
 	s := &session{
-		l:       l,
-		conn:    conn,
-		pid:     pid,
-		reqs:    make(chan *request, maxBatch),
-		inspect: make(chan func()),
-		stop:    make(chan struct{}),
-		exited:  make(chan struct{}),
-		done:    make(chan struct{}),
+		l:      l,
+		conn:   conn,
+		pid:    pid,
+		tok:    make(chan struct{}, 1),
+		stop:   make(chan struct{}),
+		exited: make(chan struct{}),
+		done:   make(chan struct{}),
 	}
 	s.lastOK.Store(int64(l.since()))
 	l.cfg.Logger.Debug("advisory: session opened", "pid", pid)
-	go s.run()
+	go s.pinger()
 	return s
 }
 
@@ -149,78 +155,86 @@ func (s *session) alive() bool {
 	}
 }
 
-// do runs one operation in the session's next batch and waits for its
-// result. Once queued, the wait is not cut short by ctx: the batch is
-// bounded by PingTimeout, and the caller must know whether a lock was
-// taken.
-func (s *session) do(ctx context.Context, op int32, id lockID) (bool, error) {
-	r := &request{op: op, id: id, result: make(chan result, 1)}
-	select {
-	case s.reqs <- r:
-	case <-s.done:
-		return false, s.err()
-	case <-ctx.Done():
-		return false, context.Cause(ctx)
-	}
-	select {
-	case res := <-r.result:
-		return res.ok, res.err
-	case <-s.exited:
-		// Queued after the goroutine drained the queue for the last time.
-		select {
-		case res := <-r.result:
-			return res.ok, res.err
-		default:
-			return false, s.err()
-		}
-	}
-}
-
 func (s *session) err() error {
 	<-s.done
 	return s.cause
 }
 
-func (s *session) run() {
+// do runs one operation in a batch on the session and waits for its
+// result. ctx is not used once the request is queued: a batch is bounded
+// by PingTimeout, and the caller must know whether a lock was taken.
+func (s *session) do(ctx context.Context, op int32, id lockID) (bool, error) {
+	r := &request{op: op, id: id, result: make(chan result, 1)}
+	s.qmu.Lock()
+	switch {
+	case s.stopped:
+		s.qmu.Unlock()
+		return false, pgbaton.ErrClosed
+	case s.ended:
+		s.qmu.Unlock()
+		return false, s.err()
+	}
+	s.queue = append(s.queue, r)
+	s.qmu.Unlock()
+	for {
+		select {
+		case res := <-r.result:
+			return res.ok, res.err
+		case s.tok <- struct{}{}:
+			select {
+			case res := <-r.result: // done by the previous holder's batch
+				<-s.tok
+				return res.ok, res.err
+			default:
+			}
+			s.runQueued()
+			<-s.tok
+		}
+	}
+}
+
+// runQueued sends what is queued as one batch; the caller holds tok.
+func (s *session) runQueued() {
+	s.qmu.Lock()
+	n := min(len(s.queue), maxBatch)
+	batch := slices.Clone(s.queue[:n])
+	s.queue = slices.Delete(s.queue, 0, n)
+	s.qmu.Unlock()
+	if len(batch) > 0 {
+		s.exec(batch)
+	}
+}
+
+// pinger pings the session when it was idle for a PingInterval.
+func (s *session) pinger() {
 	defer close(s.exited)
 	l := s.l
-	ping := time.NewTimer(l.cfg.PingInterval)
-	defer ping.Stop()
+	t := time.NewTimer(l.cfg.PingInterval)
+	defer t.Stop()
 	for {
 		select {
 		case <-s.stop:
-			s.failQueued(pgbaton.ErrClosed)
 			return
-		case <-s.done:
-			s.failQueued(s.cause)
-			return
-		case r := <-s.reqs:
-			batch := []*request{r}
-		drain:
-			for len(batch) < maxBatch {
-				select {
-				case r := <-s.reqs:
-					batch = append(batch, r)
-				default:
-					break drain
-				}
-			}
-			s.exec(batch)
-		case fn := <-s.inspect:
-			fn()
-		case <-ping.C:
-			if idle := l.since() - time.Duration(s.lastOK.Load()); idle >= l.cfg.PingInterval {
-				s.exec([]*request{{op: opPing, result: make(chan result, 1)}})
-			}
+		case <-t.C:
+		}
+		if idle := l.since() - time.Duration(s.lastOK.Load()); idle >= l.cfg.PingInterval {
+			_, _ = s.do(context.Background(), opPing, lockID{})
 		}
 		next := l.cfg.PingInterval - (l.since() - time.Duration(s.lastOK.Load()))
-		ping.Reset(max(next, time.Millisecond))
+		t.Reset(max(next, time.Millisecond))
 	}
+}
+
+// withConn runs fn with the connection to itself (tests).
+func (s *session) withConn(fn func(*pgx.Conn)) {
+	s.tok <- struct{}{}
+	defer func() { <-s.tok }()
+	fn(s.conn)
 }
 
 // exec sends batch as one pipeline and hands out the results. Statements
 // after one that failed were skipped by the server (one implicit
-// transaction up to the Sync); they are queued again.
+// transaction up to the Sync); they are queued again, first in line.
 func (s *session) exec(batch []*request) {
 	l := s.l
 	params := make([]db.AdvisoryOpParams, len(batch))
@@ -262,6 +276,7 @@ func (s *session) exec(batch []*request) {
 		return
 	}
 	s.lastOK.Store(int64(sent))
+	var again []*request
 	for i, r := range batch {
 		switch {
 		case failedAt < 0 || i < failedAt:
@@ -269,24 +284,24 @@ func (s *session) exec(batch []*request) {
 		case i == failedAt:
 			r.result <- result{err: mapError("advisory lock", firstErr)}
 		default:
-			// Skipped: the buffered channel has room, the loop reads it next.
-			select {
-			case s.reqs <- r:
-			default:
-				r.result <- result{err: fmt.Errorf("advisory: request skipped after an error in the same batch: %w", firstErr)}
-			}
+			again = append(again, r)
 		}
+	}
+	if len(again) > 0 {
+		s.qmu.Lock()
+		s.queue = append(again, s.queue...)
+		s.qmu.Unlock()
 	}
 }
 
+// failQueued ends every queued request with err.
 func (s *session) failQueued(err error) {
-	for {
-		select {
-		case r := <-s.reqs:
-			r.result <- result{err: err}
-		default:
-			return
-		}
+	s.qmu.Lock()
+	q := s.queue
+	s.queue = nil
+	s.qmu.Unlock()
+	for _, r := range q {
+		r.result <- result{err: err}
 	}
 }
 
@@ -294,36 +309,42 @@ func (s *session) failQueued(err error) {
 // tells the Locker, which cancels the session's locks.
 func (s *session) end(cause error) {
 	s.endOnce.Do(func() {
+		s.qmu.Lock()
+		s.ended = true
+		s.qmu.Unlock()
 		s.cause = cause
 		close(s.done)
+		close(s.stop)
+		s.failQueued(cause)
 		if !errors.Is(cause, pgbaton.ErrClosed) {
 			s.l.cfg.Logger.Warn("advisory: session lost", "pid", s.pid, "err", cause)
 		}
 		s.l.sessionEnded(s, cause)
-		// The goroutine that owns the connection may be blocked on it; a
-		// hard close of the socket unblocks it and tells the server at once
-		// if the network still works.
-		if nc := s.conn.PgConn().Conn(); nc != nil && s.conn.PgConn() != nil {
+		// A goroutine may be blocked on the connection; a hard close of the
+		// socket unblocks it and tells the server at once if the network
+		// still works.
+		if nc := s.conn.PgConn().Conn(); nc != nil {
 			_ = nc.Close()
 		}
 	})
 }
 
-// shutdown stops the goroutine, then releases every lock of the session
-// explicitly before closing the connection, so that nothing is left in
-// pg_locks when Close returns.
+// shutdown stops the session for Close: it waits for the batch on the
+// wire, then releases every lock explicitly before closing the
+// connection, so that nothing is left in pg_locks when Close returns.
 func (s *session) shutdown(ctx context.Context) error {
+	s.qmu.Lock()
+	s.stopped = true
+	s.qmu.Unlock()
+	closed := fmt.Errorf("%w: %w", ErrLockLost, pgbaton.ErrClosed)
 	select {
-	case <-s.stop:
-	default:
-		close(s.stop)
-	}
-	select {
-	case <-s.exited:
+	case s.tok <- struct{}{}:
+	case <-s.done:
 	case <-ctx.Done():
-		s.end(fmt.Errorf("%w: %w", ErrLockLost, pgbaton.ErrClosed))
-		<-s.exited
+		s.end(closed)
+		return fmt.Errorf("advisory: close session (backend pid %d): %w", s.pid, context.Cause(ctx))
 	}
+	s.failQueued(pgbaton.ErrClosed)
 	var err error
 	select {
 	case <-s.done: // lost: the socket is closed already
@@ -334,7 +355,8 @@ func (s *session) shutdown(ctx context.Context) error {
 		}
 		_ = s.conn.Close(ctx)
 		cancel()
-		s.end(fmt.Errorf("%w: %w", ErrLockLost, pgbaton.ErrClosed))
+		s.end(closed)
 	}
+	<-s.exited
 	return err
 }

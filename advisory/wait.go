@@ -2,6 +2,7 @@ package advisory
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -31,21 +32,38 @@ func (l *Locker) wait(ctx context.Context, id lockID, shared bool) (*session, er
 	}
 	// The query runs under its own context: cancelling it through pgx would
 	// close the connection, and the server would release a lock granted in
-	// the meantime only when it notices, some time later.
+	// the meantime only when it notices, some time later. Instead, when the
+	// caller gives up (or Close is called), a cancel request stops the wait
+	// on the server and the connection is cleared.
+	wctx, wcancel := context.WithCancelCause(ctx)
+	defer wcancel(nil)
+	stopClose := context.AfterFunc(l.ctx, func() { wcancel(pgbaton.ErrClosed) })
+	defer stopClose()
 	qctx, qcancel := context.WithCancel(context.Background())
 	defer qcancel()
-	done := make(chan error, 1)
-	go func() { done <- blockingLock(qctx, conn, id, shared) }()
-	select {
-	case err = <-done:
-		if err != nil {
-			closeConn(conn)
-			return nil, mapError("wait for lock", err)
-		}
-	case <-ctx.Done():
-		return nil, l.abandonWait(conn, done, qcancel, context.Cause(ctx))
-	case <-l.ctx.Done():
-		return nil, l.abandonWait(conn, done, qcancel, pgbaton.ErrClosed)
+	cancelled := make(chan struct{})
+	var kill *time.Timer // written before cancelled is closed
+	stop := context.AfterFunc(wctx, func() {
+		defer close(cancelled)
+		cctx, cancel := context.WithTimeout(context.Background(), l.cfg.PingTimeout)
+		defer cancel()
+		_ = conn.PgConn().CancelRequest(cctx)
+		// If the statement is still running when the cancel should have
+		// landed, the server is unreachable: drop the connection.
+		kill = time.AfterFunc(l.cfg.PingTimeout, qcancel)
+	})
+	err = blockingLock(qctx, conn, id, shared)
+	if !stop() {
+		// Given up. Postgres may have granted the lock just as the cancel
+		// arrived (err == nil), so clear the connection either way.
+		<-cancelled
+		kill.Stop()
+		l.clearAndClose(conn)
+		return nil, context.Cause(wctx)
+	}
+	if err != nil {
+		closeConn(conn)
+		return nil, mapError("wait for lock", err)
 	}
 	l.mu.Lock()
 	if l.closed {
@@ -72,23 +90,6 @@ func blockingLock(ctx context.Context, conn *pgx.Conn, id lockID, shared bool) e
 	default:
 		return q.AdvisoryLock(ctx, conn, id.id)
 	}
-}
-
-// abandonWait cancels the server-side wait with a cancel request, waits
-// (bounded by PingTimeout) for the statement to end, and clears the
-// connection whether or not the lock was granted in the race.
-func (l *Locker) abandonWait(conn *pgx.Conn, done <-chan error, qcancel context.CancelFunc, cause error) error {
-	cctx, cancel := context.WithTimeout(context.Background(), l.cfg.PingTimeout)
-	defer cancel()
-	_ = conn.PgConn().CancelRequest(cctx)
-	select {
-	case <-done:
-	case <-cctx.Done():
-		qcancel() // the server does not answer: drop the connection
-		<-done
-	}
-	l.clearAndClose(conn)
-	return cause
 }
 
 // clearAndClose releases whatever advisory locks conn holds, then closes
