@@ -54,6 +54,9 @@ const (
 	sqlstateUndefinedFunction = "42883"
 	sqlstateInvalidSchema     = "3F000"
 	sqlstateQueryCanceled     = "57014"
+	// A statement prepared on the session is gone: the next statement ran
+	// on another backend (a transaction-pooling proxy).
+	sqlstateInvalidStatementName = "26000"
 	// A standby refuses writes with this one.
 	sqlstateReadOnlyTransaction = "25006"
 )
@@ -72,7 +75,10 @@ func mapError(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if pgCode(err) == sqlstateOutOfSharedMemory {
+	switch pgCode(err) {
+	case sqlstateInvalidStatementName:
+		return fmt.Errorf("%w: %s: %w", ErrSessionPooling, op, err)
+	case sqlstateOutOfSharedMemory:
 		return fmt.Errorf("%w: %s: the server's lock table is full (raise max_locks_per_transaction or hold fewer locks): %w", ErrLockTableFull, op, err)
 	}
 	return fmt.Errorf("advisory: %s: %w", op, err)

@@ -263,6 +263,8 @@ func (s *session) exec(batch []*request) {
 	var pgErr *pgconn.PgError
 	switch {
 	case lost != nil:
+	case pgCode(firstErr) == sqlstateInvalidStatementName:
+		lost = mapError("session statement", firstErr)
 	case firstErr != nil && !errors.As(firstErr, &pgErr):
 		lost = fmt.Errorf("%w: session connection (backend pid %d) failed: %w", ErrLockLost, s.pid, firstErr)
 	case firstErr != nil && s.conn.IsClosed():
