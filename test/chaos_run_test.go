@@ -1,0 +1,69 @@
+package test
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestChaos is the Jepsen-style run: workers contend for leases and write
+// to the ledger under their tokens while the nemesis injects every kind of
+// fault. Short by default (CI); `make chaos` runs many seeds for longer.
+func TestChaos(t *testing.T) {
+	seeds := []uint64{*chaosSeed}
+	if *chaosSeed == 0 {
+		seeds = seeds[:0]
+		for range max(*chaosSeeds, 1) {
+			seeds = append(seeds, rand.Uint64()%1_000_000+1)
+		}
+	}
+	for _, seed := range seeds {
+		cfg := chaosConfig{Seed: seed, Duration: *chaosDuration, Workers: 4, Keys: 2, TTL: 2 * time.Second,
+			Writes: 3, Work: 100 * time.Millisecond, Faults: allFaults, Pause: 2 * time.Second}
+		if env.Cluster() == nil { // an external server cannot be restarted by the test
+			cfg.Faults = []string{faultKill, faultPause, faultTerminate, faultCut, faultStall, faultSlow, faultIdleKill}
+		}
+		res := runChaos(t, cfg)
+		line := res.line(seed)
+		t.Log(line)
+		println(line) // the run's one line, also without -v
+		t.Logf("linearizable (porcupine, mutex model): %s; ledger rows %d; worst takeover after %s",
+			res.Linearizable, res.Ledger.Rows, res.WorstFault)
+		assert.Empty(t, res.Overlaps, "critical sections overlap (seed %d)", seed)
+		assert.Equal(t, porcupine.Ok, res.Linearizable, "history not linearizable as a mutex (seed %d)", seed)
+		assert.Empty(t, res.Ledger.StaleAccepted, "stale tokens accepted (seed %d)", seed)
+		assert.Empty(t, res.Ledger.Lost, "acknowledged writes lost (seed %d)", seed)
+		assert.Empty(t, res.Ledger.Doubled, "writes doubled (seed %d)", seed)
+		assert.Empty(t, res.LateTakeovers, "liveness (seed %d)", seed)
+		assert.Positive(t, res.Faults)
+		assert.Positive(t, res.Ledger.Rows)
+		if t.Failed() {
+			t.Logf("replay with: go test -run 'TestChaos$' ./test/ -args -chaos.seed=%d", seed)
+			return
+		}
+	}
+}
+
+// TestCheckersBite runs the broken worker (no validity check, no fence)
+// under SIGSTOP past the TTL, and requires every safety checker to catch
+// it: a checker that cannot fail proves nothing.
+func TestCheckersBite(t *testing.T) {
+	cfg := chaosConfig{Seed: 7, Duration: 12 * time.Second, Workers: 3, Keys: 1, TTL: time.Second,
+		Writes: 4, Work: 300 * time.Millisecond, Broken: true, Faults: []string{faultPause}, Pause: 2 * time.Second}
+	res := runChaos(t, cfg)
+	t.Log(res.line(cfg.Seed))
+	require.Positive(t, res.Faults)
+	assert.NotEmpty(t, res.Overlaps, "interval checker missed the overlap of a paused holder")
+	assert.Equal(t, porcupine.Illegal, res.Linearizable, "porcupine missed the overlap")
+	assert.NotEmpty(t, res.Ledger.StaleAccepted, "fencing checker missed the stale writes")
+	for _, o := range res.Overlaps[:min(3, len(res.Overlaps))] {
+		t.Logf("overlap: %s", o)
+	}
+	for _, s := range res.Ledger.StaleAccepted[:min(3, len(res.Ledger.StaleAccepted))] {
+		t.Logf("stale accepted: %s", s)
+	}
+}

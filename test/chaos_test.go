@@ -1,0 +1,395 @@
+package test
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbaton/pgbaton/internal/faultproxy"
+	"github.com/pgbaton/pgbaton/internal/pgcluster"
+	"github.com/pgbaton/pgbaton/internal/pgtest"
+)
+
+var (
+	chaosSeed     = flag.Uint64("chaos.seed", 0, "replay this seed (0: a random one per run)")
+	chaosSeeds    = flag.Int("chaos.seeds", 1, "how many seeds to run (make chaos runs many)")
+	chaosDuration = flag.Duration("chaos.duration", 35*time.Second, "how long the nemesis runs per seed")
+)
+
+// Fault kinds of the nemesis.
+const (
+	faultKill      = "kill"      // SIGKILL a worker (a new one takes its place)
+	faultPause     = "pause"     // SIGSTOP a worker past its TTL, then SIGCONT
+	faultTerminate = "terminate" // pg_terminate_backend of a worker's backends
+	faultCut       = "cut"       // reset a worker's TCP connections
+	faultStall     = "stall"     // forward nothing on a worker's connections, no FIN or RST
+	faultSlow      = "slow"      // add latency to a worker's connections
+	faultRestart   = "restart"   // restart the cluster in immediate mode (a crash)
+	faultIdleKill  = "idlekill"  // terminate every idle session, as an idle-session killer does
+)
+
+var allFaults = []string{faultKill, faultPause, faultTerminate, faultCut, faultStall, faultSlow, faultRestart, faultIdleKill}
+
+type chaosConfig struct {
+	Seed     uint64
+	Duration time.Duration
+	Workers  int
+	Keys     int
+	TTL      time.Duration
+	Writes   int           // guarded writes per grant
+	Work     time.Duration // work after each write, up to
+	Broken   bool          // run the broken worker variant
+	Faults   []string
+	Pause    time.Duration // between faults, up to
+}
+
+// fault is one nemesis action, for the liveness checker.
+type fault struct {
+	Kind   string
+	Victim int    // proc, 0 for the whole cluster
+	Key    string // lease the victim held when the fault began, or ""
+	At     int64  // monotonic start
+	Healed int64  // monotonic end (same as At for instant faults)
+}
+
+type chaosResult struct {
+	Ops, Faults   int
+	Overlaps      []overlap
+	Linearizable  porcupine.CheckResult
+	Ledger        ledgerReport
+	MaxTakeover   time.Duration
+	WorstFault    string
+	LateTakeovers []string // faults not followed by a grant within the bound
+}
+
+func (r chaosResult) line(seed uint64) string {
+	return fmt.Sprintf("chaos: seed %d ops %d faults %d overlaps %d stale_accepted %d lost %d doubled %d max_takeover_ms %d",
+		seed, r.Ops, r.Faults, len(r.Overlaps), len(r.Ledger.StaleAccepted), len(r.Ledger.Lost), len(r.Ledger.Doubled), r.MaxTakeover.Milliseconds())
+}
+
+// proc is one worker process and its fault proxy.
+type proc struct {
+	id    int
+	child *pgtest.Child
+	proxy *faultproxy.Proxy
+	read  chan struct{} // closed when its stdout is read to the end
+}
+
+type chaosRun struct {
+	t        *testing.T
+	cfg      chaosConfig
+	d        *pgtest.DB
+	pool     *pgxpool.Pool
+	target   string // host:port of the server
+	stopFile string
+	hist     *history
+	keys     []string
+
+	mu     sync.Mutex
+	procs  map[int]*proc
+	all    []*proc
+	nextID int
+	faults []fault
+}
+
+// runChaos runs one seed: workers and nemesis for cfg.Duration, then the
+// checkers. It fails the test only for harness errors; the caller judges
+// the result.
+func runChaos(t *testing.T, cfg chaosConfig) chaosResult {
+	d := env.DB(t)
+	pool := d.Pool(t, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["application_name"] = "chaos-parent" })
+	ctx := ctxT(t, cfg.Duration+3*time.Minute)
+	r := &chaosRun{t: t, cfg: cfg, d: d, pool: pool, hist: newHistory(), procs: map[int]*proc{},
+		stopFile: filepath.Join(t.TempDir(), "stop")}
+	u, err := url.Parse(d.URL)
+	require.NoError(t, err)
+	r.target = u.Host
+	require.NotEmpty(t, r.target, "the chaos suite proxies TCP connections: the server needs a TCP address")
+	_, err = pool.Exec(ctx, `CREATE TABLE chaos_head (key text PRIMARY KEY, seq bigint NOT NULL DEFAULT 0);
+		CREATE TABLE chaos_ledger (id bigserial PRIMARY KEY, key text NOT NULL, token bigint NOT NULL, op_id text NOT NULL, seq bigint NOT NULL)`)
+	require.NoError(t, err)
+	for i := range cfg.Keys {
+		r.keys = append(r.keys, fmt.Sprintf("chaos:key:%d", i))
+		_, err := pool.Exec(ctx, "INSERT INTO chaos_head (key) VALUES ($1)", r.keys[i])
+		require.NoError(t, err)
+	}
+	for range cfg.Workers {
+		r.startProc()
+	}
+	r.nemesis(ctx)
+	r.stop()
+
+	events := r.hist.snapshot()
+	res := chaosResult{Faults: len(r.faults)}
+	for _, ev := range events {
+		if ev.Type != evInvoke {
+			res.Ops++
+		}
+	}
+	gs, unknown := grants(events)
+	res.Overlaps = overlaps(gs)
+	res.Linearizable = linearizable(gs, unknown, time.Minute)
+	res.Ledger, err = checkLedger(ctx, pool, events)
+	require.NoError(t, err)
+	r.liveness(gs, &res)
+	r.noLeaks(ctx)
+	if t.Failed() || os.Getenv("CHAOS_HISTORY") != "" {
+		r.dumpHistory(events)
+	}
+	return res
+}
+
+func (r *chaosRun) startProc() *proc {
+	r.mu.Lock()
+	r.nextID++
+	id := r.nextID
+	r.mu.Unlock()
+	px, err := faultproxy.New(r.target)
+	require.NoError(r.t, err)
+	r.t.Cleanup(func() { _ = px.Close() })
+	u, _ := url.Parse(r.d.URL)
+	u.Host = px.Addr()
+	args := workerArgs{URL: u.String(), Proc: id, Keys: r.keys, TTL: r.cfg.TTL, Seed: r.cfg.Seed, Broken: r.cfg.Broken,
+		StopFile: r.stopFile, Writes: r.cfg.Writes, Work: r.cfg.Work}
+	p := &proc{id: id, proxy: px, read: make(chan struct{})}
+	p.child = env.StartChild(r.t, "worker", args.encode()...)
+	go func() {
+		defer close(p.read)
+		for line := range p.child.Lines() {
+			var ev event
+			if json.Unmarshal([]byte(line), &ev) == nil && ev.Op != "" {
+				r.hist.add(ev)
+			}
+		}
+	}()
+	r.mu.Lock()
+	r.procs[id] = p
+	r.all = append(r.all, p)
+	r.mu.Unlock()
+	return p
+}
+
+// nemesis applies faults on a schedule drawn from the seed until the run's
+// duration is over. The kinds, gaps and durations follow the seed; which
+// worker is hit depends also on who holds a lease at that moment.
+func (r *chaosRun) nemesis(ctx context.Context) {
+	rng := rand.New(rand.NewPCG(r.cfg.Seed, 0x6e656d65))
+	end := time.Now().Add(r.cfg.Duration)
+	for time.Now().Before(end) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(r.cfg.Pause/2 + time.Duration(rng.Int64N(int64(r.cfg.Pause)))):
+		}
+		kind := r.cfg.Faults[rng.IntN(len(r.cfg.Faults))]
+		f := fault{Kind: kind, At: monoNow()}
+		victim := r.pickVictim(rng)
+		f.Victim, f.Key = victim.id, r.hist.holders()[victim.id]
+		r.apply(ctx, rng, &f, victim)
+		f.Healed = monoNow()
+		r.mu.Lock()
+		r.faults = append(r.faults, f)
+		r.mu.Unlock()
+	}
+}
+
+// pickVictim prefers a worker that holds a lease now.
+func (r *chaosRun) pickVictim(rng *rand.Rand) *proc {
+	holders := r.hist.holders()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ids, held []int
+	for id := range r.procs {
+		ids = append(ids, id)
+		if _, ok := holders[id]; ok {
+			held = append(held, id)
+		}
+	}
+	slices.Sort(ids)
+	slices.Sort(held)
+	if len(held) > 0 && rng.IntN(4) > 0 {
+		return r.procs[held[rng.IntN(len(held))]]
+	}
+	return r.procs[ids[rng.IntN(len(ids))]]
+}
+
+func (r *chaosRun) apply(ctx context.Context, rng *rand.Rand, f *fault, v *proc) {
+	t, ttl := r.t, r.cfg.TTL
+	// A fault lasts around a TTL: long enough for a lease to be lost.
+	span := func() time.Duration { return ttl/2 + time.Duration(rng.Int64N(int64(ttl))) }
+	switch f.Kind {
+	case faultKill:
+		v.child.Signal(t, syscall.SIGKILL)
+		<-v.read
+		r.mu.Lock()
+		delete(r.procs, v.id)
+		r.mu.Unlock()
+		r.hist.forget(v.id)
+		r.startProc()
+	case faultPause:
+		v.child.Signal(t, syscall.SIGSTOP)
+		sleepCtx(ctx, ttl+span())
+		v.child.Signal(t, syscall.SIGCONT)
+	case faultTerminate:
+		_, err := r.pool.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+			fmt.Sprintf("chaos-p%d", v.id))
+		require.NoError(t, err)
+	case faultCut:
+		v.proxy.Cut()
+	case faultStall:
+		v.proxy.Stall()
+		sleepCtx(ctx, span())
+		v.proxy.Resume()
+	case faultSlow:
+		v.proxy.SetLatency(time.Duration(10+rng.IntN(90)) * time.Millisecond)
+		sleepCtx(ctx, span())
+		v.proxy.SetLatency(0)
+	case faultRestart:
+		f.Victim, f.Key = 0, ""
+		env.Restart(t, pgcluster.Immediate)
+		r.pool.Reset()
+	case faultIdleKill:
+		f.Victim, f.Key = 0, ""
+		_, err := r.pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'idle'
+			  AND application_name <> 'chaos-parent' AND state_change < clock_timestamp() - interval '200 ms'`)
+		require.NoError(t, err)
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// stop asks every worker to finish its round and exit, heals every fault
+// first, and waits for all of them.
+func (r *chaosRun) stop() {
+	require.NoError(r.t, os.WriteFile(r.stopFile, nil, 0o600))
+	r.mu.Lock()
+	procs := slices.Clone(r.all)
+	r.mu.Unlock()
+	for _, p := range procs {
+		p.proxy.Resume()
+		p.proxy.SetLatency(0)
+		select {
+		case <-p.child.Done():
+		default:
+			_ = p.child.Cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}
+	for _, p := range procs {
+		select {
+		case <-p.read:
+		case <-time.After(time.Minute):
+			r.t.Fatalf("worker p%d did not stop; stderr:\n%s", p.id, p.child.Stderr())
+		}
+		<-p.child.Done()
+		if p.child.Cmd.ProcessState.Success() {
+			continue
+		}
+		if ws, ok := p.child.Cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+			continue // killed by the nemesis
+		}
+		r.t.Errorf("worker p%d failed: %v\n%s", p.id, p.child.Cmd.ProcessState, p.child.Stderr())
+	}
+}
+
+// liveness: after every fault, the lease the victim held (or, for faults
+// of the whole cluster or of a worker that held none, any lease) is
+// granted again within the bound. For a killed or paused holder that is a
+// takeover, counted from the fault's start; otherwise the holder may keep
+// its lease and finish, so it is counted from the fault's end.
+func (r *chaosRun) liveness(gs []grant, res *chaosResult) {
+	bound := 2*r.cfg.TTL + time.Duration(r.cfg.Writes)*r.cfg.Work + time.Second
+	for _, f := range r.faults {
+		from := f.Healed
+		if f.Kind == faultKill || f.Kind == faultPause {
+			from = f.At
+		}
+		next := int64(-1)
+		for _, g := range gs {
+			if g.Start > from && (f.Key == "" || g.Key == f.Key) && (next < 0 || g.Start < next) {
+				next = g.Start
+			}
+		}
+		if next < 0 {
+			res.LateTakeovers = append(res.LateTakeovers, fmt.Sprintf("%s of p%d (%s): no grant afterwards", f.Kind, f.Victim, f.Key))
+			continue
+		}
+		took := time.Duration(next - from)
+		if took > res.MaxTakeover {
+			res.MaxTakeover = took
+			res.WorstFault = fmt.Sprintf("%s of p%d holding %q", f.Kind, f.Victim, f.Key)
+		}
+		if took > bound {
+			res.LateTakeovers = append(res.LateTakeovers, fmt.Sprintf("%s of p%d (%s): next grant after %s > %s", f.Kind, f.Victim, f.Key, took, bound))
+		}
+	}
+}
+
+// noLeaks: at the end no worker process runs, no lease is held, no lock
+// is left in pg_locks and no connection is left on the database.
+func (r *chaosRun) noLeaks(ctx context.Context) {
+	t := r.t
+	for _, p := range r.all {
+		select {
+		case <-p.child.Done():
+		default:
+			t.Errorf("worker p%d still running", p.id)
+		}
+	}
+	// Killed holders' leases run out at their TTL; nothing else may stay.
+	pgtest.Eventually(t, 3*r.cfg.TTL, func() (bool, error) {
+		var n int
+		err := r.pool.QueryRow(ctx, "SELECT count(*) FROM pgbaton.lease WHERE expires_at > clock_timestamp()").Scan(&n)
+		return n == 0, err
+	}, "leases still held after every worker stopped")
+	var locks []string
+	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
+		rows, err := r.pool.Query(ctx, `SELECT format('%s %s pid %s', locktype, mode, pid) FROM pg_locks
+			WHERE pid <> pg_backend_pid() AND (locktype = 'advisory' OR database = (SELECT oid FROM pg_database WHERE datname = current_database()))`)
+		if err != nil {
+			return false, err
+		}
+		locks, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return len(locks) == 0, err
+	}, "locks left in pg_locks: %v", &locks)
+	r.pool.Close()
+	env.NoConnections(t, r.d)
+}
+
+func (r *chaosRun) dumpHistory(events []event) {
+	path := filepath.Join(os.TempDir(), fmt.Sprintf("chaos-history-%d.jsonl", r.cfg.Seed))
+	var b strings.Builder
+	for _, ev := range events {
+		j, _ := json.Marshal(ev)
+		b.Write(j)
+		b.WriteByte('\n')
+	}
+	for _, f := range r.faults {
+		j, _ := json.Marshal(f)
+		b.WriteString(`{"fault":` + string(j) + "}\n")
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err == nil {
+		r.t.Logf("history written to %s", path)
+	}
+}

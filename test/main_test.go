@@ -1,0 +1,30 @@
+package test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/pgbaton/pgbaton/internal/pgtest"
+)
+
+var env *pgtest.Env
+
+func TestMain(m *testing.M) {
+	// Durable: the chaos suite restarts the cluster in immediate mode and
+	// checks that acknowledged writes and fencing tokens survive the crash.
+	env = pgtest.Setup(pgtest.Options{Durable: true, Children: children})
+	os.Exit(env.Run(m))
+}
+
+// children run in separate OS processes of the test binary.
+var children = map[string]pgtest.ChildFunc{
+	"worker": childWorker,
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
