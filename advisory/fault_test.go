@@ -245,3 +245,84 @@ func TestCancelledWaitsLeaveNothing(t *testing.T) {
 	}
 	require.NoError(t, held.Unlock(ctx))
 }
+
+// fn's context is cancelled with ErrLockLost when the lock is lost, and
+// RunExclusive reports the loss even though fn returned nil.
+func TestRunExclusiveLoss(t *testing.T) {
+	d := env.DB(t)
+	admin := adminPool(t)
+	ctx := ctxT(t)
+	l := newLocker(t, d.Pool(t), advisory.Config{PingInterval: 100 * time.Millisecond})
+	err := l.RunExclusive(ctx, advisory.Int64(21), func(ctx context.Context) error {
+		env.Terminate(t, holderPID(t, admin, d, 21))
+		<-ctx.Done()
+		require.ErrorIs(t, context.Cause(ctx), advisory.ErrLockLost)
+		return nil
+	}, advisory.RunOptions{})
+	require.ErrorIs(t, err, advisory.ErrLockLost)
+}
+
+// Sessions are the Locker's own: a pool's MaxConnLifetime and idle
+// timeouts never close them, and they stay out of the pool's count.
+func TestSessionsOutlivePoolLimits(t *testing.T) {
+	d := env.DB(t)
+	admin := adminPool(t)
+	ctx := ctxT(t)
+	pool := d.Pool(t, func(cfg *pgxpool.Config) {
+		cfg.MaxConnLifetime = 50 * time.Millisecond
+		cfg.MaxConnLifetimeJitter = 0
+		cfg.MaxConnIdleTime = 50 * time.Millisecond
+		cfg.HealthCheckPeriod = 20 * time.Millisecond
+	})
+	l := newLocker(t, pool, advisory.Config{})
+	lk, err := l.TryLock(ctx, advisory.Int64(31))
+	require.NoError(t, err)
+	pid := holderPID(t, admin, d, 31)
+	// Give the pool a connection of its own and let it recycle it.
+	_, err = pool.Exec(ctx, "SELECT 1")
+	require.NoError(t, err)
+	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
+		return pool.Stat().MaxLifetimeDestroyCount()+pool.Stat().MaxIdleDestroyCount() > 0, nil
+	}, "pool recycled a connection")
+	time.Sleep(200 * time.Millisecond) // several MaxConnLifetimes: time itself is what is tested
+	require.NoError(t, lk.Err())
+	require.Equal(t, pid, holderPID(t, admin, d, 31))
+	require.NoError(t, lk.Unlock(ctx))
+}
+
+// Nothing is left connected after a Locker that did everything is closed.
+func TestNoLeakedConnections(t *testing.T) {
+	d := env.DB(t)
+	ctx := ctxT(t)
+	pool := d.Pool(t)
+	l, err := advisory.New(pool, advisory.Config{MaxLocksPerSession: 2})
+	require.NoError(t, err)
+	other, err := advisory.New(pool, advisory.Config{})
+	require.NoError(t, err)
+	held, err := other.TryLock(ctx, advisory.Name("leak"))
+	require.NoError(t, err)
+	var locks []*advisory.Lock
+	for i := range 5 {
+		lk, err := l.TryLock(ctx, advisory.Int64(int64(i)))
+		require.NoError(t, err)
+		locks = append(locks, lk)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err = l.Lock(wctx, advisory.Name("leak"))
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		_ = held.Unlock(ctx)
+	}()
+	lk, err := l.Lock(ctx, advisory.Name("leak"))
+	require.NoError(t, err)
+	locks = append(locks, lk)
+	for _, lk := range locks[:3] {
+		require.NoError(t, lk.Unlock(ctx))
+	}
+	require.NoError(t, l.Close(ctx))
+	require.NoError(t, other.Close(ctx))
+	pool.Close()
+	env.NoConnections(t, d)
+}
