@@ -92,6 +92,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // ListenAndServe listens on addr (host:port) and serves until ctx ends.
 func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
+	// An empty host would listen on every interface: say so explicitly.
+	if host, _, err := net.SplitHostPort(addr); err != nil || host == "" {
+		return fmt.Errorf("%w: listen address %q must be host:port, e.g. 127.0.0.1:9187", pgbaton.ErrInvalidArgument, addr)
+	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
@@ -103,6 +107,9 @@ func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
 // Serve serves on ln until ctx ends, then shuts down gracefully and returns
 // nil. It closes ln.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	if ln == nil {
+		return fmt.Errorf("%w: nil listener", pgbaton.ErrInvalidArgument)
+	}
 	if host, _, err := net.SplitHostPort(ln.Addr().String()); err == nil {
 		if ip := net.ParseIP(host); ip != nil && !ip.IsLoopback() {
 			s.cfg.Logger.Warn("pgbaton admin: listening on a non-loopback address without TLS; the admin token crosses the network in clear text",

@@ -2,7 +2,6 @@ package admin_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -158,7 +157,18 @@ func TestServeStopsWhenContextEnds(t *testing.T) {
 func TestListenAndServeBadAddress(t *testing.T) {
 	srv, err := admin.New(env.DB(t).Pool(t), admin.Config{})
 	require.NoError(t, err)
+	for _, addr := range []string{"", ":9187", "127.0.0.1", "localhost"} {
+		err = srv.ListenAndServe(context.Background(), addr)
+		require.ErrorIs(t, err, pgbaton.ErrInvalidArgument, "%q", addr)
+	}
 	err = srv.ListenAndServe(context.Background(), "127.0.0.1:notaport")
 	require.Error(t, err)
-	require.False(t, errors.Is(err, context.Canceled))
+	require.ErrorIs(t, srv.Serve(context.Background(), nil), pgbaton.ErrInvalidArgument)
+
+	// A port somebody else listens on.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	err = srv.ListenAndServe(context.Background(), ln.Addr().String())
+	require.ErrorContains(t, err, "address already in use")
 }
