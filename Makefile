@@ -29,8 +29,25 @@ demo: ## Run the demo (throwaway PostgreSQL unless DATABASE_URL is set)
 test: ## Run all tests with -race (throwaway PostgreSQL unless PGBATON_TEST_DSN is set)
 	$(GO) test -race -count=1 -timeout 20m $(TESTFLAGS) ./...
 
+# Side-by-side benchmarks (bench/, a module of its own so that the peer
+# libraries never enter go.mod): a durable throwaway PostgreSQL, then the
+# report on stdout and in bench/RESULTS.md. Takes several minutes; run it
+# on a quiet machine. BENCHARGS adds to it (e.g. -only Claim -runs 3).
+BENCHARGS ?=
+
 .PHONY: bench
-bench: ## Run the benchmarks (ratios to raw pgx in the same run)
+bench: ## Side-by-side benchmarks vs raw pgx, go-pglock, River, gue, redislock; writes bench/RESULTS.md
+	@mkdir -p $(TOOLS)
+	cd bench && $(GO) build -o $(TOOLS)/pgbaton-bench .
+	cd bench && $(GO) run github.com/pgbaton/pgbaton/internal/cmd/withpg -durable -set max_connections=1300 -- \
+		$(TOOLS)/pgbaton-bench -out RESULTS.md $(BENCHARGS)
+
+.PHONY: bench-smoke
+bench-smoke: ## Build, vet and smoke-test bench/ (every scenario once, tiny; seconds)
+	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+.PHONY: bench-go
+bench-go: ## Run the packages' Go benchmarks (ratios to raw pgx in the same run)
 	$(GO) test -run '^$$' -bench . $(BENCHFLAGS) ./...
 
 .PHONY: generate

@@ -122,8 +122,6 @@ func ctxT(t testing.TB) context.Context {
 	return ctx
 }
 
-var _ = fmt.Sprint
-
 // eventuallyWaiting waits until n advisory lock requests wait in d.
 func eventuallyWaiting(t testing.TB, admin *pgxpool.Pool, d *pgtest.DB, n int) {
 	t.Helper()
@@ -132,3 +130,14 @@ func eventuallyWaiting(t testing.TB, admin *pgxpool.Pool, d *pgtest.DB, n int) {
 		return w == n, nil
 	}, "%d waiting advisory lock requests", n)
 }
+
+// databaseURL is a fresh migrated database for an example. The
+// environment drops it at the end.
+func databaseURL() string { return env.DB(exampleTB{}).URL }
+
+// exampleTB lets examples, which have no *testing.T, use the harness.
+type exampleTB struct{ testing.TB }
+
+func (exampleTB) Helper()                      {}
+func (exampleTB) Cleanup(func())               {}
+func (exampleTB) Fatalf(f string, args ...any) { panic(fmt.Sprintf(f, args...)) }
