@@ -98,11 +98,7 @@ func (e *env) claimScenario(batch int) *scenario {
 					done.Add(int64(len(ls)))
 				}
 			})
-			el := time.Since(start)
-			if err == nil && done.Load() != int64(e.rows) {
-				err = fmt.Errorf("completed %d of %d", done.Load(), e.rows)
-			}
-			return sample{"items/s": float64(e.rows) / el.Seconds()}, err
+			return e.drained(start, done.Load(), err)
 		}
 		sc.impls = append(sc.impls, im)
 	}
@@ -145,11 +141,7 @@ func (e *env) claimScenario(batch int) *scenario {
 					}
 				})
 			})
-			el := time.Since(start)
-			if err == nil && done.Load() != int64(e.rows) {
-				err = fmt.Errorf("completed %d of %d", done.Load(), e.rows)
-			}
-			return sample{"items/s": float64(e.rows) / el.Seconds()}, err
+			return e.drained(start, done.Load(), err)
 		}
 		sc.impls = append(sc.impls, im)
 	}
@@ -281,6 +273,16 @@ func (e *env) claimScenario(batch int) *scenario {
 		return nil
 	}
 	return sc
+}
+
+// drained is the sample of a drain that started at start and completed n
+// items.
+func (e *env) drained(start time.Time, n int64, err error) (sample, error) {
+	el := time.Since(start)
+	if err == nil && n != int64(e.rows) {
+		err = fmt.Errorf("completed %d of %d", n, e.rows)
+	}
+	return sample{"items/s": float64(e.rows) / el.Seconds()}, err
 }
 
 type noopArgs struct{}
