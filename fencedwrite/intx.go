@@ -123,12 +123,14 @@ func commitError(ctx context.Context, pool Beginner, name string, token, xid int
 }
 
 // notCommitted reports whether a COMMIT error proves the transaction did
-// not commit: the server answered with ROLLBACK or an ERROR, or the
-// statement never left the client.
+// not commit: the server answered with ROLLBACK or an ERROR. Anything else
+// (a network error, a FATAL, even pgconn's "safe to retry" errors, which
+// pgx also returns when the connection broke after COMMIT was sent) is
+// settled by asking the database.
 func notCommitted(err error) bool {
 	var pgErr *pgconn.PgError
 	switch {
-	case errors.Is(err, pgx.ErrTxCommitRollback), pgconn.SafeToRetry(err):
+	case errors.Is(err, pgx.ErrTxCommitRollback):
 		return true
 	case errors.As(err, &pgErr):
 		return pgErr.Severity == "ERROR"

@@ -3,6 +3,9 @@ package fencedwrite_test
 import (
 	"context"
 	"errors"
+	"net"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +15,8 @@ import (
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/fencedwrite"
+	"github.com/pgbaton/pgbaton/internal/faultproxy"
+	"github.com/pgbaton/pgbaton/internal/pgtest"
 )
 
 func rowCount(t *testing.T, ctx context.Context, pool *pgxpool.Pool) int {
@@ -185,4 +190,50 @@ func TestInTxBadInput(t *testing.T) {
 	// An unknown lease is not bad input but a stale token: nobody holds it.
 	requireStale(t, fencedwrite.InTx(ctx, pool, lease, fn), "job:a", 1, 0, "unknown lease")
 	require.Equal(t, int32(0), pool.Stat().AcquiredConns(), "no connection left checked out")
+}
+
+// COMMIT reaches the server and commits, but the reply is lost: the
+// connection is cut while the reply is on its way. InTx asks the database
+// (txid_status) and reports the truth: committed, so nil.
+func TestInTxCommitReplyLost(t *testing.T) {
+	ctx := testContext(t)
+	db := env.DB(t)
+	direct := db.Pool(t)
+	cfg, err := pgx.ParseConfig(db.URL)
+	require.NoError(t, err)
+	if strings.HasPrefix(cfg.Host, "/") {
+		t.Skip("the test server is on a unix socket; the fault proxy needs TCP")
+	}
+	proxy, err := faultproxy.New(net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = proxy.Close() })
+	proxied := pgtest.Pool(t, db.URL, func(c *pgxpool.Config) {
+		c.ConnConfig.Host = "127.0.0.1"
+		c.ConnConfig.Port = uint16(proxy.Port())
+	})
+	_, err = direct.Exec(ctx, "CREATE TABLE t (id int PRIMARY KEY)")
+	require.NoError(t, err)
+	lease := fencedwrite.Token("job:a", acquire(t, ctx, direct, "job:a", "me", time.Minute))
+
+	done := make(chan error, 1)
+	go func() {
+		done <- fencedwrite.InTx(ctx, proxied, lease, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "INSERT INTO t VALUES (1)")
+			// From here every chunk each way waits: the COMMIT reaches
+			// the server late, and its reply later still.
+			proxy.SetLatency(500 * time.Millisecond)
+			return err
+		})
+	}()
+	pgtest.Eventually(t, 30*time.Second, func() (bool, error) {
+		return rowCount(t, ctx, direct) == 1, nil
+	}, "the transaction did not commit")
+	proxy.Cut() // the reply is still held back: it is lost
+	proxy.SetLatency(0)
+	select {
+	case err := <-done:
+		require.NoError(t, err, "committed, though the reply was lost")
+	case <-time.After(30 * time.Second):
+		t.Fatal("InTx did not return")
+	}
 }
