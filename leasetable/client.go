@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -35,6 +37,11 @@ type Client struct {
 
 	// background counts goroutines Close must wait for.
 	background sync.WaitGroup
+
+	// waiterPrefix and waiterSeq make waiter ids in pgbaton.lease_waiter:
+	// the owner (shortened to fit) and a slash, then a number.
+	waiterPrefix string
+	waiterSeq    atomic.Int64
 
 	mu     sync.Mutex
 	closed bool
@@ -73,6 +80,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		leases: make(map[*Lease]struct{}),
 		sems:   make(map[string]int),
 	}
+	c.waiterPrefix = cfg.Owner[:min(len(cfg.Owner), MaxNameLen-21)] + "/"
 	c.ln = newListener(c)
 	return c, nil
 }
@@ -108,6 +116,10 @@ func (c *Client) Close(ctx context.Context) error {
 	c.ln.close()
 	c.background.Wait()
 	c.bgCancel()
+	// Registrations whose removal was skipped because Close had begun.
+	if err := c.q.LeaseStopWaitingAll(ctx, c.pool, c.waiterPrefix[:len(c.waiterPrefix)-1]); err != nil {
+		errs = append(errs, dbError("remove waiter registrations", err))
+	}
 	return errors.Join(errs...)
 }
 
@@ -181,24 +193,66 @@ func (c *Client) acquire(ctx context.Context, name string, metadata []byte) (*Le
 	if err := c.checkOpen(); err != nil {
 		return nil, err
 	}
-	// Subscribe before the first attempt, so a release between the attempt
-	// and the wait still wakes us.
-	wake, unsubscribe, err := c.ln.subscribe(ctx, name)
+	l, err := c.attempt(ctx, name, metadata)
+	var held *HeldError
+	if !errors.As(err, &held) {
+		return l, err // granted at once (the common case) or failed
+	}
+	w, err := c.startWaiting(ctx, name, false, name)
 	if err != nil {
 		return nil, err
 	}
-	defer unsubscribe()
+	defer w.stop()
 	for {
+		// Look again after registering: a release before the registration
+		// notified nobody.
 		l, err := c.attempt(ctx, name, metadata)
-		var held *HeldError
 		if !errors.As(err, &held) {
 			return l, err
 		}
 		c.log.Debug("pgbaton: waiting for lease", "lease", name, "holder", held.Holder, "expires_in", held.remaining)
-		if err := c.wait(ctx, wake, held.remaining); err != nil {
+		if err := c.wait(ctx, w.wake, held.remaining); err != nil {
 			return nil, fmt.Errorf("leasetable: waiting for lease %q (held by %q): %w", name, held.Holder, err)
 		}
 	}
+}
+
+// waiting is a registered waiter: subscribed to notifications for some
+// lease names and recorded in pgbaton.lease_waiter, so releases notify.
+type waiting struct {
+	c           *Client
+	name, id    string
+	wake        <-chan struct{}
+	unsubscribe func()
+}
+
+// startWaiting subscribes to releases of names, then registers as a waiter
+// for name (a group when group is set). The order matters: by the time a
+// release can see the registration, the LISTEN is active.
+func (c *Client) startWaiting(ctx context.Context, name string, group bool, names ...string) (*waiting, error) {
+	wake, unsubscribe, err := c.ln.subscribe(ctx, names...)
+	if err != nil {
+		return nil, err
+	}
+	id := c.waiterPrefix + strconv.FormatInt(c.waiterSeq.Add(1), 10)
+	if err := c.q.LeaseWaitFor(ctx, c.pool, db.LeaseWaitForParams{Name: name, Waiter: id, IsGroup: group}); err != nil {
+		unsubscribe()
+		return nil, dbError("register waiter for "+name, err)
+	}
+	return &waiting{c: c, name: name, id: id, wake: wake, unsubscribe: unsubscribe}, nil
+}
+
+// stop unsubscribes and removes the registration in the background: the
+// waiter's id is unique, so no later registration can be removed by it.
+func (w *waiting) stop() {
+	w.unsubscribe()
+	w.c.goBackground(func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, w.c.cfg.TTL)
+		defer cancel()
+		if err := w.c.q.LeaseStopWaiting(ctx, w.c.pool, db.LeaseStopWaitingParams{Name: w.name, Waiter: w.id}); err != nil {
+			w.c.log.Debug("pgbaton: removing waiter registration failed", "lease", w.name, "error", err)
+		}
+	})
 }
 
 // wait blocks until a wake-up, until the known expiry (d from now) plus

@@ -498,3 +498,59 @@ func TestCloseReleasesAndLeavesNoConnections(t *testing.T) {
 	pool.Close()
 	env.NoConnections(t, d)
 }
+
+func TestReleaseNotifiesOnlyWhenSomeoneWaits(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := ctxT(t, 30*time.Second)
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, "LISTEN pgbaton_lease")
+	require.NoError(t, err)
+	defer conn.Exec(context.Background(), "UNLISTEN *")
+	notified := func() bool {
+		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		n, err := conn.Conn().WaitForNotification(wctx)
+		return err == nil && n.Payload == "n"
+	}
+	cycle := func() {
+		var tok int64
+		require.NoError(t, pool.QueryRow(ctx, "SELECT token FROM pgbaton.try_acquire('n', 'o', 60000)").Scan(&tok))
+		var ok bool
+		require.NoError(t, pool.QueryRow(ctx, "SELECT pgbaton.release('n', 'o', $1)", tok).Scan(&ok))
+		require.True(t, ok)
+	}
+	cycle()
+	assert.False(t, notified(), "no waiter registered: no NOTIFY")
+	_, err = pool.Exec(ctx, "SELECT pgbaton.wait_for('n', 'someone/1')")
+	require.NoError(t, err)
+	cycle()
+	assert.True(t, notified())
+	_, err = pool.Exec(ctx, "SELECT pgbaton.stop_waiting('n', 'someone/1')")
+	require.NoError(t, err)
+
+	// A client's waiter registration goes away once it got the lease.
+	holder := newClient(t, pool, leasetable.Config{Owner: "h", TTL: time.Minute})
+	waiting := make(chan string, 1)
+	waiter := newClient(t, pool, leasetable.Config{Owner: "w", TTL: time.Minute, Logger: logTo(waiting)})
+	l, err := holder.TryAcquire(ctx, "n")
+	require.NoError(t, err)
+	got := make(chan *leasetable.Lease, 1)
+	go func() {
+		wl, err := waiter.Acquire(ctx, "n")
+		assert.NoError(t, err)
+		got <- wl
+	}()
+	<-waiting
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pgbaton.lease_waiter WHERE name = 'n'").Scan(&n))
+	assert.Equal(t, 1, n)
+	require.NoError(t, l.Release(ctx))
+	require.NoError(t, (<-got).Release(ctx))
+	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
+		err := pool.QueryRow(ctx, "SELECT count(*) FROM pgbaton.lease_waiter").Scan(&n)
+		return n == 0, err
+	}, "waiter registration left behind")
+}

@@ -37,11 +37,12 @@ func (c *Client) Semaphore(ctx context.Context, name string, slots int) (*Lease,
 	if err := c.registerSemaphore(ctx, name, names); err != nil {
 		return nil, err
 	}
-	wake, unsubscribe, err := c.ln.subscribe(ctx, names...)
-	if err != nil {
-		return nil, err
-	}
-	defer unsubscribe()
+	var w *waiting
+	defer func() {
+		if w != nil {
+			w.stop()
+		}
+	}()
 	for {
 		got, err := c.Claim(ctx, name, 1)
 		if err != nil {
@@ -50,12 +51,20 @@ func (c *Client) Semaphore(ctx context.Context, name string, slots int) (*Lease,
 		if len(got) == 1 {
 			return got[0], nil
 		}
+		if w == nil {
+			// Register, then look again: a release before the
+			// registration notified nobody.
+			if w, err = c.startWaiting(ctx, name, true, names...); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		next, err := c.q.LeaseGroupNextExpiry(ctx, c.pool, name)
 		if err != nil {
 			return nil, dbError("semaphore "+name, err)
 		}
 		c.log.Debug("pgbaton: waiting for semaphore", "semaphore", name, "slots", slots)
-		if err := c.wait(ctx, wake, next.NextExpiry.Sub(next.DbNow)); err != nil {
+		if err := c.wait(ctx, w.wake, next.NextExpiry.Sub(next.DbNow)); err != nil {
 			return nil, fmt.Errorf("leasetable: waiting for semaphore %q: %w", name, err)
 		}
 	}

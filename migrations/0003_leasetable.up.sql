@@ -122,23 +122,69 @@ BEGIN
     RETURNING l.expires_at;
 END $$;
 
--- release frees the lease (name, owner, token) and wakes waiters with a
--- NOTIFY on channel pgbaton_lease (payload: the name). It returns false and
--- changes nothing when that grant was superseded: somebody else's lease is
--- never released. An expired grant nobody took over is still freed (true):
--- no one else held the name in between.
+-- Waiters register here before they wait, so release notifies only when
+-- somebody waits: a NOTIFY serialises committing transactions on a
+-- cluster-wide lock, which would cap releases at one commit flush at a
+-- time. Unlogged: registrations need no WAL and mean nothing after a crash
+-- (waiters look again when their LISTEN connection comes back). waiter is
+-- unique per waiting call; name is a lease name, or a group name for
+-- waiters on any lease of the group (semaphores).
+CREATE UNLOGGED TABLE pgbaton.lease_waiter (
+    name   text NOT NULL,
+    waiter text NOT NULL,
+    since  timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (name, waiter)
+);
+
+-- wait_for registers waiter as waiting for lease name (or for any lease of
+-- group name when p_group). Call it in its own transaction, after LISTEN
+-- pgbaton_lease and before looking at the lease again. The FOR SHARE lock
+-- orders it against releases: a release already running commits first
+-- (and the next look sees the lease free), a later one sees this
+-- registration and notifies.
+CREATE FUNCTION pgbaton.wait_for(p_name text, p_waiter text, p_group boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pgbaton.lease_check_args(p_name, p_waiter, 1);
+    INSERT INTO pgbaton.lease_waiter (name, waiter) VALUES (p_name, p_waiter) ON CONFLICT DO NOTHING;
+    IF p_group THEN
+        PERFORM 1 FROM pgbaton.lease l WHERE l.lease_group = p_name FOR SHARE;
+    ELSE
+        PERFORM 1 FROM pgbaton.lease l WHERE l.name = p_name FOR SHARE;
+    END IF;
+END $$;
+
+-- stop_waiting removes a registration made by wait_for.
+CREATE FUNCTION pgbaton.stop_waiting(p_name text, p_waiter text)
+RETURNS void
+LANGUAGE sql AS $$
+    DELETE FROM pgbaton.lease_waiter w WHERE w.name = p_name AND w.waiter = p_waiter
+$$;
+
+-- release frees the lease (name, owner, token). If anyone waits for it
+-- (pgbaton.wait_for), it wakes them with a NOTIFY on channel pgbaton_lease,
+-- payload: the name. It returns false and changes nothing when that grant
+-- was superseded: somebody else's lease is never released. An expired
+-- grant nobody took over is still freed (true): no one else held the name
+-- in between.
 CREATE FUNCTION pgbaton.release(p_name text, p_owner text, p_token bigint)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
+DECLARE
+    g text;
 BEGIN
     PERFORM pgbaton.lease_check_args(p_name, p_owner, 1);
     UPDATE pgbaton.lease l
        SET owner = NULL, expires_at = NULL
-     WHERE l.name = p_name AND l.owner = p_owner AND l.token = p_token;
+     WHERE l.name = p_name AND l.owner = p_owner AND l.token = p_token
+    RETURNING l.lease_group INTO g;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    PERFORM pg_notify('pgbaton_lease', p_name);
+    IF EXISTS (SELECT 1 FROM pgbaton.lease_waiter w WHERE w.name IN (p_name, g)) THEN
+        PERFORM pg_notify('pgbaton_lease', p_name);
+    END IF;
     RETURN true;
 END $$;
 

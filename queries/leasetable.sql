@@ -14,6 +14,17 @@ SELECT r.expires_at::timestamptz AS expires_at
 -- name: LeaseRelease :one
 SELECT pgbaton.release(@name::text, @owner::text, @token::bigint)::boolean AS released;
 
+-- name: LeaseWaitFor :exec
+SELECT pgbaton.wait_for(@name::text, @waiter::text, @is_group::boolean);
+
+-- name: LeaseStopWaiting :exec
+SELECT pgbaton.stop_waiting(@name::text, @waiter::text);
+
+-- name: LeaseStopWaitingAll :exec
+-- Removes every registration of a closing client (waiter ids start with
+-- its owner and a slash).
+DELETE FROM pgbaton.lease_waiter WHERE starts_with(waiter, @owner::text || '/');
+
 -- name: LeaseComplete :one
 SELECT pgbaton.complete(@name::text, @owner::text, @token::bigint)::boolean AS completed;
 

@@ -502,3 +502,43 @@ func (q *Queries) LeaseRenew(ctx context.Context, db DBTX, arg LeaseRenewParams)
 	err := row.Scan(&expires_at)
 	return expires_at, err
 }
+
+const leaseStopWaiting = `-- name: LeaseStopWaiting :exec
+SELECT pgbaton.stop_waiting($1::text, $2::text)
+`
+
+type LeaseStopWaitingParams struct {
+	Name   string `json:"name"`
+	Waiter string `json:"waiter"`
+}
+
+func (q *Queries) LeaseStopWaiting(ctx context.Context, db DBTX, arg LeaseStopWaitingParams) error {
+	_, err := db.Exec(ctx, leaseStopWaiting, arg.Name, arg.Waiter)
+	return err
+}
+
+const leaseStopWaitingAll = `-- name: LeaseStopWaitingAll :exec
+DELETE FROM pgbaton.lease_waiter WHERE starts_with(waiter, $1::text || '/')
+`
+
+// Removes every registration of a closing client (waiter ids start with
+// its owner and a slash).
+func (q *Queries) LeaseStopWaitingAll(ctx context.Context, db DBTX, owner string) error {
+	_, err := db.Exec(ctx, leaseStopWaitingAll, owner)
+	return err
+}
+
+const leaseWaitFor = `-- name: LeaseWaitFor :exec
+SELECT pgbaton.wait_for($1::text, $2::text, $3::boolean)
+`
+
+type LeaseWaitForParams struct {
+	Name    string `json:"name"`
+	Waiter  string `json:"waiter"`
+	IsGroup bool   `json:"is_group"`
+}
+
+func (q *Queries) LeaseWaitFor(ctx context.Context, db DBTX, arg LeaseWaitForParams) error {
+	_, err := db.Exec(ctx, leaseWaitFor, arg.Name, arg.Waiter, arg.IsGroup)
+	return err
+}

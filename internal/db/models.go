@@ -94,6 +94,12 @@ type PgbatonLease struct {
 	Metadata   []byte      `json:"metadata"`
 }
 
+type PgbatonLeaseWaiter struct {
+	Name   string    `json:"name"`
+	Waiter string    `json:"waiter"`
+	Since  time.Time `json:"since"`
+}
+
 type PgbatonSchemaMigration struct {
 	Version int64 `json:"version"`
 	Dirty   bool  `json:"dirty"`
