@@ -326,3 +326,31 @@ func TestNoLeakedConnections(t *testing.T) {
 	pool.Close()
 	env.NoConnections(t, d)
 }
+
+// A holder process paused (SIGSTOP) for longer than PingInterval +
+// PingTimeout reports its lock lost when it resumes, even though its
+// kernel kept the connection up, and gives the lock up.
+func TestPausedHolderReportsLoss(t *testing.T) {
+	d := env.DB(t)
+	ctx := ctxT(t)
+	child := env.StartChild(t, "watch", d.URL, "paused")
+	child.Expect(t, "locked", time.Minute)
+	child.Signal(t, syscall.SIGSTOP)
+	time.Sleep(500 * time.Millisecond) // the pause itself is the fault
+	l := newLocker(t, d.Pool(t), advisory.Config{})
+	_, err := l.TryLock(ctx, advisory.Name("paused"))
+	require.ErrorIs(t, err, advisory.ErrLocked, "a paused holder keeps its session")
+	child.Signal(t, syscall.SIGCONT)
+	msg := child.Expect(t, "lost", 5*time.Second)
+	require.Contains(t, msg, "lock lost")
+	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
+		lk, err := l.TryLock(ctx, advisory.Name("paused"))
+		if errors.Is(err, advisory.ErrLocked) {
+			return false, nil
+		}
+		if err == nil {
+			err = lk.Unlock(ctx)
+		}
+		return true, err
+	}, "the resumed holder gave its lock up")
+}

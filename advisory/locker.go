@@ -303,20 +303,24 @@ func (l *Locker) retireLocked(s *session) bool {
 	if s.count > 0 || l.closed {
 		return false
 	}
-	for i, o := range l.sessions {
+	for _, o := range l.sessions {
 		if o != s && o.alive() && o.count < l.cfg.MaxLocksPerSession {
-			for j, x := range l.sessions {
-				if x == s {
-					l.sessions = append(l.sessions[:j:j], l.sessions[j+1:]...)
-					break
-				}
-			}
-			_ = i
+			l.removeSession(s)
 			l.bg.Add(1)
 			return true
 		}
 	}
 	return false
+}
+
+// removeSession must be called with l.mu held.
+func (l *Locker) removeSession(s *session) {
+	for i, x := range l.sessions {
+		if x == s {
+			l.sessions = append(l.sessions[:i:i], l.sessions[i+1:]...)
+			return
+		}
+	}
 }
 
 // sessionEnded runs once when s is lost or closed: every lock on it is
@@ -325,12 +329,7 @@ func (l *Locker) retireLocked(s *session) bool {
 func (l *Locker) sessionEnded(s *session, cause error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for i, x := range l.sessions {
-		if x == s {
-			l.sessions = append(l.sessions[:i:i], l.sessions[i+1:]...)
-			break
-		}
-	}
+	l.removeSession(s)
 	if !errors.Is(cause, ErrLockLost) {
 		cause = fmt.Errorf("%w: %w", ErrLockLost, cause)
 	}

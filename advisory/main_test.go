@@ -21,6 +21,7 @@ func TestMain(m *testing.M) {
 	env = pgtest.Setup(pgtest.Options{Children: map[string]pgtest.ChildFunc{
 		"hold":    childHold,
 		"counter": childCounter,
+		"watch":   childWatch,
 	}})
 	os.Exit(env.Run(m))
 }
@@ -40,6 +41,27 @@ func childHold(ctx context.Context, args []string) error {
 		return err
 	}
 	pgtest.Printf("locked")
+	select {}
+}
+
+// childWatch holds the lock named args[1] with short ping settings and
+// reports when it is lost.
+func childWatch(ctx context.Context, args []string) error {
+	pool, err := pgxpool.New(ctx, args[0])
+	if err != nil {
+		return err
+	}
+	l, err := advisory.New(pool, advisory.Config{PingInterval: 50 * time.Millisecond, PingTimeout: 100 * time.Millisecond})
+	if err != nil {
+		return err
+	}
+	lk, err := l.Lock(ctx, advisory.Name(args[1]))
+	if err != nil {
+		return err
+	}
+	pgtest.Printf("locked")
+	<-lk.Done()
+	pgtest.Printf("lost %v", lk.Err())
 	select {}
 }
 

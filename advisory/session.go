@@ -241,6 +241,18 @@ func (s *session) exec(batch []*request) {
 	for i, r := range batch {
 		params[i] = db.AdvisoryOpParams{Op: r.op, Pair: r.id.pair, Hi: r.id.hi, Lo: r.id.lo, Key: r.id.id}
 	}
+	if s.expired() {
+		// The process did not run for longer than the server is guaranteed
+		// to keep a silent session (paused, or starved). Whether or not the
+		// server kept it, the locks may have been reported lost already:
+		// they must stay lost.
+		lost := fmt.Errorf("%w: session (backend pid %d) unanswered for more than PingInterval + PingTimeout (%s)", ErrLockLost, s.pid, l.cfg.giveUp())
+		for _, r := range batch {
+			r.result <- result{err: lost}
+		}
+		s.end(lost)
+		return
+	}
 	sent := l.since()
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.PingTimeout)
 	defer cancel()
