@@ -229,44 +229,48 @@ func (l *Locker) take(ctx context.Context, key Key, id lockID, shared, wait bool
 // reserveSession returns a live session with room for one more lock and
 // counts that lock in, opening a session if none has room.
 func (l *Locker) reserveSession(ctx context.Context) (*session, error) {
-	for {
-		l.mu.Lock()
-		if s := l.roomySession(); s != nil {
-			s.count++
-			l.mu.Unlock()
-			return s, nil
-		}
-		l.mu.Unlock()
-		select {
-		case l.opening <- struct{}{}:
-		case <-ctx.Done():
-			return nil, context.Cause(ctx)
-		}
-		l.mu.Lock()
-		if s := l.roomySession(); s != nil { // opened by someone else meanwhile
-			s.count++
-			l.mu.Unlock()
-			<-l.opening
-			return s, nil
-		}
-		l.mu.Unlock()
-		conn, pid, err := l.openConn(ctx)
-		<-l.opening
-		if err != nil {
-			return nil, err
-		}
-		l.mu.Lock()
+	take := func() (*session, error) {
 		if l.closed {
-			l.mu.Unlock()
-			closeConn(conn)
 			return nil, pgbaton.ErrClosed
 		}
-		s := l.newSession(conn, pid)
-		s.count++
-		l.sessions = append(l.sessions, s)
-		l.mu.Unlock()
-		return s, nil
+		if s := l.roomySession(); s != nil {
+			s.count++
+			return s, nil
+		}
+		return nil, nil
 	}
+	l.mu.Lock()
+	s, err := take()
+	l.mu.Unlock()
+	if s != nil || err != nil {
+		return s, err
+	}
+	select {
+	case l.opening <- struct{}{}:
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+	defer func() { <-l.opening }()
+	l.mu.Lock()
+	s, err = take() // opened by someone else meanwhile?
+	l.mu.Unlock()
+	if s != nil || err != nil {
+		return s, err
+	}
+	conn, pid, err := l.openConn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		closeConn(conn)
+		return nil, pgbaton.ErrClosed
+	}
+	s = l.newSession(conn, pid)
+	s.count++
+	l.sessions = append(l.sessions, s)
+	return s, nil
 }
 
 // roomySession must be called with l.mu held.
