@@ -35,6 +35,24 @@ test: ## Run all tests with -race (throwaway PostgreSQL unless PGBATON_TEST_DSN 
 # on a quiet machine. BENCHARGS adds to it (e.g. -only Claim -runs 3).
 BENCHARGS ?=
 
+# The chaos suite (test/): the short run is part of `make test`; `make chaos`
+# runs many seeds for longer. Each run prints one line:
+#   chaos: seed S ops N faults F overlaps 0 stale_accepted 0 lost 0 doubled 0 max_takeover_ms X
+# Replay a seed with: go test -run 'TestChaos$$' ./test/ -args -chaos.seed=S
+CHAOS_SEEDS    ?= 8
+CHAOS_DURATION ?= 2m
+FUZZTIME       ?= 5s
+
+.PHONY: chaos
+chaos: ## Run the long chaos suite (CHAOS_SEEDS seeds of CHAOS_DURATION each)
+	$(GO) test -race -count=1 -timeout 0 -run 'TestChaos$$' ./test/ -args -chaos.seeds=$(CHAOS_SEEDS) -chaos.duration=$(CHAOS_DURATION)
+
+.PHONY: fuzz-short
+fuzz-short: ## Run each fuzz target briefly (FUZZTIME each), after its seed corpus
+	$(GO) test -run '^$$' -fuzz '^FuzzNameKey$$' -fuzztime=$(FUZZTIME) ./test/fuzz/
+	$(GO) test -run '^$$' -fuzz '^FuzzNameValidation$$' -fuzztime=$(FUZZTIME) ./test/fuzz/
+	$(GO) test -run '^$$' -fuzz '^FuzzCLIArgs$$' -fuzztime=$(FUZZTIME) ./cmd/pgbaton/
+
 .PHONY: bench
 bench: ## Side-by-side benchmarks vs raw pgx, go-pglock, River, gue, redislock; writes bench/RESULTS.md
 	@mkdir -p $(TOOLS)
