@@ -408,7 +408,8 @@ func (e *env) contendedScenario(clients int) *scenario {
 		note: "Each client stands for its own process (its own Locker, connection or Redis client) and loops " +
 			"blocking lock + release on one key. Fairness is the most acquisitions of a client ÷ the fewest (1 is fair). " +
 			"redislock waits by polling every 1 ms.",
-		metrics: []metric{{name: "acquisitions/s", higherBetter: true}, {name: "fairness max/min", format: "%.2f"}},
+		metrics: []metric{{name: "acquisitions/s", higherBetter: true}, {name: "fairness max/min", format: "%.2f"},
+			{name: "new connections/acquisition", format: "%.2f"}},
 	}
 	for _, b := range e.advisoryBackends() {
 		var nodes []lockNode
@@ -436,13 +437,17 @@ func (e *env) contendedScenario(clients int) *scenario {
 			return nil
 		}
 		im.run = func(ctx context.Context) (sample, error) {
+			sessions0, err := e.sessionsOpened(ctx)
+			if err != nil {
+				return nil, err
+			}
 			counts := make([]int64, clients)
 			deadline := time.Now().Add(e.window)
 			start := time.Now()
 			// Nobody is cancelled at the deadline (a cancelled raw pgx query
 			// closes its connection): each client stops after its next
 			// release, so every waiter is eventually served.
-			err := parallel(clients, func(i int) error {
+			err = parallel(clients, func(i int) error {
 				for {
 					h, err := workers[i].lock(ctx, "bench:contended")
 					if err != nil {
@@ -469,7 +474,16 @@ func (e *env) contendedScenario(clients int) *scenario {
 				lo, hi = min(lo, c), max(hi, c)
 			}
 			fair := float64(hi) / float64(max(lo, 1))
-			return sample{"acquisitions/s": float64(total) / deadline.Sub(start).Seconds(), "fairness max/min": fair}, nil
+			sessions1, err := e.sessionsOpened(ctx)
+			if err != nil {
+				return nil, err
+			}
+			smp := sample{"acquisitions/s": float64(total) / deadline.Sub(start).Seconds(), "fairness max/min": fair}
+			if b.app != "" {
+				// Minus the monitor connections sessionsOpened made itself.
+				smp["new connections/acquisition"] = float64(sessions1-sessions0-2) / float64(max(total, 1))
+			}
+			return smp, nil
 		}
 		sc.impls = append(sc.impls, im)
 	}

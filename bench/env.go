@@ -88,6 +88,20 @@ func (e *env) serverConns(ctx context.Context, app string) (float64, error) {
 	return float64(n), err
 }
 
+// sessionsOpened is the number of connections the database has accepted
+// so far (pg_stat_database.sessions, PostgreSQL 14+), after letting every
+// backend flush its statistics.
+func (e *env) sessionsOpened(ctx context.Context) (int64, error) {
+	c, err := e.conn(ctx, "bench-monitor")
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close(ctx)
+	var n int64
+	err = c.QueryRow(ctx, "SELECT coalesce(sessions, 0) FROM pg_stat_database WHERE datname = current_database()").Scan(&n)
+	return n, err
+}
+
 func (e *env) redisClient() *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: e.redisAddr})
 }

@@ -44,7 +44,7 @@ type leaseNode struct {
 }
 
 func (e *env) newLeaseNode(ctx context.Context, ttl time.Duration) (lockNode, error) {
-	pool, err := e.pool(ctx, "bench-pgbaton-lease", 0)
+	pool, err := e.pool(ctx, "bench-pgbaton-lease", 8) // as many connections as raw pgx uses at 8 clients
 	if err != nil {
 		return nil, err
 	}
@@ -120,11 +120,12 @@ type rawLeaseNode struct {
 }
 
 type rawLeaseWorker struct {
-	c         *pgx.Conn
-	owner     string
-	ttlMs     int64
-	listening bool
-	waiting   chan struct{}
+	c          *pgx.Conn
+	owner      string
+	ttlMs      int64
+	listening  bool
+	registered string // lease name this worker is registered as waiter for
+	waiting    chan struct{}
 }
 
 func (n *rawLeaseNode) worker(ctx context.Context) (lockWorker, error) {
@@ -160,8 +161,15 @@ func (w *rawLeaseWorker) attempt(ctx context.Context, key string) (held, error) 
 		return nil, err
 	}
 	return releaseFunc(func(ctx context.Context) error {
+		// A registration as waiter left by lock goes in the same round trip.
+		b := &pgx.Batch{}
+		if w.registered != "" {
+			b.Queue("SELECT pgbaton.stop_waiting($1, $2)", w.registered, w.owner)
+			w.registered = ""
+		}
 		var released bool
-		if err := w.c.QueryRow(ctx, "SELECT pgbaton.release($1, $2, $3)", key, w.owner, token).Scan(&released); err != nil {
+		b.Queue("SELECT pgbaton.release($1, $2, $3)", key, w.owner, token).QueryRow(func(r pgx.Row) error { return r.Scan(&released) })
+		if err := w.c.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
 		if !released {
@@ -175,6 +183,8 @@ func (w *rawLeaseWorker) try(ctx context.Context, key string) (held, error) {
 	return w.attempt(ctx, key)
 }
 
+// lock follows pgbaton's protocol: LISTEN, register as a waiter
+// (pgbaton.wait_for), look again, and wait for the release's NOTIFY.
 func (w *rawLeaseWorker) lock(ctx context.Context, key string) (held, error) {
 	if !w.listening {
 		if _, err := w.c.Exec(ctx, "LISTEN pgbaton_lease"); err != nil {
@@ -186,6 +196,13 @@ func (w *rawLeaseWorker) lock(ctx context.Context, key string) (held, error) {
 		h, err := w.attempt(ctx, key)
 		if h != nil || err != nil {
 			return h, err
+		}
+		if w.registered == "" {
+			if _, err := w.c.Exec(ctx, "SELECT pgbaton.wait_for($1, $2)", key, w.owner); err != nil {
+				return nil, err
+			}
+			w.registered = key
+			continue
 		}
 		select {
 		case w.waiting <- struct{}{}:

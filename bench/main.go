@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"slices"
 	"runtime/pprof"
 	"strings"
 	"time"
@@ -41,6 +42,7 @@ type options struct {
 	rows     int
 	holds    string
 	only     string
+	impls    string
 	out      string
 	cpuprof  string
 }
@@ -55,6 +57,7 @@ func run(args []string, stdout io.Writer) error {
 	fs.IntVar(&o.rows, "rows", 10000, "work items per claim run")
 	fs.StringVar(&o.holds, "holds", "1,100,1000", "lock counts for the connections and memory scenarios")
 	fs.StringVar(&o.only, "only", "", "run only scenarios whose title matches this regexp")
+	fs.StringVar(&o.impls, "impls", "", "measure only implementations whose name matches this regexp (for profiling)")
 	fs.StringVar(&o.out, "out", "", "also write the report to this file")
 	fs.StringVar(&o.cpuprof, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	if err := fs.Parse(args); err != nil {
@@ -95,6 +98,10 @@ func benchmark(ctx context.Context, dsn string, o options, log io.Writer) (strin
 	if err != nil {
 		return "", err
 	}
+	impls, err := regexp.Compile(o.impls)
+	if err != nil {
+		return "", err
+	}
 	e.startRedis(ctx)
 	defer e.redisStop()
 	logf := func(format string, args ...any) { fmt.Fprintf(log, format+"\n", args...) }
@@ -123,6 +130,7 @@ func benchmark(ctx context.Context, dsn string, o options, log io.Writer) (strin
 		if !only.MatchString(sc.title) {
 			continue
 		}
+		sc.impls = slices.DeleteFunc(sc.impls, func(im *impl) bool { return !impls.MatchString(im.name) })
 		logf("%s", sc.title)
 		res := runScenario(ctx, sc, o.runs, logf)
 		writeTable(&b, sc, res, o.runs)
