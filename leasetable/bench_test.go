@@ -277,14 +277,17 @@ RETURNING name, token`, "plain", owner, batch)
 	}
 }
 
+// BenchmarkHandover measures from the holder's release call to the
+// waiter's acquire returning, for the library and for raw pgx doing the
+// same protocol (a LISTEN connection, wait_for, lease_attempt, release),
+// alternating.
 func BenchmarkHandover(b *testing.B) {
 	pool := durablePool(b, 6)
 	ctx := context.Background()
 	holder := benchClient(b, pool, leasetable.Config{Owner: "holder", TTL: time.Minute})
 	waiting := make(chan string, 1)
 	waiter := benchClient(b, pool, leasetable.Config{Owner: "waiter", TTL: time.Minute, Logger: logTo(waiting)})
-	lat := make([]time.Duration, 0, b.N)
-	for range b.N {
+	lib := func() time.Duration {
 		l, err := holder.TryAcquire(ctx, "handover")
 		if err != nil {
 			b.Fatal(err)
@@ -295,8 +298,7 @@ func BenchmarkHandover(b *testing.B) {
 			wl, err := waiter.Acquire(ctx, "handover")
 			acquired = time.Now()
 			if err == nil {
-				defer func() { got <- wl.Release(ctx) }()
-				return
+				err = wl.Release(ctx)
 			}
 			got <- err
 		}()
@@ -308,9 +310,146 @@ func BenchmarkHandover(b *testing.B) {
 		if err := <-got; err != nil {
 			b.Fatal(err)
 		}
-		lat = append(lat, acquired.Sub(start))
+		return acquired.Sub(start)
 	}
-	b.ReportMetric(float64(percentile(lat, 50).Microseconds())/1000, "p50_ms")
-	b.ReportMetric(float64(percentile(lat, 99).Microseconds())/1000, "p99_ms")
+
+	pc, err := pool.Acquire(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pc.Release()
+	listen := pc.Conn()
+	if _, err := listen.Exec(ctx, "LISTEN pgbaton_lease"); err != nil {
+		b.Fatal(err)
+	}
+	defer listen.Exec(context.Background(), "UNLISTEN *")
+	attempt := func(owner string) (bool, int64) {
+		var ok bool
+		var tok int64
+		if err := pool.QueryRow(ctx, "SELECT acquired, token FROM pgbaton.lease_attempt('raw-handover', $1, 60000)", owner).Scan(&ok, &tok); err != nil {
+			b.Fatal(err)
+		}
+		return ok, tok
+	}
+	raw := func() time.Duration {
+		ok, tok := attempt("raw-holder")
+		if !ok {
+			b.Fatal("raw holder did not get the lease")
+		}
+		ready := make(chan struct{})
+		got := make(chan int64, 1)
+		var acquired time.Time
+		go func() {
+			if ok, _ := attempt("raw-waiter"); ok {
+				b.Error("raw waiter got a held lease")
+			}
+			if _, err := pool.Exec(ctx, "SELECT pgbaton.wait_for('raw-handover', 'raw-waiter/1')"); err != nil {
+				b.Error(err)
+			}
+			close(ready)
+			for {
+				if _, err := listen.WaitForNotification(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+				if ok, tok := attempt("raw-waiter"); ok {
+					acquired = time.Now()
+					got <- tok
+					return
+				}
+			}
+		}()
+		<-ready
+		start := time.Now()
+		if _, err := pool.Exec(ctx, "SELECT pgbaton.release('raw-handover', 'raw-holder', $1)", tok); err != nil {
+			b.Fatal(err)
+		}
+		wtok := <-got
+		took := acquired.Sub(start)
+		if _, err := pool.Exec(ctx, "SELECT pgbaton.stop_waiting('raw-handover', 'raw-waiter/1'), pgbaton.release('raw-handover', 'raw-waiter', $1)", wtok); err != nil {
+			b.Fatal(err)
+		}
+		return took
+	}
+	var libLat, rawLat []time.Duration
+	for range b.N {
+		libLat = append(libLat, lib())
+		rawLat = append(rawLat, raw())
+	}
+	b.ReportMetric(float64(percentile(libLat, 50).Microseconds())/1000, "lib_p50_ms")
+	b.ReportMetric(float64(percentile(libLat, 99).Microseconds())/1000, "lib_p99_ms")
+	b.ReportMetric(float64(percentile(rawLat, 50).Microseconds())/1000, "raw_p50_ms")
+	b.ReportMetric(float64(percentile(rawLat, 99).Microseconds())/1000, "raw_p99_ms")
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkClaimDecay drains a queue of 1M work items with 8 workers
+// claiming and completing 100 at a time, and compares the rate over the
+// first 10k items with the rate over the last 10k: finished rows must not
+// slow claiming down (the free-row partial index keeps them out of the
+// scan). One op is the whole drain; run it with -benchtime 1x.
+func BenchmarkClaimDecay(b *testing.B) {
+	pool := durablePool(b, 10)
+	ctx := context.Background()
+	const rows, window, workers, batch = 1_000_000, 10_000, 8, 100
+	clients := make([]*leasetable.Client, workers)
+	for w := range clients {
+		clients[w] = benchClient(b, pool, leasetable.Config{Owner: "w" + strconv.Itoa(w), TTL: time.Minute})
+	}
+	var firstRates, lastRates []float64
+	for range b.N {
+		b.StopTimer()
+		if _, err := pool.Exec(ctx, `INSERT INTO pgbaton.lease (name, lease_group)
+			SELECT 'item-' || g, 'big' FROM generate_series(1, $1::int) g`, rows); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, "VACUUM ANALYZE pgbaton.lease"); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		var done atomic.Int64
+		var mu sync.Mutex
+		var firstEnd, lastStart time.Time
+		start := time.Now()
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					ls, err := clients[w].Claim(ctx, "big", batch)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if len(ls) == 0 {
+						return
+					}
+					if err := clients[w].Complete(ctx, ls...); err != nil {
+						b.Error(err)
+						return
+					}
+					n := done.Add(int64(len(ls)))
+					mu.Lock()
+					if n >= window && firstEnd.IsZero() {
+						firstEnd = time.Now()
+					}
+					if n >= rows-window && lastStart.IsZero() {
+						lastStart = time.Now()
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		end := time.Now()
+		firstRates = append(firstRates, window/firstEnd.Sub(start).Seconds())
+		lastRates = append(lastRates, window/end.Sub(lastStart).Seconds())
+		b.ReportMetric(float64(rows)/end.Sub(start).Seconds(), "all_items/s")
+	}
+	first, last := median(firstRates), median(lastRates)
+	b.ReportMetric(first, "first10k_items/s")
+	b.ReportMetric(last, "last10k_items/s")
+	b.ReportMetric(100*(1-last/first), "decay_%")
 	b.ReportMetric(0, "ns/op")
 }
