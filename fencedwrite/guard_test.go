@@ -244,3 +244,31 @@ func TestGuardHonoursContext(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.NotErrorIs(t, err, fencedwrite.ErrStaleToken)
 }
+
+// REPEATABLE READ adds failures, not safety: a renewal committed after the
+// transaction's snapshot makes the guard fail with a serialization error
+// (40001), though the token is valid. With Guard as the first statement
+// it passes.
+func TestGuardUnderRepeatableRead(t *testing.T) {
+	ctx := testContext(t)
+	pool := newPool(t)
+	token := acquire(t, ctx, pool, "job:a", "me", time.Minute)
+	rr := pgx.TxOptions{IsoLevel: pgx.RepeatableRead}
+
+	tx, err := pool.BeginTx(ctx, rr)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, "SELECT 1") // takes the snapshot
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "SELECT * FROM pgbaton.renew('job:a', 'me', $1, 60000)", token)
+	require.NoError(t, err)
+	err = fencedwrite.Guard(ctx, tx, "job:a", token)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "40001", pgErr.Code)
+	require.NotErrorIs(t, err, fencedwrite.ErrStaleToken)
+
+	require.NoError(t, pgx.BeginTxFunc(ctx, pool, rr, func(tx pgx.Tx) error {
+		return fencedwrite.Guard(ctx, tx, "job:a", token)
+	}))
+}
