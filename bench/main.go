@@ -14,8 +14,8 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
-	"slices"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"time"
 )
@@ -126,6 +126,8 @@ func benchmark(ctx context.Context, dsn string, o options, log io.Writer) (strin
 		o.runs, o.window, o.samples, o.rows)
 	b.WriteString("Every figure is measured in this one process and run, each implementation in turn (rotating order). " +
 		"Ratios are what to read: absolute numbers depend on the machine. Claims on 1M rows were not run.\n\n")
+	var tables strings.Builder
+	all := figures{}
 	for _, sc := range e.scenarios() {
 		if !only.MatchString(sc.title) {
 			continue
@@ -133,11 +135,15 @@ func benchmark(ctx context.Context, dsn string, o options, log io.Writer) (strin
 		sc.impls = slices.DeleteFunc(sc.impls, func(im *impl) bool { return !impls.MatchString(im.name) })
 		logf("%s", sc.title)
 		res := runScenario(ctx, sc, o.runs, logf)
-		writeTable(&b, sc, res, o.runs)
+		all[sc.title] = res
+		writeTable(&tables, sc, res, o.runs)
 		if ctx.Err() != nil {
 			return "", ctx.Err()
 		}
 	}
+	writeTargets(&b, e, all)
+	b.WriteString("## Figures\n\n")
+	b.WriteString(tables.String())
 	fmt.Fprintf(&b, "Load average at the end: %s\n", loadavg())
 	return b.String(), nil
 }

@@ -42,8 +42,18 @@ type scenario struct {
 	note    string
 	metrics []metric
 	impls   []*impl
-	// runs overrides the global number of runs (e.g. slow fault runs).
+	// runs lowers the global number of runs (e.g. slow fault runs).
 	runs int
+	// noWarmup skips the warm-up run (runs that set up their own data).
+	noWarmup bool
+}
+
+// effectiveRuns is how many recorded runs sc gets when runs are asked for.
+func (sc *scenario) effectiveRuns(runs int) int {
+	if sc.runs > 0 {
+		return min(runs, sc.runs)
+	}
+	return runs
 }
 
 type result struct {
@@ -75,9 +85,7 @@ func (r *result) minmax(m string) (float64, float64) {
 // runScenario measures every implementation runs times, interleaved, after
 // one unrecorded warm-up run each.
 func runScenario(ctx context.Context, sc *scenario, runs int, logf func(string, ...any)) []*result {
-	if sc.runs > 0 {
-		runs = min(runs, sc.runs)
-	}
+	runs = sc.effectiveRuns(runs)
 	results := make([]*result, len(sc.impls))
 	var live []int
 	for i, im := range sc.impls {
@@ -94,7 +102,11 @@ func runScenario(ctx context.Context, sc *scenario, runs int, logf func(string, 
 		}
 		live = append(live, i)
 	}
-	for r := -1; r < runs; r++ { // r = -1 is the warm-up
+	first := -1 // r = -1 is the warm-up
+	if sc.noWarmup {
+		first = 0
+	}
+	for r := first; r < runs; r++ {
 		for k := range live {
 			i := live[(k+max(r, 0))%len(live)]
 			res := results[i]
@@ -150,6 +162,7 @@ func ratio(a, b float64) string {
 // median and min–max over the runs, then for the primary metric this
 // implementation ÷ raw pgx and pgbaton ÷ this implementation.
 func writeTable(w io.Writer, sc *scenario, results []*result, runs int) {
+	runs = sc.effectiveRuns(runs)
 	p := sc.metrics[0]
 	better := "higher is better"
 	if !p.higherBetter {

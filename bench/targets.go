@@ -1,0 +1,65 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strings"
+)
+
+// figures looks up medians by scenario title and implementation name
+// prefixes.
+type figures map[string][]*result
+
+func (f figures) median(title, implPrefix, metric string) float64 {
+	for _, r := range f[title] {
+		if strings.HasPrefix(r.impl.name, implPrefix) {
+			return r.median(metric)
+		}
+	}
+	return math.NaN()
+}
+
+// writeTargets checks the targets against the medians: the report
+// says which are met and which are missed.
+func writeTargets(w io.Writer, e *env, f figures) {
+	type row struct{ target, figure, verdict string }
+	var rows []row
+	verdict := func(ok bool, vals ...float64) string {
+		for _, v := range vals {
+			if math.IsNaN(v) {
+				return "not measured"
+			}
+		}
+		if ok {
+			return "met"
+		}
+		return "**missed**"
+	}
+	for _, c := range []int{1, 8} {
+		t := e.uncontendedScenario(c).title
+		pg, rd := f.median(t, "pgbaton", "ops/s"), f.median(t, "redislock", "ops/s")
+		rows = append(rows, row{fmt.Sprintf("advisory try + release ≥ Redis at %d client(s)", c),
+			fmt.Sprintf("pgbaton ÷ redislock = %s", ratio(pg, rd)), verdict(pg >= rd, pg, rd)})
+	}
+	t := e.uncontendedScenario(8).title
+	pg, pl := f.median(t, "pgbaton", "ops/s"), f.median(t, "go-pglock", "ops/s")
+	pgc, plc := f.median(t, "pgbaton", "connections"), f.median(t, "go-pglock", "connections")
+	rows = append(rows, row{"advisory try + release ≥ go-pglock at 8 clients with ≤ 1/4 of its connections",
+		fmt.Sprintf("pgbaton ÷ go-pglock = %s ops/s, %.0f vs %.0f connections", ratio(pg, pl), pgc, plc),
+		verdict(pg >= pl && pgc*4 <= plc, pg, pl, pgc, plc)})
+	for _, b := range []int{1, 10, 100} {
+		t := e.claimScenario(b).title
+		pg, rv := f.median(t, "pgbaton", "items/s"), f.median(t, "River", "items/s")
+		rows = append(rows, row{fmt.Sprintf("Claim ≥ River's throughput, batch %d", b),
+			fmt.Sprintf("pgbaton ÷ River = %s", ratio(pg, rv)), verdict(pg >= rv, pg, rv)})
+	}
+	p50 := f.median("Lease: handover latency on release", "pgbaton", "p50 ms")
+	rows = append(rows, row{"lease handover on release p50 ≤ 2 ms", fmt.Sprintf("%.3f ms", p50), verdict(p50 <= 2, p50)})
+
+	fmt.Fprintf(w, "## Targets\n\n| target | figure (medians) | verdict |\n| --- | --- | --- |\n")
+	for _, r := range rows {
+		fmt.Fprintf(w, "| %s | %s | %s |\n", r.target, r.figure, r.verdict)
+	}
+	fmt.Fprintln(w)
+}
