@@ -15,6 +15,7 @@ import (
 
 	"github.com/pgbaton/pgbaton/fencedwrite"
 	"github.com/pgbaton/pgbaton/internal/pgtest"
+	"github.com/pgbaton/pgbaton/leasetable"
 )
 
 // The Jepsen "lock-protected counter" (etcd's lock-set workloads): worker
@@ -34,8 +35,10 @@ const (
 )
 
 // counterChild is one worker process. args: url, mode ("guard" or
-// "none"), owner. It prints READ token value, then ACK token value or REJ
-// token for every increment it attempts, until ctl.stop is set.
+// "none"), owner. It takes the lease with leasetable (which renews it in
+// the background, and cannot while the process is stopped), and prints
+// READ token value, then ACK token value or REJ token for every increment
+// it attempts, until ctl.stop is set.
 func counterChild(ctx context.Context, args []string) error {
 	url, mode, owner := args[0], args[1], args[2]
 	pool, err := pgxpool.New(ctx, url)
@@ -43,27 +46,37 @@ func counterChild(ctx context.Context, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	for {
+	client, err := leasetable.New(ctx, pool, leasetable.Config{Owner: owner, TTL: counterTTL})
+	if err != nil {
+		return err
+	}
+	defer client.Close(ctx)
+	stopped := func() (bool, error) {
 		var stop bool
-		if err := pool.QueryRow(ctx, "SELECT stop FROM ctl").Scan(&stop); err != nil || stop {
+		err := pool.QueryRow(ctx, "SELECT stop FROM ctl").Scan(&stop)
+		return stop, err
+	}
+	for {
+		if stop, err := stopped(); err != nil || stop {
 			return err
 		}
-		var token int64
-		err := pool.QueryRow(ctx, "SELECT token FROM pgbaton.try_acquire($1, $2, $3)",
-			counterLease, owner, counterTTL.Milliseconds()).Scan(&token)
-		if errors.Is(err, pgx.ErrNoRows) {
-			time.Sleep(5 * time.Millisecond) // the workload's own polling for a held lease
-			continue
-		}
+		lease, err := client.Acquire(ctx, counterLease) // waits for the holder's release or expiry
 		if err != nil {
 			return err
 		}
+		if stop, err := stopped(); err != nil || stop {
+			_ = lease.Release(ctx)
+			return err
+		}
+		token := lease.Token()
 		var v int64
 		if err := pool.QueryRow(ctx, "SELECT value FROM counter").Scan(&v); err != nil {
 			return err
 		}
 		pgtest.Printf("READ %d %d", token, v)
-		time.Sleep(counterSleep) // the nemesis pauses us here
+		// The nemesis pauses us here. Like a real process paused by GC, we
+		// do not look at lease.Done() again before writing.
+		time.Sleep(counterSleep)
 		write := func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, "UPDATE counter SET value = $1", v+1); err != nil {
 				return err
@@ -72,7 +85,7 @@ func counterChild(ctx context.Context, args []string) error {
 			return err
 		}
 		if mode == "guard" {
-			err = fencedwrite.InTx(ctx, pool, fencedwrite.Token(counterLease, token), write)
+			err = fencedwrite.InTx(ctx, pool, lease, write)
 		} else {
 			err = pgx.BeginFunc(ctx, pool, write)
 		}
@@ -84,9 +97,7 @@ func counterChild(ctx context.Context, args []string) error {
 		default:
 			pgtest.Printf("ACK %d %d", token, v+1)
 		}
-		if _, err := pool.Exec(ctx, "SELECT pgbaton.release($1, $2, $3)", counterLease, owner, token); err != nil {
-			return err
-		}
+		_ = lease.Release(ctx) // fails with ErrNotHeld after a takeover: nothing to give back
 	}
 }
 
