@@ -64,6 +64,7 @@ func TestInTxRejectsAStaleLeaseAndWritesNothing(t *testing.T) {
 	requireStale(t, err, "job:a", old, current, "superseded")
 	require.False(t, called, "fn does not run under a stale token")
 	require.Zero(t, rowCount(t, ctx, pool))
+	requireUnlocked(t, ctx, pool, "job:a")
 }
 
 func TestInTxReturnsFnErrorAndRollsBack(t *testing.T) {
@@ -82,6 +83,7 @@ func TestInTxReturnsFnErrorAndRollsBack(t *testing.T) {
 	})
 	require.Same(t, boom, err, "fn's error comes back as it is")
 	require.Zero(t, rowCount(t, ctx, pool))
+	requireUnlocked(t, ctx, pool, "job:a")
 
 	// A fenced row newer than the lease's token: the trigger's error from
 	// inside fn is a *StaleTokenError.
@@ -115,6 +117,7 @@ func TestInTxReportsARolledBackCommit(t *testing.T) {
 	require.NotErrorIs(t, err, fencedwrite.ErrStaleToken)
 	require.Contains(t, err.Error(), "nothing was written")
 	require.Zero(t, rowCount(t, ctx, pool))
+	requireUnlocked(t, ctx, pool, "job:a")
 }
 
 // The guarded transaction's backend is killed while fn runs; the lease then
@@ -143,6 +146,7 @@ func TestInTxCommitFailsAfterTheLeaseMoved(t *testing.T) {
 	require.ErrorAs(t, err, &stale)
 	require.Error(t, stale.Err, "the commit's own error is kept underneath")
 	require.Zero(t, rowCount(t, ctx, pool))
+	requireUnlocked(t, ctx, pool, "job:a")
 }
 
 // The same kill, but the lease stays with the holder: the commit error says
@@ -189,7 +193,7 @@ func TestInTxBadInput(t *testing.T) {
 
 	// An unknown lease is not bad input but a stale token: nobody holds it.
 	requireStale(t, fencedwrite.InTx(ctx, pool, lease, fn), "job:a", 1, 0, "unknown lease")
-	require.Equal(t, int32(0), pool.Stat().AcquiredConns(), "no connection left checked out")
+	require.Zero(t, pool.Stat().AcquiredConns(), "no connection left checked out")
 }
 
 // COMMIT reaches the server and commits, but the reply is lost: the

@@ -60,6 +60,19 @@ func waitExpired(t *testing.T, ctx context.Context, pool *pgxpool.Pool, name str
 	}, "lease %s did not expire", name)
 }
 
+// requireUnlocked fails unless lease name's row can be locked at once and
+// no connection of pool is left checked out: a failed guarded write left
+// nothing behind.
+func requireUnlocked(t *testing.T, ctx context.Context, pool *pgxpool.Pool, name string) {
+	t.Helper()
+	require.Zero(t, pool.Stat().AcquiredConns(), "connections left checked out")
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "SELECT FROM pgbaton.lease WHERE name = $1 FOR UPDATE NOWAIT", name)
+		return err
+	})
+	require.NoError(t, err, "lease row %s is still locked", name)
+}
+
 // waitBlocked waits until backend pid is waiting for a lock.
 func waitBlocked(t *testing.T, ctx context.Context, pool *pgxpool.Pool, pid uint32) {
 	t.Helper()
