@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -198,8 +199,27 @@ func (e *env) machine(ctx context.Context) string {
 	} else {
 		fmt.Fprintf(&b, "- Redis: none (%s)\n", e.redisSkip)
 	}
+	fmt.Fprintf(&b, "- Libraries: %s\n", libraries())
 	fmt.Fprintf(&b, "- Load average at start: %s\n", loadavg())
 	return b.String()
+}
+
+// libraries lists the versions of the compared libraries in this build.
+func libraries() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	want := map[string]bool{"github.com/jackc/pgx/v5": true, "github.com/allisson/go-pglock/v3": true,
+		"github.com/riverqueue/river": true, "github.com/vgarvardt/gue/v5": true, "github.com/bsm/redislock": true,
+		"github.com/redis/go-redis/v9": true}
+	var out []string
+	for _, d := range bi.Deps {
+		if want[d.Path] {
+			out = append(out, d.Path+" "+d.Version)
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 func loadavg() string {
