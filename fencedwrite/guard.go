@@ -7,6 +7,7 @@ import (
 	"reflect"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
@@ -100,6 +101,10 @@ func guardError(name string, token int64, err error) error {
 			stale.Name, stale.Presented = name, token
 		}
 		return stale
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "25006" { // read_only_sql_transaction
+		return fmt.Errorf("pgbaton: fencing guard for lease %q locks the lease row, so it needs a read-write transaction on the primary: %w", name, err)
 	}
 	return fmt.Errorf("pgbaton: fencing guard for lease %q: %w", name, err)
 }

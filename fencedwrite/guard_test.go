@@ -272,3 +272,14 @@ func TestGuardUnderRepeatableRead(t *testing.T) {
 		return fencedwrite.Guard(ctx, tx, "job:a", token)
 	}))
 }
+
+func TestGuardInReadOnlyTransaction(t *testing.T) {
+	ctx := testContext(t)
+	pool := newPool(t)
+	token := acquire(t, ctx, pool, "job:a", "me", time.Minute)
+	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		return fencedwrite.Guard(ctx, tx, "job:a", token)
+	})
+	require.ErrorContains(t, err, "needs a read-write transaction")
+	require.NotErrorIs(t, err, fencedwrite.ErrStaleToken)
+}
