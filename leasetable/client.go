@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -25,11 +26,8 @@ type Client struct {
 	cfg   Config
 	ttlMs int64
 	q     *db.Queries
-	log   interface {
-		Warn(string, ...any)
-		Debug(string, ...any)
-	}
-	ln *listener
+	log   *slog.Logger
+	ln    *listener
 
 	// bg parents renewals; cancelled by Close.
 	bg       context.Context
@@ -114,8 +112,10 @@ func (c *Client) Close(ctx context.Context) error {
 		}
 	}
 	c.ln.close()
-	c.background.Wait()
+	// Background work (releasing lost leases, removing waiter
+	// registrations) is best effort; do not let it hold Close up.
 	c.bgCancel()
+	c.background.Wait()
 	// Registrations whose removal was skipped because Close had begun.
 	if err := c.q.LeaseStopWaitingAll(ctx, c.pool, c.waiterPrefix[:len(c.waiterPrefix)-1]); err != nil {
 		errs = append(errs, dbError("remove waiter registrations", err))

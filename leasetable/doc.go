@@ -10,8 +10,10 @@
 // rejected; a lease alone only prevents wasted duplicate work.
 //
 // The protocol is SQL functions in the pgbaton schema (lease_attempt,
-// try_acquire, renew, release, complete, register, claim), so psql or any
-// other client can take part. This package calls them and adds:
+// try_acquire, renew, release, complete, register, claim, wait_for,
+// stop_waiting), so psql or any other client can take part: a waiter
+// LISTENs on channel pgbaton_lease, registers with wait_for, and looks
+// again on every notification or at the holder's expiry. This package calls them and adds:
 //
 //   - automatic renewal at Config.RenewInterval with retries;
 //   - a local deadline on the monotonic clock, started before the acquire

@@ -13,8 +13,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgbaton/pgbaton/internal/pgcluster"
 	"github.com/pgbaton/pgbaton/internal/pgtest"
 	"github.com/pgbaton/pgbaton/leasetable"
+	"github.com/pgbaton/pgbaton/migrations"
 )
 
 // childExclusive runs Do(args[1]) args[2] times; inside, it counts itself
@@ -255,4 +257,32 @@ func TestClaimSlotOnceAcrossProcesses(t *testing.T) {
 	again, err := ok.ClaimSlot(context.Background(), "tick", time.Unix(base, 0).Add(123*time.Nanosecond))
 	require.NoError(t, err)
 	assert.False(t, again, "a slot is claimed once, to the microsecond")
+}
+
+func TestLeaseSurvivesServerCrash(t *testing.T) {
+	// A durable cluster of its own: the shared one runs without fsync and
+	// synchronous_commit, where a crash loses the last commits (and the
+	// client then rightly sees its renewals refused).
+	cl := pgtest.NewCluster(t, pgcluster.Config{})
+	ctx := ctxT(t, 2*time.Minute)
+	require.NoError(t, migrations.UpURL(ctx, cl.URL("postgres")))
+	pool := pgtest.Pool(t, cl.URL("postgres"))
+	c := newClient(t, pool, leasetable.Config{TTL: 10 * time.Second, RenewInterval: 500 * time.Millisecond})
+	l, err := c.TryAcquire(ctx, "durable")
+	require.NoError(t, err)
+	before := l.ExpiresAt()
+	// Crash: recovery replays the WAL.
+	require.NoError(t, cl.Restart(ctx, pgcluster.Immediate))
+	// Renewals resume on new connections; the lease was never lost.
+	pgtest.Eventually(t, 20*time.Second, func() (bool, error) {
+		return l.ExpiresAt().After(before.Add(time.Second)), l.Err()
+	}, "no renewal after the restart")
+	in, err := c.Info(ctx, "durable")
+	require.NoError(t, err)
+	assert.True(t, in.Held)
+	assert.Equal(t, l.Token(), in.Token)
+	// The token sequence is logged: it never goes back after a crash.
+	l2, err := c.TryAcquire(ctx, "after-crash")
+	require.NoError(t, err)
+	assert.Greater(t, l2.Token(), l.Token())
 }
