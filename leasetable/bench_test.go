@@ -220,51 +220,15 @@ func BenchmarkClaimComplete(b *testing.B) {
 				}
 				raw := func(w int) (int, error) {
 					owner := "raw" + strconv.Itoa(w)
-					r, err := pool.Query(ctx, "SELECT name, token FROM pgbaton.claim($1, $2, $3, $4)", "raw", owner, batch, int64(60000))
-					if err != nil {
-						return 0, err
-					}
-					var names []string
-					var toks []int64
-					for r.Next() {
-						var n string
-						var t int64
-						if err := r.Scan(&n, &t); err != nil {
-							return 0, err
-						}
-						names, toks = append(names, n), append(toks, t)
-					}
-					if err := r.Err(); err != nil || len(names) == 0 {
-						return 0, err
-					}
-					_, err = pool.Exec(ctx, "DELETE FROM pgbaton.lease WHERE name = ANY ($1) AND token = ANY ($2) AND owner = $3", names, toks, owner)
-					return len(names), err
+					return claimThenDelete(ctx, pool, owner, "SELECT name, token FROM pgbaton.claim($1, $2, $3, 60000)", "raw", owner, batch)
 				}
 				plain := func(w int) (int, error) {
 					owner := "plain" + strconv.Itoa(w)
-					r, err := pool.Query(ctx, `
+					return claimThenDelete(ctx, pool, owner, `
 UPDATE pgbaton.lease SET owner = $2, token = nextval('pgbaton.lease_token_seq'), acquired_at = clock_timestamp(),
        renewed_at = clock_timestamp(), expires_at = clock_timestamp() + interval '1 minute'
  WHERE name IN (SELECT name FROM pgbaton.lease WHERE lease_group = $1 AND owner IS NULL LIMIT $3 FOR UPDATE SKIP LOCKED)
 RETURNING name, token`, "plain", owner, batch)
-					if err != nil {
-						return 0, err
-					}
-					var names []string
-					var toks []int64
-					for r.Next() {
-						var n string
-						var t int64
-						if err := r.Scan(&n, &t); err != nil {
-							return 0, err
-						}
-						names, toks = append(names, n), append(toks, t)
-					}
-					if err := r.Err(); err != nil || len(names) == 0 {
-						return 0, err
-					}
-					_, err = pool.Exec(ctx, "DELETE FROM pgbaton.lease WHERE name = ANY ($1) AND token = ANY ($2) AND owner = $3", names, toks, owner)
-					return len(names), err
 				}
 				perRound := map[int]int{1: 1500, 10: 5000, 100: rows}[batch]
 				compareRounds(b, b.N, workers, perRound, "items", []variant{
@@ -275,6 +239,31 @@ RETURNING name, token`, "plain", owner, batch)
 			})
 		}
 	}
+}
+
+// claimThenDelete runs a claiming query returning (name, token) rows,
+// then deletes what it got in one statement, as the raw variants of the
+// claim benchmark do.
+func claimThenDelete(ctx context.Context, pool *pgxpool.Pool, owner, sql string, args ...any) (int, error) {
+	rows, err := pool.Query(ctx, sql, args...)
+	if err != nil {
+		return 0, err
+	}
+	var names []string
+	var toks []int64
+	for rows.Next() {
+		var n string
+		var t int64
+		if err := rows.Scan(&n, &t); err != nil {
+			return 0, err
+		}
+		names, toks = append(names, n), append(toks, t)
+	}
+	if err := rows.Err(); err != nil || len(names) == 0 {
+		return 0, err
+	}
+	_, err = pool.Exec(ctx, "DELETE FROM pgbaton.lease WHERE name = ANY ($1) AND token = ANY ($2) AND owner = $3", names, toks, owner)
+	return len(names), err
 }
 
 // BenchmarkHandover measures from the holder's release call to the
