@@ -28,9 +28,9 @@ import (
 const (
 	counterWorkers = 4
 	counterTTL     = 300 * time.Millisecond
-	counterSleep   = 100 * time.Millisecond
-	counterRounds  = 6  // nemesis rounds; even ones resume the victim, odd ones kill it
-	counterMinAcks = 20 // acknowledged increments before the workers stop
+	counterSleep   = 250 * time.Millisecond // read-to-write gap; long enough that the nemesis stops the victim inside it
+	counterRounds  = 6                      // nemesis rounds; even ones resume the victim, odd ones kill it
+	counterMinAcks = 15                     // acknowledged increments before the workers stop
 	counterLease   = "counter"
 )
 

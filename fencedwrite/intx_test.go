@@ -225,7 +225,7 @@ func TestInTxCommitReplyLost(t *testing.T) {
 			_, err := tx.Exec(ctx, "INSERT INTO t VALUES (1)")
 			// From here every chunk each way waits: the COMMIT reaches
 			// the server late, and its reply later still.
-			proxy.SetLatency(500 * time.Millisecond)
+			proxy.SetLatency(time.Second)
 			return err
 		})
 	}()
