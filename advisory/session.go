@@ -237,10 +237,6 @@ func (s *session) withConn(fn func(*pgx.Conn)) {
 // transaction up to the Sync); they are queued again, first in line.
 func (s *session) exec(batch []*request) {
 	l := s.l
-	params := make([]db.AdvisoryOpParams, len(batch))
-	for i, r := range batch {
-		params[i] = db.AdvisoryOpParams{Op: r.op, Pair: r.id.pair, Hi: r.id.hi, Lo: r.id.lo, Key: r.id.id}
-	}
 	if s.expired() {
 		// The process did not run for longer than the server is guaranteed
 		// to keep a silent session (paused, or starved). Whether or not the
@@ -254,24 +250,41 @@ func (s *session) exec(batch []*request) {
 		return
 	}
 	sent := l.since()
-	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.PingTimeout)
-	defer cancel()
+	// The round trip is bounded by a deadline on the socket rather than a
+	// context: cheaper, and pgx treats a deadline hit as a broken
+	// connection, which is what it is for a session.
+	nc := s.conn.PgConn().Conn()
+	_ = nc.SetDeadline(time.Now().Add(l.cfg.PingTimeout))
 	results := make([]result, len(batch))
 	var firstErr error
 	var lost error
 	failedAt := -1
-	br := db.New().AdvisoryOp(ctx, s.conn, params)
-	br.QueryRow(func(i int, row db.AdvisoryOpRow, err error) {
+	handle := func(i int, ok bool, pid int32, err error) {
 		switch {
 		case err != nil && firstErr == nil:
 			firstErr, failedAt = err, i
 		case err != nil:
-		case row.Pid != s.pid:
-			lost = fmt.Errorf("%w (pid %d, then %d)", ErrSessionPooling, s.pid, row.Pid)
+		case pid != s.pid:
+			lost = fmt.Errorf("%w (pid %d, then %d)", ErrSessionPooling, s.pid, pid)
 		default:
-			results[i] = result{ok: row.Ok}
+			results[i] = result{ok: ok}
 		}
-	})
+	}
+	q := db.New()
+	if len(batch) == 1 {
+		r := batch[0]
+		row, err := q.AdvisoryOpOne(context.Background(), s.conn, db.AdvisoryOpOneParams{Op: r.op, Pair: r.id.pair, Hi: r.id.hi, Lo: r.id.lo, Key: r.id.id})
+		handle(0, row.Ok, row.Pid, err)
+	} else {
+		params := make([]db.AdvisoryOpParams, len(batch))
+		for i, r := range batch {
+			params[i] = db.AdvisoryOpParams{Op: r.op, Pair: r.id.pair, Hi: r.id.hi, Lo: r.id.lo, Key: r.id.id}
+		}
+		q.AdvisoryOp(context.Background(), s.conn, params).QueryRow(func(i int, row db.AdvisoryOpRow, err error) {
+			handle(i, row.Ok, row.Pid, err)
+		})
+	}
+	_ = nc.SetDeadline(time.Time{})
 	var pgErr *pgconn.PgError
 	switch {
 	case lost != nil:

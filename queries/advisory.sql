@@ -18,6 +18,22 @@ SELECT (CASE
         END)::bool AS ok,
        pg_backend_pid()::int4 AS pid;
 
+-- name: AdvisoryOpOne :one
+-- AdvisoryOp for a batch of one: the plain extended protocol costs less
+-- than a pipeline.
+SELECT (CASE
+            WHEN @op::int = 0 THEN true
+            WHEN @op::int = 1 AND @pair::bool THEN pg_try_advisory_lock(@hi::int4, @lo::int4)
+            WHEN @op::int = 1 THEN pg_try_advisory_lock(@key::int8)
+            WHEN @op::int = 2 AND @pair::bool THEN pg_try_advisory_lock_shared(@hi::int4, @lo::int4)
+            WHEN @op::int = 2 THEN pg_try_advisory_lock_shared(@key::int8)
+            WHEN @op::int = 3 AND @pair::bool THEN pg_advisory_unlock(@hi::int4, @lo::int4)
+            WHEN @op::int = 3 THEN pg_advisory_unlock(@key::int8)
+            WHEN @op::int = 4 AND @pair::bool THEN pg_advisory_unlock_shared(@hi::int4, @lo::int4)
+            WHEN @op::int = 4 THEN pg_advisory_unlock_shared(@key::int8)
+        END)::bool AS ok,
+       pg_backend_pid()::int4 AS pid;
+
 -- name: AdvisorySessionSetup :one
 -- Run once on every session connection. The TCP settings make the server
 -- drop a silently partitioned client only after that client has given up

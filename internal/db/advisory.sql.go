@@ -80,6 +80,49 @@ func (q *Queries) AdvisoryLockShared(ctx context.Context, db DBTX, key int64) er
 	return err
 }
 
+const advisoryOpOne = `-- name: AdvisoryOpOne :one
+SELECT (CASE
+            WHEN $1::int = 0 THEN true
+            WHEN $1::int = 1 AND $2::bool THEN pg_try_advisory_lock($3::int4, $4::int4)
+            WHEN $1::int = 1 THEN pg_try_advisory_lock($5::int8)
+            WHEN $1::int = 2 AND $2::bool THEN pg_try_advisory_lock_shared($3::int4, $4::int4)
+            WHEN $1::int = 2 THEN pg_try_advisory_lock_shared($5::int8)
+            WHEN $1::int = 3 AND $2::bool THEN pg_advisory_unlock($3::int4, $4::int4)
+            WHEN $1::int = 3 THEN pg_advisory_unlock($5::int8)
+            WHEN $1::int = 4 AND $2::bool THEN pg_advisory_unlock_shared($3::int4, $4::int4)
+            WHEN $1::int = 4 THEN pg_advisory_unlock_shared($5::int8)
+        END)::bool AS ok,
+       pg_backend_pid()::int4 AS pid
+`
+
+type AdvisoryOpOneParams struct {
+	Op   int32 `json:"op"`
+	Pair bool  `json:"pair"`
+	Hi   int32 `json:"hi"`
+	Lo   int32 `json:"lo"`
+	Key  int64 `json:"key"`
+}
+
+type AdvisoryOpOneRow struct {
+	Ok  bool  `json:"ok"`
+	Pid int32 `json:"pid"`
+}
+
+// AdvisoryOp for a batch of one: the plain extended protocol costs less
+// than a pipeline.
+func (q *Queries) AdvisoryOpOne(ctx context.Context, db DBTX, arg AdvisoryOpOneParams) (AdvisoryOpOneRow, error) {
+	row := db.QueryRow(ctx, advisoryOpOne,
+		arg.Op,
+		arg.Pair,
+		arg.Hi,
+		arg.Lo,
+		arg.Key,
+	)
+	var i AdvisoryOpOneRow
+	err := row.Scan(&i.Ok, &i.Pid)
+	return i, err
+}
+
 const advisoryRegisterName = `-- name: AdvisoryRegisterName :one
 INSERT INTO pgbaton.advisory_name AS n (key, namespace, name)
 VALUES (pgbaton.advisory_key($1::text, $2::text), $2::text, $1::text)
