@@ -42,12 +42,25 @@ type entry struct {
 	locks   map[*Lock]struct{}
 	busy    bool          // a take or release of the key is under way
 	waiting bool          // ... and it is a blocking wait
-	changed chan struct{} // closed and replaced when busy ends
+	changed chan struct{} // made by the first waiter, closed by notify
 }
 
+// notify wakes the goroutines waiting for the entry to change; called
+// with l.mu held.
 func (e *entry) notify() {
-	close(e.changed)
-	e.changed = make(chan struct{})
+	if e.changed != nil {
+		close(e.changed)
+		e.changed = nil
+	}
+}
+
+// wait returns a channel closed at the next notify; called with l.mu
+// held.
+func (e *entry) wait() <-chan struct{} {
+	if e.changed == nil {
+		e.changed = make(chan struct{})
+	}
+	return e.changed
 }
 
 // New returns a Locker that takes its connections from pool. It does no
@@ -137,7 +150,7 @@ func (l *Locker) acquire(ctx context.Context, key Key, shared, wait bool) (*Lock
 				l.mu.Unlock()
 				return nil, fmt.Errorf("%w: %s is held in this process", ErrLocked, key)
 			}
-			ch := e.changed
+			ch := e.wait()
 			l.mu.Unlock()
 			select {
 			case <-ch:
@@ -152,7 +165,7 @@ func (l *Locker) acquire(ctx context.Context, key Key, shared, wait bool) (*Lock
 			l.mu.Unlock()
 			return nil, fmt.Errorf("%w: this Locker holds Config.MaxLocks = %d locks already", ErrLockTableFull, l.cfg.MaxLocks)
 		}
-		e = &entry{shared: shared, busy: true, locks: make(map[*Lock]struct{}), changed: make(chan struct{})}
+		e = &entry{shared: shared, busy: true, locks: make(map[*Lock]struct{}, 1)}
 		l.entries[id] = e
 		l.total++
 		l.mu.Unlock()
