@@ -14,6 +14,21 @@ import (
 // to the ledger under their tokens while the nemesis injects every kind of
 // fault. Short by default (CI); `make chaos` runs many seeds for longer.
 func TestChaos(t *testing.T) {
+	t.Run("leases", func(t *testing.T) { runSeeds(t, false) })
+	t.Run("advisory", func(t *testing.T) { runSeeds(t, true) })
+}
+
+// advisoryFaults are the faults a session lock is specified to survive
+// without overlap: the holder's process dies, pauses, or its network goes
+// silent or slow. Faults that end the session on the server's side first
+// (pg_terminate_backend, a reset connection, a restart, an idle-session
+// killer) free the lock at once, while its holder learns only at its next
+// round trip (within PingInterval + PingTimeout): an advisory lock alone
+// cannot exclude overlap then, which is why fenced writes exist.
+// TestAdvisoryServerSideLossWindow measures that window.
+var advisoryFaults = []string{faultKill, faultPause, faultStall, faultSlow}
+
+func runSeeds(t *testing.T, advisoryLocks bool) {
 	seeds := []uint64{*chaosSeed}
 	if *chaosSeed == 0 {
 		seeds = seeds[:0]
@@ -23,8 +38,12 @@ func TestChaos(t *testing.T) {
 	}
 	for _, seed := range seeds {
 		cfg := chaosConfig{Seed: seed, Duration: *chaosDuration, Workers: 4, Keys: 2, TTL: 2 * time.Second,
-			Writes: 3, Work: 100 * time.Millisecond, Faults: allFaults, Pause: 2 * time.Second}
-		if env.Cluster() == nil { // an external server cannot be restarted by the test
+			Writes: 3, Work: 100 * time.Millisecond, Faults: allFaults, Pause: 2 * time.Second, Advisory: advisoryLocks}
+		switch {
+		case advisoryLocks:
+			cfg.Faults = advisoryFaults
+			cfg.Duration = max(cfg.Duration/2, 10*time.Second)
+		case env.Cluster() == nil: // an external server cannot be restarted by the test
 			cfg.Faults = []string{faultKill, faultPause, faultTerminate, faultCut, faultStall, faultSlow, faultIdleKill}
 		}
 		res := runChaos(t, cfg)
@@ -42,7 +61,7 @@ func TestChaos(t *testing.T) {
 		assert.Positive(t, res.Faults)
 		assert.Positive(t, res.Ledger.Rows)
 		if t.Failed() {
-			t.Logf("replay with: go test -run 'TestChaos$' ./test/ -args -chaos.seed=%d", seed)
+			t.Logf("replay with: go test -run 'TestChaos' ./test/ -args -chaos.seed=%d", seed)
 			return
 		}
 	}

@@ -55,6 +55,7 @@ type chaosConfig struct {
 	Writes   int           // guarded writes per grant
 	Work     time.Duration // work after each write, up to
 	Broken   bool          // run the broken worker variant
+	Advisory bool          // advisory session locks instead of leases
 	Faults   []string
 	Pause    time.Duration // between faults, up to
 }
@@ -166,7 +167,7 @@ func (r *chaosRun) startProc() *proc {
 	u, _ := url.Parse(r.d.URL)
 	u.Host = px.Addr()
 	args := workerArgs{URL: u.String(), Proc: id, Keys: r.keys, TTL: r.cfg.TTL, Seed: r.cfg.Seed, Broken: r.cfg.Broken,
-		StopFile: r.stopFile, Writes: r.cfg.Writes, Work: r.cfg.Work}
+		StopFile: r.stopFile, Writes: r.cfg.Writes, Work: r.cfg.Work, Advisory: r.cfg.Advisory}
 	p := &proc{id: id, proxy: px, read: make(chan struct{})}
 	p.child = env.StartChild(r.t, "worker", args.encode()...)
 	go func() {
@@ -313,7 +314,7 @@ func (r *chaosRun) stop() {
 	}
 }
 
-// liveness: after every fault, the lease the victim held (or, for faults
+// liveness: after every fault, the lease or lock the victim held (or, for faults
 // of the whole cluster or of a worker that held none, any lease) is
 // granted again within the bound. For a killed or paused holder that is a
 // takeover, counted from the fault's start; otherwise the holder may keep
@@ -322,7 +323,11 @@ func (r *chaosRun) liveness(gs []grant, res *chaosResult) {
 	bound := 2*r.cfg.TTL + time.Duration(r.cfg.Writes)*r.cfg.Work + time.Second
 	for _, f := range r.faults {
 		from := f.Healed
-		if f.Kind == faultKill || f.Kind == faultPause {
+		// A killed holder's lease is free at its expiry, a killed holder's
+		// advisory lock at once; a paused holder's lease is free at its
+		// expiry, while a paused holder keeps its advisory session (its
+		// kernel still answers TCP) until it resumes and gives up.
+		if f.Kind == faultKill || (f.Kind == faultPause && !r.cfg.Advisory) {
 			from = f.At
 		}
 		next := int64(-1)

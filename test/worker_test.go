@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgbaton/pgbaton/advisory"
 	"github.com/pgbaton/pgbaton/fencedwrite"
 	"github.com/pgbaton/pgbaton/leasetable"
 )
@@ -28,26 +29,28 @@ type workerArgs struct {
 	StopFile string        // the worker stops when this file exists
 	Writes   int           // guarded writes per grant
 	Work     time.Duration // simulated work after each write, up to this long
+	Advisory bool          // take advisory session locks instead of leases
 }
 
 func (a workerArgs) encode() []string {
 	return []string{a.URL, strconv.Itoa(a.Proc), strings.Join(a.Keys, ","), a.TTL.String(),
 		strconv.FormatUint(a.Seed, 10), strconv.FormatBool(a.Broken), a.StopFile,
-		strconv.Itoa(a.Writes), a.Work.String()}
+		strconv.Itoa(a.Writes), a.Work.String(), strconv.FormatBool(a.Advisory)}
 }
 
 func decodeWorkerArgs(s []string) (a workerArgs, err error) {
-	if len(s) != 9 {
-		return a, fmt.Errorf("worker: want 9 args, got %d", len(s))
+	if len(s) != 10 {
+		return a, fmt.Errorf("worker: want 10 args, got %d", len(s))
 	}
 	a.URL, a.Keys, a.StopFile = s[0], strings.Split(s[2], ","), s[6]
-	var errs [6]error
+	var errs [7]error
 	a.Proc, errs[0] = strconv.Atoi(s[1])
 	a.TTL, errs[1] = time.ParseDuration(s[3])
 	a.Seed, errs[2] = strconv.ParseUint(s[4], 10, 64)
 	a.Broken, errs[3] = strconv.ParseBool(s[5])
 	a.Writes, errs[4] = strconv.Atoi(s[7])
 	a.Work, errs[5] = time.ParseDuration(s[8])
+	a.Advisory, errs[6] = strconv.ParseBool(s[9])
 	return a, errors.Join(errs[:]...)
 }
 
@@ -76,16 +79,25 @@ func childWorker(ctx context.Context, raw []string) error {
 		return err
 	}
 	defer pool.Close()
-	client, err := leasetable.New(ctx, pool, leasetable.Config{Owner: fmt.Sprintf("chaos-p%d", a.Proc), TTL: a.TTL})
+	w := &worker{a: a, pool: pool, em: &emitter{proc: a.Proc}, rng: rand.New(rand.NewPCG(a.Seed, uint64(a.Proc)))}
+	if a.Advisory {
+		// g = PingInterval + PingTimeout plays the part of the TTL.
+		w.locker, err = advisory.New(pool, advisory.Config{PingInterval: a.TTL / 3, PingTimeout: a.TTL * 2 / 3})
+	} else {
+		w.client, err = leasetable.New(ctx, pool, leasetable.Config{Owner: fmt.Sprintf("chaos-p%d", a.Proc), TTL: a.TTL})
+	}
 	if err != nil {
 		return err
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = client.Close(cctx)
+		if w.locker != nil {
+			_ = w.locker.Close(cctx)
+		} else {
+			_ = w.client.Close(cctx)
+		}
 	}()
-	w := &worker{a: a, pool: pool, client: client, em: &emitter{proc: a.Proc}, rng: rand.New(rand.NewPCG(a.Seed, uint64(a.Proc)))}
 	fmt.Println("ready")
 	for n := 0; ; n++ {
 		if _, err := os.Stat(a.StopFile); err == nil {
@@ -98,25 +110,74 @@ func childWorker(ctx context.Context, raw []string) error {
 type worker struct {
 	a      workerArgs
 	pool   *pgxpool.Pool
-	client *leasetable.Client
+	client *leasetable.Client // leases, or
+	locker *advisory.Locker   // advisory session locks
 	em     *emitter
 	rng    *rand.Rand
+}
+
+// held is a granted lease or advisory lock, as the worker uses it.
+type held interface {
+	Name() string
+	Token() int64 // 0 for advisory locks, which have no fencing token
+	// valid reports whether the holder may still count on it now.
+	valid() bool
+	release(ctx context.Context) error
+}
+
+type heldLease struct{ *leasetable.Lease }
+
+func (l heldLease) valid() bool {
+	return l.Err() == nil && time.Now().Before(l.Deadline())
+}
+func (l heldLease) release(ctx context.Context) error { return l.Release(ctx) }
+
+type heldLock struct {
+	*advisory.Lock
+	name string
+}
+
+func (l heldLock) Name() string                      { return l.name }
+func (l heldLock) Token() int64                      { return 0 }
+func (l heldLock) valid() bool                       { return l.Err() == nil }
+func (l heldLock) release(ctx context.Context) error { return l.Unlock(ctx) }
+
+// acquire takes key, waiting at most 2 TTLs. It reports the outcome type
+// for a failure: fail when the library promises nothing was granted (the
+// wait's context ended), unknown otherwise (a connection lost mid-call may
+// hide a grant).
+func (w *worker) acquire(ctx context.Context, key string) (held, string, error) {
+	actx, cancel := context.WithTimeout(ctx, 2*w.a.TTL)
+	defer cancel()
+	var h held
+	var err error
+	if w.locker != nil {
+		var lk *advisory.Lock
+		if lk, err = w.locker.Lock(actx, advisory.Name(key)); err == nil {
+			h = heldLock{lk, key}
+		}
+	} else {
+		var l *leasetable.Lease
+		if l, err = w.client.Acquire(actx, key); err == nil {
+			h = heldLease{l}
+		}
+	}
+	switch {
+	case err == nil:
+		return h, evOK, nil
+	case errors.Is(err, context.DeadlineExceeded):
+		return nil, evFail, err
+	default:
+		return nil, evUnknown, err
+	}
 }
 
 // round is one acquire → writes → release cycle on a random key.
 func (w *worker) round(ctx context.Context, n int) {
 	key := w.a.Keys[w.rng.IntN(len(w.a.Keys))]
 	w.em.emit(event{Key: key, Op: opAcquire, Type: evInvoke})
-	actx, cancel := context.WithTimeout(ctx, 2*w.a.TTL)
-	l, err := w.client.Acquire(actx, key)
-	cancel()
+	l, typ, err := w.acquire(ctx, key)
 	if err != nil {
-		// Acquire promises that a context that ended means no grant; any
-		// other error (connection lost mid-call) may hide one.
-		typ := evUnknown
-		if errors.Is(err, context.DeadlineExceeded) {
-			typ = evFail
-		}
 		w.em.emit(event{Key: key, Op: opAcquire, Type: typ, Err: err.Error()})
 		if typ == evUnknown {
 			// The server is unreachable (restart, stall): pace the
@@ -125,8 +186,8 @@ func (w *worker) round(ctx context.Context, n int) {
 		}
 		return
 	}
-	w.em.emit(event{Key: key, Op: opAcquire, Type: evOK, Token: l.Token()})
-	lastValid := monoNow()
+	lastValid := monoNow() // granted by now
+	w.em.emit(event{Key: key, Op: opAcquire, Type: evOK, Mono: lastValid, Token: l.Token()})
 	for i := range w.a.Writes {
 		t, ok := w.valid(l)
 		if !ok {
@@ -154,12 +215,12 @@ func (w *worker) round(ctx context.Context, n int) {
 	// instant the worker knew it held the lease.
 	w.em.emit(event{Key: key, Op: opRelease, Type: evInvoke, Mono: lastValid, Token: l.Token()})
 	rctx, cancel := context.WithTimeout(ctx, w.a.TTL)
-	err = l.Release(rctx)
+	err = l.release(rctx)
 	cancel()
 	switch {
 	case err == nil:
 		w.em.emit(event{Key: key, Op: opRelease, Type: evOK, Token: l.Token()})
-	case errors.Is(err, leasetable.ErrNotHeld) || errors.Is(err, leasetable.ErrLeaseLost):
+	case errors.Is(err, leasetable.ErrNotHeld) || errors.Is(err, leasetable.ErrLeaseLost) || errors.Is(err, advisory.ErrLockLost):
 		w.em.emit(event{Key: key, Op: opRelease, Type: evFail, Token: l.Token(), Err: err.Error()})
 	default:
 		w.em.emit(event{Key: key, Op: opRelease, Type: evUnknown, Token: l.Token(), Err: err.Error()})
@@ -169,19 +230,19 @@ func (w *worker) round(ctx context.Context, n int) {
 // valid stamps the time, then checks that the lease is still held: its
 // context is live and its local deadline (before the database's expiry)
 // has not passed. The broken variant believes it always holds.
-func (w *worker) valid(l *leasetable.Lease) (int64, bool) {
+func (w *worker) valid(l held) (int64, bool) {
 	t := monoNow()
 	if w.a.Broken {
 		return t, true
 	}
-	return t, l.Err() == nil && time.Now().Before(l.Deadline())
+	return t, l.valid()
 }
 
 // write appends one row to the ledger under the lease: fenced by
 // fencedwrite.InTx, or in the broken variant, unguarded. The per-key head
 // row serialises the writes of a key in commit order (seq), which is what
 // the fencing checker orders by.
-func (w *worker) write(ctx context.Context, l *leasetable.Lease, id string) (string, error) {
+func (w *worker) write(ctx context.Context, l held, id string) (string, error) {
 	wctx, cancel := context.WithTimeout(ctx, w.a.TTL)
 	defer cancel()
 	body := func(tx pgx.Tx) error {
@@ -192,8 +253,9 @@ func (w *worker) write(ctx context.Context, l *leasetable.Lease, id string) (str
 		_, err := tx.Exec(wctx, "INSERT INTO chaos_ledger (key, token, op_id, seq) VALUES ($1, $2, $3, $4)", l.Name(), l.Token(), id, seq)
 		return err
 	}
-	if w.a.Broken {
-		return brokenWrite(wctx, w.pool, body)
+	if w.a.Broken || w.locker != nil {
+		// Advisory locks have no token to fence with: a plain write.
+		return plainWrite(wctx, w.pool, body)
 	}
 	err := fencedwrite.InTx(wctx, w.pool, l, body)
 	switch {
@@ -208,9 +270,9 @@ func (w *worker) write(ctx context.Context, l *leasetable.Lease, id string) (str
 	}
 }
 
-// brokenWrite is the write without the fence: no Guard, so a holder whose
+// plainWrite is the write without the fence: no Guard, so a holder whose
 // lease was taken over still commits.
-func brokenWrite(ctx context.Context, pool *pgxpool.Pool, body func(pgx.Tx) error) (string, error) {
+func plainWrite(ctx context.Context, pool *pgxpool.Pool, body func(pgx.Tx) error) (string, error) {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return evFail, err
