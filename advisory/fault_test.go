@@ -44,6 +44,7 @@ func TestLossAfterTerminate(t *testing.T) {
 		require.ErrorIs(t, context.Cause(lk.Context()), advisory.ErrLockLost)
 	}
 	require.ErrorIs(t, a.Unlock(ctx), advisory.ErrLockLost)
+	require.Equal(t, int64(1), l.Stats().LostSessions)
 
 	// The key is free again and new work reconnects.
 	c, err := l.TryLock(ctx, advisory.Int64(1))

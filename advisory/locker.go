@@ -31,6 +31,8 @@ type Locker struct {
 	total    int                 // locks held or being taken: the MaxLocks budget
 	names    map[string]struct{} // names recorded in the registry
 	bg       sync.WaitGroup      // blocking waits and retiring sessions
+
+	stats counters
 }
 
 // entry is the in-process state of one key. Postgres advisory locks are
@@ -148,6 +150,7 @@ func (l *Locker) acquire(ctx context.Context, key Key, shared, wait bool) (*Lock
 			}
 			if !wait && (!e.busy || e.waiting) {
 				l.mu.Unlock()
+				l.stats.contended.Add(1)
 				return nil, fmt.Errorf("%w: %s is held in this process", ErrLocked, key)
 			}
 			ch := e.wait()
@@ -225,6 +228,7 @@ func (l *Locker) take(ctx context.Context, key Key, id lockID, shared, wait bool
 	if err != nil {
 		return nil, fmt.Errorf("advisory: lock %s: %w", key, err)
 	}
+	l.stats.contended.Add(1)
 	if !wait {
 		return nil, fmt.Errorf("%w: %s", ErrLocked, key)
 	}
@@ -347,6 +351,9 @@ func (l *Locker) sessionEnded(s *session, cause error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.removeSession(s)
+	if !errors.Is(cause, pgbaton.ErrClosed) {
+		l.stats.lostSessions.Add(1)
+	}
 	if !errors.Is(cause, ErrLockLost) {
 		cause = fmt.Errorf("%w: %w", ErrLockLost, cause)
 	}

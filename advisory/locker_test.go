@@ -138,6 +138,41 @@ func TestGoroutineExclusion(t *testing.T) {
 	if err, _ := failed.Load().(error); err != nil {
 		t.Fatal(err)
 	}
+	st := l.Stats()
+	require.Zero(t, st.Held)
+	require.Positive(t, st.Contended)
+	t.Logf("%+v", st)
+}
+
+// Concurrent requests on one session share round trips.
+func TestPipelining(t *testing.T) {
+	d := env.DB(t)
+	l := newLocker(t, d.Pool(t), advisory.Config{})
+	ctx := ctxT(t)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				lk, err := l.TryLock(ctx, advisory.Int64(int64(g)))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if err := lk.Unlock(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	st := l.Stats()
+	require.Equal(t, 1, st.Sessions, "all on one session")
+	require.GreaterOrEqual(t, st.Requests, int64(800))
+	require.Less(t, st.Batches, st.Requests*3/4, "requests did not share round trips: %+v", st)
+	t.Logf("%+v: %.1f requests per round trip", st, float64(st.Requests)/float64(st.Batches))
 }
 
 func TestCloseReleasesAll(t *testing.T) {

@@ -76,7 +76,7 @@ type result struct {
 func (l *Locker) openConn(ctx context.Context) (*pgx.Conn, int32, error) {
 	pc, err := l.pool.Acquire(ctx)
 	if err != nil {
-		return nil, 0, fmt.Errorf("advisory: open session: %w", err)
+		return nil, 0, mapError("open session", err)
 	}
 	conn := pc.Hijack()
 	pid, err := l.setupConn(ctx, conn)
@@ -250,6 +250,8 @@ func (s *session) exec(batch []*request) {
 		return
 	}
 	sent := l.since()
+	l.stats.batches.Add(1)
+	l.stats.requests.Add(int64(len(batch)))
 	// The round trip is bounded by a deadline on the socket rather than a
 	// context: cheaper, and pgx treats a deadline hit as a broken
 	// connection, which is what it is for a session.

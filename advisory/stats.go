@@ -1,0 +1,38 @@
+package advisory
+
+import "sync/atomic"
+
+// Stats is a snapshot of a Locker, for metrics.
+type Stats struct {
+	// Sessions is the number of session connections open.
+	Sessions int
+	// Held is the number of keys held (a key held by several RLock callers
+	// of this Locker counts once, as it does on the server).
+	Held int
+	// Batches is the number of round trips sessions made, pings included;
+	// Requests is the number of lock, unlock and ping statements sent in
+	// them. Requests/Batches above 1 is pipelining at work.
+	Batches, Requests int64
+	// Contended counts lock calls that found the key held: ErrLocked, or a
+	// wait.
+	Contended int64
+	// LostSessions counts sessions lost (not closed), each taking its
+	// locks with it.
+	LostSessions int64
+}
+
+type counters struct {
+	batches, requests, contended, lostSessions atomic.Int64
+}
+
+// Stats returns a snapshot of the Locker's state and counters.
+func (l *Locker) Stats() Stats {
+	l.mu.Lock()
+	st := Stats{Sessions: len(l.sessions), Held: l.total}
+	l.mu.Unlock()
+	st.Batches = l.stats.batches.Load()
+	st.Requests = l.stats.requests.Load()
+	st.Contended = l.stats.contended.Load()
+	st.LostSessions = l.stats.lostSessions.Load()
+	return st
+}
