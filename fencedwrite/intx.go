@@ -70,14 +70,14 @@ func InTx(ctx context.Context, pool Beginner, lease Lease, fn func(pgx.Tx) error
 	if err != nil {
 		return fmt.Errorf("pgbaton: begin transaction for lease %q: %w", name, err)
 	}
+	// Also on a panic in fn; after Commit it is a no-op (pgx.ErrTxClosed).
+	defer rollback(ctx, tx)
 	q := db.New()
 	row, err := q.FenceAssertTokenXid(ctx, tx, db.FenceAssertTokenXidParams{Name: name, Token: token})
 	if err != nil {
-		rollback(ctx, tx)
 		return guardError(name, token, err)
 	}
 	if err := fn(tx); err != nil {
-		rollback(ctx, tx)
 		return MapError(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -98,7 +98,7 @@ func commitError(ctx context.Context, pool Beginner, name string, token, xid int
 	// worth a short wait.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()
-	if mapped := MapError(err); mapped != err {
+	if mapped := MapError(err); errors.Is(mapped, ErrStaleToken) {
 		return mapped // a deferred fence check failed at commit
 	}
 	if !notCommitted(err) {

@@ -241,3 +241,21 @@ func TestInTxCommitReplyLost(t *testing.T) {
 		t.Fatal("InTx did not return")
 	}
 }
+
+func TestInTxRollsBackOnPanic(t *testing.T) {
+	ctx := testContext(t)
+	pool := newPool(t)
+	_, err := pool.Exec(ctx, "CREATE TABLE t (id int PRIMARY KEY)")
+	require.NoError(t, err)
+	lease := fencedwrite.Token("job:a", acquire(t, ctx, pool, "job:a", "me", time.Minute))
+	require.PanicsWithValue(t, "boom", func() {
+		_ = fencedwrite.InTx(ctx, pool, lease, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "INSERT INTO t VALUES (1)"); err != nil {
+				return err
+			}
+			panic("boom")
+		})
+	})
+	require.Zero(t, rowCount(t, ctx, pool))
+	requireUnlocked(t, ctx, pool, "job:a")
+}
