@@ -85,4 +85,20 @@ func TestCheckersBite(t *testing.T) {
 	for _, s := range res.Ledger.StaleAccepted[:min(3, len(res.Ledger.StaleAccepted))] {
 		t.Logf("stale accepted: %s", s)
 	}
+
+	// The ledger checker also catches a lost and a doubled write: remove
+	// one acknowledged row and commit another twice.
+	pool := res.db.Pool(t)
+	ctx := ctxT(t, time.Minute)
+	tag, err := pool.Exec(ctx, "DELETE FROM chaos_ledger WHERE id = (SELECT min(id) FROM chaos_ledger)")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
+	_, err = pool.Exec(ctx, `INSERT INTO chaos_ledger (key, token, op_id, seq)
+		SELECT key, token, op_id, seq FROM chaos_ledger WHERE id = (SELECT max(id) FROM chaos_ledger)`)
+	require.NoError(t, err)
+	rep, err := checkLedger(ctx, pool, res.events)
+	require.NoError(t, err)
+	assert.Len(t, rep.Lost, 1, "ledger checker missed a lost write")
+	assert.NotEmpty(t, rep.Doubled, "ledger checker missed a doubled write")
+	t.Logf("lost: %v; doubled: %v", rep.Lost, rep.Doubled)
 }

@@ -77,6 +77,9 @@ type chaosResult struct {
 	MaxTakeover   time.Duration
 	WorstFault    string
 	LateTakeovers []string // faults not followed by a grant within the bound
+
+	events []event    // the history, for further checks
+	db     *pgtest.DB // the run's database, until the test ends
 }
 
 func (r chaosResult) line(seed uint64) string {
@@ -137,7 +140,7 @@ func runChaos(t *testing.T, cfg chaosConfig) chaosResult {
 	r.stop()
 
 	events := r.hist.snapshot()
-	res := chaosResult{Faults: len(r.faults)}
+	res := chaosResult{Faults: len(r.faults), events: events, db: d}
 	for _, ev := range events {
 		if ev.Type != evInvoke {
 			res.Ops++
