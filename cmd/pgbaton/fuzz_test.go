@@ -13,9 +13,9 @@ import (
 // parseCLI runs the CLI's parsing only: the real command tree, flags,
 // argument checks and hooks, with every command's body replaced by a
 // recorder, so that arbitrary arguments never touch a database, a file or
-// a port. It returns the command whose body would have run, the error, and
-// the output.
-func parseCLI(args []string) (ran *cobra.Command, err error, out string) {
+// a port. It returns the command whose body would have run, the output and
+// the error.
+func parseCLI(args []string) (ran *cobra.Command, out string, err error) {
 	var buf bytes.Buffer
 	root := newRootCmd(&buf, &buf)
 	var walk func(c *cobra.Command)
@@ -31,7 +31,7 @@ func parseCLI(args []string) (ran *cobra.Command, err error, out string) {
 	walk(root)
 	root.SetArgs(args)
 	err = root.ExecuteContext(context.Background())
-	return ran, err, buf.String()
+	return ran, buf.String(), err
 }
 
 // FuzzCLIArgs feeds arbitrary argument lists (NUL-separated) to the CLI's
@@ -54,7 +54,7 @@ func FuzzCLIArgs(f *testing.F) {
 		if joined == "" {
 			args = nil
 		}
-		ran, err, out := parseCLI(args)
+		ran, out, err := parseCLI(args)
 		if err != nil {
 			if ran != nil {
 				t.Fatalf("%q: command %s ran and an error came back: %v", args, ran.Name(), err)
@@ -64,7 +64,7 @@ func FuzzCLIArgs(f *testing.F) {
 				t.Fatalf("%q: parse error is not a usage error (exit %d instead of %d): %v", args, exitError, exitUsage, err)
 			}
 		}
-		ran2, err2, out2 := parseCLI(args)
+		ran2, out2, err2 := parseCLI(args)
 		if (ran == nil) != (ran2 == nil) || (ran != nil && ran.CommandPath() != ran2.CommandPath()) ||
 			(err == nil) != (err2 == nil) || (err != nil && err.Error() != err2.Error()) || out != out2 {
 			t.Fatalf("%q: parsing is not deterministic", args)
