@@ -53,8 +53,8 @@ type Callbacks struct {
 
 // Campaign campaigns for key until ctx ends: it waits to become leader,
 // runs OnStartedLeading for the term, and after the term ends (lost or
-// OnStartedLeading returned) campaigns again, waiting Config.RetryDelay
-// after errors. Terms in this process never overlap: OnStoppedLeading has
+// OnStartedLeading returned) campaigns again after Config.RetryDelay
+// (jittered), the same pause as after errors. Terms in this process never overlap: OnStoppedLeading has
 // run before the next OnStartedLeading. It returns the context's cause
 // when ctx ends, or at once for errors retrying cannot fix (bad input,
 // Locker closed, standby, transaction pooling, name collision).
@@ -83,10 +83,10 @@ func (l *Locker) Campaign(ctx context.Context, key Key, cb Callbacks) error {
 			continue
 		}
 		l.term(ctx, ld, cb)
-		if ctx.Err() != nil {
-			return context.Cause(ctx)
-		}
-		if errors.Is(ld.Err(), ErrLockLost) && !sleep(ctx, jitter(l.cfg.RetryDelay)) {
+		// Pause before the next campaign, lost or not: a leader whose
+		// OnStartedLeading returns at once must not spin, and others get
+		// their chance.
+		if ctx.Err() != nil || !sleep(ctx, jitter(l.cfg.RetryDelay)) {
 			return context.Cause(ctx)
 		}
 	}

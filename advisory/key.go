@@ -41,7 +41,9 @@ const (
 // Name is the key of a lock name such as "job:daily-export". It maps to a
 // bigint key by NameKey, with the Locker's Config.Namespace; from SQL the
 // same key is pgbaton.advisory_key(name, namespace). Names used through a
-// Locker are recorded in pgbaton.advisory_name.
+// Locker are recorded in pgbaton.advisory_name. Names share the bigint
+// space with Int64 keys: do not mix raw numbers and names in one
+// application unless the numbers are registered elsewhere.
 func Name(name string) Key { return Key{kind: kindName, name: name} }
 
 // Int64 is a raw bigint key, as pg_advisory_lock(bigint) takes it.

@@ -90,6 +90,10 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 		return context.Cause(lk.ctx)
 	}
 	e := l.entries[lk.id]
+	if e == nil || e.sess != lk.sess { // cannot happen: loss cancels first
+		l.mu.Unlock()
+		return fmt.Errorf("%w: %s: no longer tracked", ErrLockLost, lk.key)
+	}
 	delete(e.locks, lk)
 	lk.cancel(ErrUnlocked)
 	if len(e.locks) > 0 { // other shared holders in this process remain

@@ -68,8 +68,12 @@ func (e *entry) wait() <-chan struct{} {
 // New returns a Locker that takes its connections from pool. It does no
 // I/O: sessions open on first use. pool must connect to the primary
 // directly or through a session-mode pooler (see ErrSessionPooling).
-// Connections taken for sessions leave the pool for good (Hijack), so the
-// pool's MaxConnLifetime and health checks never close them.
+// Connections taken for sessions, and for each blocked Lock or RLock call,
+// are acquired from the pool and leave it for good (Hijack): the pool's
+// MaxConnLifetime and health checks never close them, and they stop
+// counting against its MaxConns. Keep the server's max_connections in
+// mind: a Locker uses one connection per MaxLocksPerSession locks plus one
+// per waiting call.
 func New(pool *pgxpool.Pool, cfg Config) (*Locker, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: advisory.New: nil pool", pgbaton.ErrInvalidArgument)
