@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgbaton/pgbaton"
 )
 
 // SQLState is the SQLSTATE with which the database rejects a stale token:
@@ -97,4 +99,19 @@ func parseDetail(detail string) *StaleTokenError {
 	e.Current, _ = strconv.ParseInt(current, 10, 64)
 	e.Reason, e.Name = reason, name
 	return e
+}
+
+// notMigrated wraps err from one of pgbaton's own statements with
+// pgbaton.ErrNotMigrated when it says pgbaton's objects are missing
+// (undefined function or table, or no pgbaton schema), and returns other
+// errors unchanged.
+func notMigrated(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "42883", "42P01", "3F000":
+			return fmt.Errorf("%w; run `pgbaton migrate up` or migrations.Up: %w", pgbaton.ErrNotMigrated, err)
+		}
+	}
+	return err
 }

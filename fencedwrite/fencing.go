@@ -49,6 +49,8 @@ func fencing(ctx context.Context, q Querier, table pgx.Identifier, op string, ru
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
+		case "42883", "3F000": // no pgbaton.enable_fencing
+			return fmt.Errorf("pgbaton: %s fencing on %s: %w", op, table.Sanitize(), notMigrated(err))
 		case "42P01", "42703", "42804", "42809", "22023": // no such table or column, wrong type or kind
 			return fmt.Errorf("%w: %s fencing on %s: %w", pgbaton.ErrInvalidArgument, op, table.Sanitize(), err)
 		}

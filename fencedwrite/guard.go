@@ -106,7 +106,7 @@ func guardError(name string, token int64, err error) error {
 	if errors.As(err, &pgErr) && pgErr.Code == "25006" { // read_only_sql_transaction
 		return fmt.Errorf("pgbaton: fencing guard for lease %q locks the lease row, so it needs a read-write transaction on the primary: %w", name, err)
 	}
-	return fmt.Errorf("pgbaton: fencing guard for lease %q: %w", name, err)
+	return fmt.Errorf("pgbaton: fencing guard for lease %q: %w", name, notMigrated(err))
 }
 
 // isNil reports whether v is nil or a nil pointer in an interface, which

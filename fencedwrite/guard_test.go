@@ -283,3 +283,19 @@ func TestGuardInReadOnlyTransaction(t *testing.T) {
 	require.ErrorContains(t, err, "needs a read-write transaction")
 	require.NotErrorIs(t, err, fencedwrite.ErrStaleToken)
 }
+
+// A database without the pgbaton schema is reported as such, not as a
+// stale token.
+func TestNotMigrated(t *testing.T) {
+	ctx := testContext(t)
+	pool := env.EmptyDB(t).Pool(t)
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return fencedwrite.Guard(ctx, tx, "job:a", 1) })
+	require.ErrorIs(t, err, pgbaton.ErrNotMigrated)
+	require.NotErrorIs(t, err, fencedwrite.ErrStaleToken)
+	require.ErrorIs(t, fencedwrite.InTx(ctx, pool, fencedwrite.Token("job:a", 1), func(pgx.Tx) error { return nil }), pgbaton.ErrNotMigrated)
+	_, err = fencedwrite.PutValue(ctx, pool, "k", 1, []byte(`1`))
+	require.ErrorIs(t, err, pgbaton.ErrNotMigrated)
+	_, err = pool.Exec(ctx, "CREATE TABLE t (fence_token bigint)")
+	require.NoError(t, err)
+	require.ErrorIs(t, fencedwrite.EnableFencing(ctx, pool, pgx.Identifier{"t"}), pgbaton.ErrNotMigrated)
+}

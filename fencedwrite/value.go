@@ -174,7 +174,7 @@ func staleValue(key string, presented, current int64) error {
 }
 
 func valueError(op, key string, err error) error {
-	return fmt.Errorf("pgbaton: %s fenced value %q: %w", op, key, MapError(err))
+	return fmt.Errorf("pgbaton: %s fenced value %q: %w", op, key, notMigrated(MapError(err)))
 }
 
 func value(row db.PgbatonFencedValue) Value {
