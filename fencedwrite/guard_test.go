@@ -13,6 +13,8 @@ import (
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/fencedwrite"
+	"github.com/pgbaton/pgbaton/internal/pgtest"
+	"github.com/pgbaton/pgbaton/leasetable"
 )
 
 func requireStale(t *testing.T, err error, name string, presented, current int64, reason string) {
@@ -298,4 +300,38 @@ func TestNotMigrated(t *testing.T) {
 	_, err = pool.Exec(ctx, "CREATE TABLE t (fence_token bigint)")
 	require.NoError(t, err)
 	require.ErrorIs(t, fencedwrite.EnableFencing(ctx, pool, pgx.Identifier{"t"}), pgbaton.ErrNotMigrated)
+}
+
+// Liveness cost of the guard, as the package documentation says: while a
+// guarded transaction is open, the holder's own renewal waits for it.
+func TestGuardedTransactionDelaysRenewal(t *testing.T) {
+	ctx := testContext(t)
+	pool := newPool(t)
+	client, err := leasetable.New(ctx, pool, leasetable.Config{Owner: "me", TTL: time.Minute})
+	require.NoError(t, err)
+	defer client.Close(ctx)
+	lease, err := client.TryAcquire(ctx, "job:a")
+	require.NoError(t, err)
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	require.NoError(t, fencedwrite.GuardLease(ctx, tx, lease))
+
+	renewed := make(chan error, 1)
+	go func() { renewed <- lease.Renew(ctx) }()
+	pgtest.Eventually(t, 30*time.Second, func() (bool, error) {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%renew%'`).Scan(&n)
+		return n == 1, err
+	}, "the renewal is not waiting for the guarded transaction")
+	require.NoError(t, tx.Commit(ctx))
+	select {
+	case err := <-renewed:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("renewal still waiting after the guarded transaction ended")
+	}
+	require.NoError(t, lease.Release(ctx))
 }
