@@ -185,8 +185,12 @@ func (l *Locker) acquire(ctx context.Context, key Key, shared, wait bool) (*Lock
 		if err == nil && l.closed {
 			err = fmt.Errorf("advisory: lock %s: %w", key, pgbaton.ErrClosed)
 		}
-		if err == nil && !s.alive() {
-			err = fmt.Errorf("advisory: lock %s: %w", key, s.err())
+		if err == nil {
+			select {
+			case <-s.done: // lost since: its locks went with it
+				err = fmt.Errorf("advisory: lock %s: %w", key, s.cause)
+			default:
+			}
 		}
 		if err != nil {
 			delete(l.entries, id)
