@@ -230,8 +230,10 @@ func (e *env) claimScenario(batch int) *scenario {
 			for i := range jobs {
 				jobs[i] = &gue.Job{Type: "noop", Queue: "bench"}
 			}
-			if err := gc.EnqueueBatch(ctx, jobs); err != nil {
-				return nil, err
+			for i := 0; i < len(jobs); i += 5000 { // one INSERT is limited to 65535 parameters
+				if err := gc.EnqueueBatch(ctx, jobs[i:min(i+5000, len(jobs))]); err != nil {
+					return nil, err
+				}
 			}
 			var done atomic.Int64
 			all := make(chan struct{})
