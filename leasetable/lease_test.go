@@ -379,6 +379,7 @@ func TestBadInput(t *testing.T) {
 	assert.ErrorIs(t, c.Do(ctx, "x", nil), pgbaton.ErrInvalidArgument)
 	assert.ErrorIs(t, c.RunJob(ctx, "x", nil), pgbaton.ErrInvalidArgument)
 	assert.ErrorIs(t, c.Campaign(ctx, "x", "v", leasetable.Callbacks{}), pgbaton.ErrInvalidArgument)
+	assert.ErrorIs(t, c.Complete(ctx, nil), pgbaton.ErrInvalidArgument)
 	_, err = c.Runs(ctx, "x", 0)
 	assert.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
 	// The SQL functions refuse bad input the same way.
