@@ -116,7 +116,7 @@ func TestRunJobStatuses(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
 	ctx := ctxT(t, time.Minute)
-	c := newClient(t, pool, leasetable.Config{TTL: 300 * time.Millisecond})
+	c := newClient(t, pool, leasetable.Config{TTL: shortTTL})
 	boom := errors.New("boom")
 	require.ErrorIs(t, c.RunJob(ctx, "j", func(context.Context, *leasetable.Run) error { return boom }), boom)
 	cctx, cancel := context.WithCancel(ctx)
