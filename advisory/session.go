@@ -273,11 +273,17 @@ func (s *session) exec(batch []*request) {
 		}
 	}
 	q := db.New()
-	if len(batch) == 1 {
-		r := batch[0]
+	switch r := batch[0]; {
+	case len(batch) == 1 && r.op == opTry && !r.id.pair:
+		row, err := q.AdvisoryTryOne(context.Background(), s.conn, r.id.id)
+		handle(0, row.Ok, row.Pid, err)
+	case len(batch) == 1 && r.op == opUnlock && !r.id.pair:
+		row, err := q.AdvisoryUnlockOne(context.Background(), s.conn, r.id.id)
+		handle(0, row.Ok, row.Pid, err)
+	case len(batch) == 1:
 		row, err := q.AdvisoryOpOne(context.Background(), s.conn, db.AdvisoryOpOneParams{Op: r.op, Pair: r.id.pair, Hi: r.id.hi, Lo: r.id.lo, Key: r.id.id})
 		handle(0, row.Ok, row.Pid, err)
-	} else {
+	default:
 		params := make([]db.AdvisoryOpParams, len(batch))
 		for i, r := range batch {
 			params[i] = db.AdvisoryOpParams{Op: r.op, Pair: r.id.pair, Hi: r.id.hi, Lo: r.id.lo, Key: r.id.id}

@@ -34,6 +34,14 @@ SELECT (CASE
         END)::bool AS ok,
        pg_backend_pid()::int4 AS pid;
 
+-- name: AdvisoryTryOne :one
+-- The most common single requests, exclusive on a bigint key, without
+-- AdvisoryOp's branching.
+SELECT pg_try_advisory_lock(@key::int8) AS ok, pg_backend_pid()::int4 AS pid;
+
+-- name: AdvisoryUnlockOne :one
+SELECT pg_advisory_unlock(@key::int8) AS ok, pg_backend_pid()::int4 AS pid;
+
 -- name: AdvisorySessionSetup :one
 -- Run once on every session connection. The TCP settings make the server
 -- drop a silently partitioned client only after that client has given up

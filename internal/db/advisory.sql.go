@@ -198,6 +198,24 @@ func (q *Queries) AdvisorySessionSetup(ctx context.Context, db DBTX, arg Advisor
 	return i, err
 }
 
+const advisoryTryOne = `-- name: AdvisoryTryOne :one
+SELECT pg_try_advisory_lock($1::int8) AS ok, pg_backend_pid()::int4 AS pid
+`
+
+type AdvisoryTryOneRow struct {
+	Ok  bool  `json:"ok"`
+	Pid int32 `json:"pid"`
+}
+
+// The most common single requests, exclusive on a bigint key, without
+// AdvisoryOp's branching.
+func (q *Queries) AdvisoryTryOne(ctx context.Context, db DBTX, key int64) (AdvisoryTryOneRow, error) {
+	row := db.QueryRow(ctx, advisoryTryOne, key)
+	var i AdvisoryTryOneRow
+	err := row.Scan(&i.Ok, &i.Pid)
+	return i, err
+}
+
 const advisoryUnlockAll = `-- name: AdvisoryUnlockAll :exec
 SELECT pg_advisory_unlock_all()
 `
@@ -207,6 +225,22 @@ SELECT pg_advisory_unlock_all()
 func (q *Queries) AdvisoryUnlockAll(ctx context.Context, db DBTX) error {
 	_, err := db.Exec(ctx, advisoryUnlockAll)
 	return err
+}
+
+const advisoryUnlockOne = `-- name: AdvisoryUnlockOne :one
+SELECT pg_advisory_unlock($1::int8) AS ok, pg_backend_pid()::int4 AS pid
+`
+
+type AdvisoryUnlockOneRow struct {
+	Ok  bool  `json:"ok"`
+	Pid int32 `json:"pid"`
+}
+
+func (q *Queries) AdvisoryUnlockOne(ctx context.Context, db DBTX, key int64) (AdvisoryUnlockOneRow, error) {
+	row := db.QueryRow(ctx, advisoryUnlockOne, key)
+	var i AdvisoryUnlockOneRow
+	err := row.Scan(&i.Ok, &i.Pid)
+	return i, err
 }
 
 const advisoryXactLock = `-- name: AdvisoryXactLock :exec
