@@ -45,7 +45,7 @@ FUZZTIME       ?= 5s
 
 .PHONY: chaos
 chaos: ## Run the long chaos suite (CHAOS_SEEDS seeds of CHAOS_DURATION each)
-	$(GO) test -race -count=1 -timeout 0 -run 'TestChaos$$' ./test/ -args -chaos.seeds=$(CHAOS_SEEDS) -chaos.duration=$(CHAOS_DURATION)
+	$(GO) test -race -count=1 -timeout 0 -v -run 'TestChaos$$' ./test/ -args -chaos.seeds=$(CHAOS_SEEDS) -chaos.duration=$(CHAOS_DURATION)
 
 .PHONY: fuzz-short
 fuzz-short: ## Run each fuzz target briefly (FUZZTIME each), after its seed corpus

@@ -137,6 +137,9 @@ func runChaos(t *testing.T, cfg chaosConfig) chaosResult {
 		r.startProc()
 	}
 	r.nemesis(ctx)
+	// A quiet spell as long as the liveness bound, so that the last fault
+	// too is followed by the grant the liveness checker looks for.
+	sleepCtx(ctx, r.livenessBound())
 	r.stop()
 
 	events := r.hist.snapshot()
@@ -323,7 +326,7 @@ func (r *chaosRun) stop() {
 // takeover, counted from the fault's start; otherwise the holder may keep
 // its lease and finish, so it is counted from the fault's end.
 func (r *chaosRun) liveness(gs []grant, res *chaosResult) {
-	bound := 2*r.cfg.TTL + time.Duration(r.cfg.Writes)*r.cfg.Work + time.Second
+	bound := r.livenessBound()
 	for _, f := range r.faults {
 		from := f.Healed
 		// A killed holder's lease is free at its expiry, a killed holder's
@@ -352,6 +355,14 @@ func (r *chaosRun) liveness(gs []grant, res *chaosResult) {
 			res.LateTakeovers = append(res.LateTakeovers, fmt.Sprintf("%s of p%d (%s): next grant after %s > %s", f.Kind, f.Victim, f.Key, took, bound))
 		}
 	}
+}
+
+// livenessBound is how soon after a fault the lock must be granted
+// again: the lease's expiry (TTL; for advisory locks PingInterval +
+// PingTimeout), a waiter's wake-up, plus the critical section a surviving
+// holder finishes first, and a second for scheduling on a loaded machine.
+func (r *chaosRun) livenessBound() time.Duration {
+	return 2*r.cfg.TTL + time.Duration(r.cfg.Writes)*r.cfg.Work + time.Second
 }
 
 // noLeaks: at the end no worker process runs, no lease is held, no lock

@@ -84,7 +84,14 @@ func childWorker(ctx context.Context, raw []string) error {
 		// g = PingInterval + PingTimeout plays the part of the TTL.
 		w.locker, err = advisory.New(pool, advisory.Config{PingInterval: a.TTL / 3, PingTimeout: a.TTL * 2 / 3})
 	} else {
-		w.client, err = leasetable.New(ctx, pool, leasetable.Config{Owner: fmt.Sprintf("chaos-p%d", a.Proc), TTL: a.TTL})
+		// New checks the schema: retry while the nemesis keeps the server
+		// away (a restart right after this worker was started).
+		for start := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+			w.client, err = leasetable.New(ctx, pool, leasetable.Config{Owner: fmt.Sprintf("chaos-p%d", a.Proc), TTL: a.TTL})
+			if err == nil || time.Since(start) > 30*time.Second {
+				break
+			}
+		}
 	}
 	if err != nil {
 		return err
