@@ -478,3 +478,18 @@ func TestCampaign(t *testing.T) {
 	granted, _ := advisoryLocks(t, admin, d)
 	require.Zero(t, granted)
 }
+
+func TestCheck(t *testing.T) {
+	d := env.DB(t)
+	admin := adminPool(t)
+	ctx := ctxT(t)
+	l := newLocker(t, d.Pool(t), advisory.Config{})
+	require.NoError(t, l.Check(ctx))
+	lk, err := l.TryLock(ctx, advisory.Int64(1))
+	require.NoError(t, err)
+	env.Terminate(t, holderPID(t, admin, d, 1))
+	<-lk.Done()
+	require.NoError(t, l.Check(ctx), "a new session replaces the lost one")
+	require.NoError(t, l.Close(ctx))
+	require.ErrorIs(t, l.Check(ctx), pgbaton.ErrClosed)
+}

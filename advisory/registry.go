@@ -28,7 +28,7 @@ func (l *Locker) register(ctx context.Context, name string, key int64) error {
 		return fmt.Errorf("%w: advisory lock names need pgbaton.advisory_name (migration 2): run `pgbaton migrate up` or migrations.Up: %w", pgbaton.ErrNotMigrated, err)
 	}
 	if err != nil {
-		return fmt.Errorf("advisory: record lock name %q: %w", name, err)
+		return mapError(fmt.Sprintf("record lock name %q", name), err)
 	}
 	if row.Name != name || row.Namespace != ns {
 		return fmt.Errorf("%w: %q (namespace %q) and %q (namespace %q) both map to key %d; rename one", ErrKeyCollision, name, ns, row.Name, row.Namespace, key)

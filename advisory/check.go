@@ -1,0 +1,27 @@
+package advisory
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/pgbaton/pgbaton"
+)
+
+// Check reports whether the Locker can take locks: it makes a round trip
+// on a session (opening one if needed), which also verifies that the
+// server is a primary and that no transaction-pooling proxy is in
+// between. For readiness probes (package health).
+func (l *Locker) Check(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", pgbaton.ErrInvalidArgument)
+	}
+	s, err := l.reserveSession(ctx)
+	if err != nil {
+		return err
+	}
+	defer l.unreserve(s)
+	if _, err := s.do(ctx, opPing, lockID{}); err != nil {
+		return fmt.Errorf("advisory: check: %w", err)
+	}
+	return nil
+}
