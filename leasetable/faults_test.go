@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgbaton/pgbaton/internal/faultproxy"
 	"github.com/pgbaton/pgbaton/internal/pgcluster"
 	"github.com/pgbaton/pgbaton/internal/pgtest"
 	"github.com/pgbaton/pgbaton/leasetable"
@@ -285,4 +286,69 @@ func TestLeaseSurvivesServerCrash(t *testing.T) {
 	l2, err := c.TryAcquire(ctx, "after-crash")
 	require.NoError(t, err)
 	assert.Greater(t, l2.Token(), l.Token())
+}
+
+// proxiedPool is a pool on d whose connections pass through a fault proxy.
+func proxiedPool(t *testing.T, d *pgtest.DB) (*pgxpool.Pool, *faultproxy.Proxy) {
+	t.Helper()
+	proxy, err := faultproxy.New(fmt.Sprintf("127.0.0.1:%d", env.Cluster().Port()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = proxy.Close() })
+	pool := pgtest.Pool(t, d.URL, func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.Host = "127.0.0.1"
+		cfg.ConnConfig.Port = uint16(proxy.Port())
+	})
+	return pool, proxy
+}
+
+func TestPartitionedHolderLearnsFirst(t *testing.T) {
+	if env.Cluster() == nil {
+		t.Skip("needs the throwaway cluster") // only with PGBATON_TEST_DSN
+	}
+	d := env.DB(t)
+	pool := d.Pool(t)
+	proxied, proxy := proxiedPool(t, d)
+	ctx := ctxT(t, time.Minute)
+	a := newClient(t, proxied, leasetable.Config{Owner: "partitioned", TTL: shortTTL})
+	b := newClient(t, pool, leasetable.Config{Owner: "b", TTL: shortTTL})
+	la, err := a.TryAcquire(ctx, "p")
+	require.NoError(t, err)
+	proxy.Stall() // silence: no error, no reset, renewals just hang
+	defer proxy.Resume()
+	lb, err := b.Acquire(ctx, "p")
+	require.NoError(t, err)
+	select {
+	case <-la.Done():
+	default:
+		t.Fatal("new holder granted before the partitioned holder's Done fired")
+	}
+	assert.ErrorIs(t, la.Err(), leasetable.ErrLeaseLost)
+	assert.Greater(t, lb.Token(), la.Token())
+	// Back online, the old holder cannot release the new holder's lease.
+	proxy.Resume()
+	require.ErrorIs(t, la.Release(ctx), leasetable.ErrNotHeld)
+	assert.NoError(t, lb.Err())
+	in, err := b.Info(ctx, "p")
+	require.NoError(t, err)
+	assert.Equal(t, "b", in.Owner)
+}
+
+func TestRenewalRetriesAfterConnectionReset(t *testing.T) {
+	if env.Cluster() == nil {
+		t.Skip("needs the throwaway cluster") // only with PGBATON_TEST_DSN
+	}
+	d := env.DB(t)
+	proxied, proxy := proxiedPool(t, d)
+	ctx := ctxT(t, time.Minute)
+	c := newClient(t, proxied, leasetable.Config{TTL: 2 * time.Second, RenewInterval: 300 * time.Millisecond})
+	l, err := c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+	for range 3 {
+		before := l.ExpiresAt()
+		proxy.Cut() // every connection gets RST; the pool opens new ones
+		pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
+			return l.ExpiresAt().After(before), l.Err()
+		}, "no renewal after the connections were reset")
+	}
+	require.NoError(t, l.Release(ctx))
 }
