@@ -48,6 +48,9 @@ func newLease(c *Client, name, group string, token int64, expires, start time.Ti
 func (l *Lease) start() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.ended { // Client.Close got to it first
+		return
+	}
 	l.deadlineT = time.AfterFunc(time.Until(l.deadline), l.checkDeadline)
 	l.renewT = time.AfterFunc(l.c.cfg.RenewInterval, l.autoRenew)
 }
@@ -58,8 +61,9 @@ func (l *Lease) Name() string { return l.name }
 // Group is the group the lease was claimed from, or "".
 func (l *Lease) Group() string { return l.group }
 
-// Token is the fencing token of this grant: larger than every earlier
-// grant's token of any lease. Pass it to fenced writes.
+// Token is the fencing token of this grant: larger than the token of
+// every earlier grant of this name (tokens of all names come from one
+// sequence). Pass it to fenced writes.
 func (l *Lease) Token() int64 { return l.token }
 
 // ExpiresAt is when the grant expires by the database clock, as of the
@@ -95,7 +99,7 @@ func (l *Lease) Err() error {
 // work under the lease with it.
 func (l *Lease) Context() context.Context { return l.ctx }
 
-// end marks the lease over with cause. It returns the running automatic
+// endLocked marks the lease over with cause. It returns the running automatic
 // renewal's done channel (or nil) for callers that must wait for it.
 func (l *Lease) endLocked(cause error) chan struct{} {
 	if l.ended {
@@ -155,11 +159,12 @@ func (l *Lease) autoRenew() {
 	ctx, cancel := context.WithDeadline(l.c.bg, l.deadline)
 	done := make(chan struct{})
 	l.inflight, l.stopRenew = done, cancel
+	after := l.afterRenew
 	l.mu.Unlock()
 
 	err := l.renew(ctx)
-	if err == nil && l.afterRenew != nil {
-		l.afterRenew(ctx)
+	if err == nil && after != nil {
+		after(ctx)
 	}
 	cancel()
 
@@ -237,8 +242,9 @@ func (l *Lease) Renew(ctx context.Context) error {
 // Release gives the lease back and wakes waiters. The lease ends first
 // (Done closes, with cause ErrReleased unless it was already lost), so work
 // under it stops before anyone else can be granted it. It returns an error
-// wrapping ErrNotHeld when the grant had been taken over, in which case
-// nothing was changed. Calling it again returns the first result.
+// wrapping ErrNotHeld when the database no longer had this grant (taken
+// over, or already given back after a loss), in which case nothing was
+// changed. Calling it again returns the first result.
 func (l *Lease) Release(ctx context.Context) error {
 	return l.finish(ctx, false)
 }
