@@ -198,7 +198,7 @@ func (c *Client) acquire(ctx context.Context, name string, metadata []byte) (*Le
 	if !errors.As(err, &held) {
 		return l, err // granted at once (the common case) or failed
 	}
-	w, err := c.startWaiting(ctx, name, false, name)
+	w, err := c.startWaiting(ctx, name, false)
 	if err != nil {
 		return nil, err
 	}
@@ -226,11 +226,12 @@ type waiting struct {
 	unsubscribe func()
 }
 
-// startWaiting subscribes to releases of names, then registers as a waiter
-// for name (a group when group is set). The order matters: by the time a
-// release can see the registration, the LISTEN is active.
-func (c *Client) startWaiting(ctx context.Context, name string, group bool, names ...string) (*waiting, error) {
-	wake, unsubscribe, err := c.ln.subscribe(ctx, names...)
+// startWaiting subscribes to notifications for name, then registers as a
+// waiter for lease name, or for any lease of group name when group is set.
+// The order matters: by the time a release can see the registration, the
+// LISTEN is active.
+func (c *Client) startWaiting(ctx context.Context, name string, group bool) (*waiting, error) {
+	wake, unsubscribe, err := c.ln.subscribe(ctx, name)
 	if err != nil {
 		return nil, err
 	}

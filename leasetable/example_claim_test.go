@@ -63,3 +63,40 @@ func ExampleClient_Semaphore() {
 	// Output:
 	// permit exporter#0
 }
+
+// Keep holds shards for as long as the worker runs: it claims free ones,
+// runs Work for each, and takes over the shards of workers that die when
+// their leases expire.
+func ExampleClient_Keep() {
+	pool, done := examplePool()
+	defer done()
+	ctx := context.Background()
+	worker, err := leasetable.New(ctx, pool, leasetable.Config{Owner: "worker-1"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer worker.Close(ctx)
+	if _, err := worker.Register(ctx, "partitions", "p0", "p1", "p2"); err != nil {
+		log.Fatal(err)
+	}
+
+	ctx, stop := context.WithCancel(ctx) // the worker's lifetime
+	started := make(chan string)
+	go func() {
+		for range 3 {
+			<-started
+		}
+		stop() // shut down once all three run, for this example
+	}()
+	err = worker.Keep(ctx, leasetable.KeepConfig{
+		Group: "partitions",
+		Max:   3,
+		Work: func(ctx context.Context, l *leasetable.Lease) {
+			started <- l.Name()
+			<-ctx.Done() // consume the partition until the lease or the worker ends
+		},
+	})
+	fmt.Println(err)
+	// Output:
+	// context canceled
+}

@@ -384,6 +384,10 @@ func TestBadInput(t *testing.T) {
 	assert.ErrorIs(t, c.RunJob(ctx, "x", nil), pgbaton.ErrInvalidArgument)
 	assert.ErrorIs(t, c.Campaign(ctx, "x", "v", leasetable.Callbacks{}), pgbaton.ErrInvalidArgument)
 	assert.ErrorIs(t, c.Complete(ctx, nil), pgbaton.ErrInvalidArgument)
+	work := func(context.Context, *leasetable.Lease) {}
+	assert.ErrorIs(t, c.Keep(ctx, leasetable.KeepConfig{Group: "", Max: 1, Work: work}), pgbaton.ErrInvalidArgument)
+	assert.ErrorIs(t, c.Keep(ctx, leasetable.KeepConfig{Group: "g", Max: 0, Work: work}), pgbaton.ErrInvalidArgument)
+	assert.ErrorIs(t, c.Keep(ctx, leasetable.KeepConfig{Group: "g", Max: 1}), pgbaton.ErrInvalidArgument)
 	_, err = c.Runs(ctx, "x", 0)
 	assert.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
 	// The SQL functions refuse bad input the same way.

@@ -38,8 +38,9 @@ func newListener(c *Client) *listener {
 	return &listener{c: c, waiters: make(map[string]map[chan struct{}]struct{}), ready: make(chan struct{})}
 }
 
-// subscribe registers a wake-up channel for names and returns once the
-// listening connection is active, so no release after it can be missed.
+// subscribe registers a wake-up channel for notifications naming any of
+// names (leases or groups) and returns once the listening connection is
+// active, so no release after it can be missed.
 func (ln *listener) subscribe(ctx context.Context, names ...string) (<-chan struct{}, func(), error) {
 	ch := make(chan struct{}, 1)
 	ln.mu.Lock()

@@ -35,6 +35,7 @@ var children = map[string]pgtest.ChildFunc{
 	"claimer":   childClaimer,
 	"slots":     childSlots,
 	"job":       childJob,
+	"keeper":    childKeeper,
 }
 
 // shortTTL keeps fault tests quick: losses and takeovers happen within a

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -257,4 +258,71 @@ func TestClaimCompleteWorkItems(t *testing.T) {
 	for _, l := range append(la, lb...) {
 		assert.ErrorIs(t, l.Err(), leasetable.ErrReleased)
 	}
+}
+
+// childKeeper keeps up to args[2] leases of group args[1] and prints
+// "kept NAME" for each, until killed.
+func childKeeper(ctx context.Context, args []string) error {
+	n, _ := strconv.Atoi(args[2])
+	c, closeFn, err := childClient(ctx, args[0], shortTTL)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	return c.Keep(ctx, leasetable.KeepConfig{Group: args[1], Max: n, Work: func(ctx context.Context, l *leasetable.Lease) {
+		pgtest.Printf("kept %s", l.Name())
+		<-ctx.Done()
+	}})
+}
+
+func TestKeepTakesOverDeadWorkersShards(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := ctxT(t, time.Minute)
+	c := newClient(t, pool, leasetable.Config{Owner: "survivor", TTL: shortTTL})
+	shards := make([]string, 8)
+	for i := range shards {
+		shards[i] = "shard-" + strconv.Itoa(i)
+	}
+	_, err := c.Register(ctx, "keep", shards...)
+	require.NoError(t, err)
+
+	k := env.StartChild(t, "keeper", d.URL, "keep", "4")
+	childs := map[string]bool{}
+	for range 4 {
+		childs[k.Expect(t, "kept", 30*time.Second)] = true
+	}
+	var mu sync.Mutex
+	mine := map[string]bool{}
+	kept := make(chan string, 16)
+	kctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Keep(kctx, leasetable.KeepConfig{Group: "keep", Max: 8, Work: func(ctx context.Context, l *leasetable.Lease) {
+			mu.Lock()
+			mine[l.Name()] = true
+			mu.Unlock()
+			kept <- l.Name()
+			<-ctx.Done()
+		}})
+	}()
+	for range 4 {
+		n := <-kept
+		assert.False(t, childs[n], "%s kept by both", n)
+	}
+	killed := time.Now()
+	k.Signal(t, syscall.SIGKILL)
+	for range 4 {
+		n := <-kept
+		assert.True(t, childs[n], "%s was not the dead worker's", n)
+	}
+	t.Logf("dead worker's shards taken over %s after SIGKILL (TTL %s)", time.Since(killed), shortTTL)
+	mu.Lock()
+	assert.Len(t, mine, 8)
+	mu.Unlock()
+	stop()
+	require.ErrorIs(t, <-done, context.Canceled)
+	var held int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pgbaton.lease WHERE lease_group = 'keep' AND owner IS NOT NULL").Scan(&held))
+	assert.Zero(t, held, "Keep released everything when its context ended")
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
+
+	"github.com/pgbaton/pgbaton/internal/db"
 )
 
 // MaxSlots bounds Semaphore's slot count.
@@ -54,17 +57,17 @@ func (c *Client) Semaphore(ctx context.Context, name string, slots int) (*Lease,
 		if w == nil {
 			// Register, then look again: a release before the
 			// registration notified nobody.
-			if w, err = c.startWaiting(ctx, name, true, names...); err != nil {
+			if w, err = c.startWaiting(ctx, name, true); err != nil {
 				return nil, err
 			}
 			continue
 		}
-		next, err := c.q.LeaseGroupNextExpiry(ctx, c.pool, name)
+		next, err := c.nextExpiry(ctx, name)
 		if err != nil {
-			return nil, dbError("semaphore "+name, err)
+			return nil, err
 		}
 		c.log.Debug("pgbaton: waiting for semaphore", "semaphore", name, "slots", slots)
-		if err := c.wait(ctx, w.wake, next.NextExpiry.Sub(next.DbNow)); err != nil {
+		if err := c.wait(ctx, w.wake, next); err != nil {
 			return nil, fmt.Errorf("leasetable: waiting for semaphore %q: %w", name, err)
 		}
 	}
@@ -97,4 +100,14 @@ func (c *Client) registerSemaphore(ctx context.Context, name string, names []str
 	c.sems[name] = len(names)
 	c.mu.Unlock()
 	return nil
+}
+
+// nextExpiry is how long until the first lease of group held by another
+// owner expires (0 if none is).
+func (c *Client) nextExpiry(ctx context.Context, group string) (time.Duration, error) {
+	next, err := c.q.LeaseGroupNextExpiry(ctx, c.pool, db.LeaseGroupNextExpiryParams{LeaseGroup: group, Owner: c.cfg.Owner})
+	if err != nil {
+		return 0, dbError("next expiry in "+group, err)
+	}
+	return next.NextExpiry.Sub(next.DbNow), nil
 }

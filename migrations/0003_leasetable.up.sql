@@ -164,7 +164,7 @@ $$;
 
 -- release frees the lease (name, owner, token). If anyone waits for it
 -- (pgbaton.wait_for), it wakes them with a NOTIFY on channel pgbaton_lease,
--- payload: the name. It returns false and changes nothing when that grant
+-- payload: the name; waiters for its group get one with the group's name. It returns false and changes nothing when that grant
 -- was superseded: somebody else's lease is never released. An expired
 -- grant nobody took over is still freed (true): no one else held the name
 -- in between.
@@ -182,8 +182,11 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    IF EXISTS (SELECT 1 FROM pgbaton.lease_waiter w WHERE w.name IN (p_name, g)) THEN
+    IF EXISTS (SELECT 1 FROM pgbaton.lease_waiter w WHERE w.name = p_name) THEN
         PERFORM pg_notify('pgbaton_lease', p_name);
+    END IF;
+    IF g IS NOT NULL AND EXISTS (SELECT 1 FROM pgbaton.lease_waiter w WHERE w.name = g) THEN
+        PERFORM pg_notify('pgbaton_lease', g);
     END IF;
     RETURN true;
 END $$;

@@ -44,9 +44,11 @@ SELECT l.name, l.lease_group, l.owner, l.token, l.acquired_at, l.renewed_at, l.e
 SELECT count(*)::integer AS n FROM pgbaton.lease WHERE lease_group = @lease_group::text;
 
 -- name: LeaseGroupNextExpiry :one
--- When the first held lease of a group expires, for waiters on a full group.
+-- When the first lease of a group held by someone else expires, for
+-- waiters on a full group.
 SELECT coalesce(min(expires_at), clock_timestamp())::timestamptz AS next_expiry, clock_timestamp()::timestamptz AS db_now
-  FROM pgbaton.lease WHERE lease_group = @lease_group::text AND owner IS NOT NULL;
+  FROM pgbaton.lease
+ WHERE lease_group = @lease_group::text AND owner IS NOT NULL AND owner <> @owner::text;
 
 -- name: JobRunStart :one
 -- Starts a run under the lease (job, token). Runs of the job still marked

@@ -20,64 +20,76 @@ func (q *Queries) AdvisoryBackendPID(ctx context.Context, db DBTX) (int32, error
 	return pid, err
 }
 
-const advisoryHeldCount = `-- name: AdvisoryHeldCount :one
-SELECT count(*)::bigint AS held
-  FROM pg_catalog.pg_locks
- WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
+const advisoryLock = `-- name: AdvisoryLock :execrows
+SELECT pg_advisory_lock($1::int8) WHERE pg_backend_pid() = $2::int4
 `
 
-func (q *Queries) AdvisoryHeldCount(ctx context.Context, db DBTX) (int64, error) {
-	row := db.QueryRow(ctx, advisoryHeldCount)
-	var held int64
-	err := row.Scan(&held)
-	return held, err
+type AdvisoryLockParams struct {
+	Key int64 `json:"key"`
+	Pid int32 `json:"pid"`
 }
 
-const advisoryLock = `-- name: AdvisoryLock :exec
-SELECT pg_advisory_lock($1::int8)
-`
-
-// Blocks until granted; run on a connection of its own.
-func (q *Queries) AdvisoryLock(ctx context.Context, db DBTX, key int64) error {
-	_, err := db.Exec(ctx, advisoryLock, key)
-	return err
+// Blocks until granted; run on a connection of its own. 0 rows: another
+// backend (see above).
+func (q *Queries) AdvisoryLock(ctx context.Context, db DBTX, arg AdvisoryLockParams) (int64, error) {
+	result, err := db.Exec(ctx, advisoryLock, arg.Key, arg.Pid)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
-const advisoryLockPair = `-- name: AdvisoryLockPair :exec
-SELECT pg_advisory_lock($1::int4, $2::int4)
+const advisoryLockPair = `-- name: AdvisoryLockPair :execrows
+SELECT pg_advisory_lock($1::int4, $2::int4) WHERE pg_backend_pid() = $3::int4
 `
 
 type AdvisoryLockPairParams struct {
-	Hi int32 `json:"hi"`
-	Lo int32 `json:"lo"`
+	Hi  int32 `json:"hi"`
+	Lo  int32 `json:"lo"`
+	Pid int32 `json:"pid"`
 }
 
-func (q *Queries) AdvisoryLockPair(ctx context.Context, db DBTX, arg AdvisoryLockPairParams) error {
-	_, err := db.Exec(ctx, advisoryLockPair, arg.Hi, arg.Lo)
-	return err
+func (q *Queries) AdvisoryLockPair(ctx context.Context, db DBTX, arg AdvisoryLockPairParams) (int64, error) {
+	result, err := db.Exec(ctx, advisoryLockPair, arg.Hi, arg.Lo, arg.Pid)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
-const advisoryLockPairShared = `-- name: AdvisoryLockPairShared :exec
-SELECT pg_advisory_lock_shared($1::int4, $2::int4)
+const advisoryLockPairShared = `-- name: AdvisoryLockPairShared :execrows
+SELECT pg_advisory_lock_shared($1::int4, $2::int4) WHERE pg_backend_pid() = $3::int4
 `
 
 type AdvisoryLockPairSharedParams struct {
-	Hi int32 `json:"hi"`
-	Lo int32 `json:"lo"`
+	Hi  int32 `json:"hi"`
+	Lo  int32 `json:"lo"`
+	Pid int32 `json:"pid"`
 }
 
-func (q *Queries) AdvisoryLockPairShared(ctx context.Context, db DBTX, arg AdvisoryLockPairSharedParams) error {
-	_, err := db.Exec(ctx, advisoryLockPairShared, arg.Hi, arg.Lo)
-	return err
+func (q *Queries) AdvisoryLockPairShared(ctx context.Context, db DBTX, arg AdvisoryLockPairSharedParams) (int64, error) {
+	result, err := db.Exec(ctx, advisoryLockPairShared, arg.Hi, arg.Lo, arg.Pid)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
-const advisoryLockShared = `-- name: AdvisoryLockShared :exec
-SELECT pg_advisory_lock_shared($1::int8)
+const advisoryLockShared = `-- name: AdvisoryLockShared :execrows
+SELECT pg_advisory_lock_shared($1::int8) WHERE pg_backend_pid() = $2::int4
 `
 
-func (q *Queries) AdvisoryLockShared(ctx context.Context, db DBTX, key int64) error {
-	_, err := db.Exec(ctx, advisoryLockShared, key)
-	return err
+type AdvisoryLockSharedParams struct {
+	Key int64 `json:"key"`
+	Pid int32 `json:"pid"`
+}
+
+func (q *Queries) AdvisoryLockShared(ctx context.Context, db DBTX, arg AdvisoryLockSharedParams) (int64, error) {
+	result, err := db.Exec(ctx, advisoryLockShared, arg.Key, arg.Pid)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const advisoryOpOne = `-- name: AdvisoryOpOne :one
@@ -91,8 +103,8 @@ SELECT (CASE
             WHEN $1::int = 3 THEN pg_advisory_unlock($5::int8)
             WHEN $1::int = 4 AND $2::bool THEN pg_advisory_unlock_shared($3::int4, $4::int4)
             WHEN $1::int = 4 THEN pg_advisory_unlock_shared($5::int8)
-        END)::bool AS ok,
-       pg_backend_pid()::int4 AS pid
+        END)::bool AS ok
+ WHERE pg_backend_pid() = $6::int4
 `
 
 type AdvisoryOpOneParams struct {
@@ -101,26 +113,23 @@ type AdvisoryOpOneParams struct {
 	Hi   int32 `json:"hi"`
 	Lo   int32 `json:"lo"`
 	Key  int64 `json:"key"`
-}
-
-type AdvisoryOpOneRow struct {
-	Ok  bool  `json:"ok"`
-	Pid int32 `json:"pid"`
+	Pid  int32 `json:"pid"`
 }
 
 // AdvisoryOp for a batch of one: the plain extended protocol costs less
 // than a pipeline.
-func (q *Queries) AdvisoryOpOne(ctx context.Context, db DBTX, arg AdvisoryOpOneParams) (AdvisoryOpOneRow, error) {
+func (q *Queries) AdvisoryOpOne(ctx context.Context, db DBTX, arg AdvisoryOpOneParams) (bool, error) {
 	row := db.QueryRow(ctx, advisoryOpOne,
 		arg.Op,
 		arg.Pair,
 		arg.Hi,
 		arg.Lo,
 		arg.Key,
+		arg.Pid,
 	)
-	var i AdvisoryOpOneRow
-	err := row.Scan(&i.Ok, &i.Pid)
-	return i, err
+	var ok bool
+	err := row.Scan(&ok)
+	return ok, err
 }
 
 const advisoryRegisterName = `-- name: AdvisoryRegisterName :one
@@ -199,48 +208,51 @@ func (q *Queries) AdvisorySessionSetup(ctx context.Context, db DBTX, arg Advisor
 }
 
 const advisoryTryOne = `-- name: AdvisoryTryOne :one
-SELECT pg_try_advisory_lock($1::int8) AS ok, pg_backend_pid()::int4 AS pid
+SELECT pg_try_advisory_lock($1::int8) AS ok WHERE pg_backend_pid() = $2::int4
 `
 
-type AdvisoryTryOneRow struct {
-	Ok  bool  `json:"ok"`
+type AdvisoryTryOneParams struct {
+	Key int64 `json:"key"`
 	Pid int32 `json:"pid"`
 }
 
 // The most common single requests, exclusive on a bigint key, without
 // AdvisoryOp's branching.
-func (q *Queries) AdvisoryTryOne(ctx context.Context, db DBTX, key int64) (AdvisoryTryOneRow, error) {
-	row := db.QueryRow(ctx, advisoryTryOne, key)
-	var i AdvisoryTryOneRow
-	err := row.Scan(&i.Ok, &i.Pid)
-	return i, err
+func (q *Queries) AdvisoryTryOne(ctx context.Context, db DBTX, arg AdvisoryTryOneParams) (bool, error) {
+	row := db.QueryRow(ctx, advisoryTryOne, arg.Key, arg.Pid)
+	var ok bool
+	err := row.Scan(&ok)
+	return ok, err
 }
 
-const advisoryUnlockAll = `-- name: AdvisoryUnlockAll :exec
-SELECT pg_advisory_unlock_all()
+const advisoryUnlockAll = `-- name: AdvisoryUnlockAll :execrows
+SELECT pg_advisory_unlock_all() WHERE pg_backend_pid() = $1::int4
 `
 
-// Clears a waiting connection whose wait was given up, in case Postgres
-// granted the lock just as the client cancelled.
-func (q *Queries) AdvisoryUnlockAll(ctx context.Context, db DBTX) error {
-	_, err := db.Exec(ctx, advisoryUnlockAll)
-	return err
+// Releases everything a session or a given-up wait holds (Postgres may
+// grant a wait just as the client cancels). 0 rows: another backend.
+func (q *Queries) AdvisoryUnlockAll(ctx context.Context, db DBTX, pid int32) (int64, error) {
+	result, err := db.Exec(ctx, advisoryUnlockAll, pid)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const advisoryUnlockOne = `-- name: AdvisoryUnlockOne :one
-SELECT pg_advisory_unlock($1::int8) AS ok, pg_backend_pid()::int4 AS pid
+SELECT pg_advisory_unlock($1::int8) AS ok WHERE pg_backend_pid() = $2::int4
 `
 
-type AdvisoryUnlockOneRow struct {
-	Ok  bool  `json:"ok"`
+type AdvisoryUnlockOneParams struct {
+	Key int64 `json:"key"`
 	Pid int32 `json:"pid"`
 }
 
-func (q *Queries) AdvisoryUnlockOne(ctx context.Context, db DBTX, key int64) (AdvisoryUnlockOneRow, error) {
-	row := db.QueryRow(ctx, advisoryUnlockOne, key)
-	var i AdvisoryUnlockOneRow
-	err := row.Scan(&i.Ok, &i.Pid)
-	return i, err
+func (q *Queries) AdvisoryUnlockOne(ctx context.Context, db DBTX, arg AdvisoryUnlockOneParams) (bool, error) {
+	row := db.QueryRow(ctx, advisoryUnlockOne, arg.Key, arg.Pid)
+	var ok bool
+	err := row.Scan(&ok)
+	return ok, err
 }
 
 const advisoryXactLock = `-- name: AdvisoryXactLock :exec

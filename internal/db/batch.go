@@ -17,6 +17,7 @@ var (
 )
 
 const advisoryOp = `-- name: AdvisoryOp :batchone
+
 SELECT (CASE
             WHEN $1::int = 0 THEN true
             WHEN $1::int = 1 AND $2::bool THEN pg_try_advisory_lock($3::int4, $4::int4)
@@ -27,8 +28,8 @@ SELECT (CASE
             WHEN $1::int = 3 THEN pg_advisory_unlock($5::int8)
             WHEN $1::int = 4 AND $2::bool THEN pg_advisory_unlock_shared($3::int4, $4::int4)
             WHEN $1::int = 4 THEN pg_advisory_unlock_shared($5::int8)
-        END)::bool AS ok,
-       pg_backend_pid()::int4 AS pid
+        END)::bool AS ok
+ WHERE pg_backend_pid() = $6::int4
 `
 
 type AdvisoryOpBatchResults struct {
@@ -43,19 +44,18 @@ type AdvisoryOpParams struct {
 	Hi   int32 `json:"hi"`
 	Lo   int32 `json:"lo"`
 	Key  int64 `json:"key"`
+	Pid  int32 `json:"pid"`
 }
 
-type AdvisoryOpRow struct {
-	Ok  bool  `json:"ok"`
-	Pid int32 `json:"pid"`
-}
-
+// Every statement of a session carries the backend pid the session was
+// set up on and does its work only there ("WHERE pg_backend_pid() = @pid",
+// checked before the select list runs): no row means a transaction-pooling
+// proxy (PgBouncer) sent the statement to another backend, and nothing was
+// locked or unlocked on that backend, which belongs to other clients.
 // Every statement a multiplexed session sends, so that concurrent requests
 // can share one pipelined batch: op 0 ping, 1 try exclusive, 2 try shared,
 // 3 unlock exclusive, 4 unlock shared. Keys come in two spaces that
-// Postgres keeps apart: one bigint (key), or a pair of int4 (pair, hi, lo). The backend pid comes back with every
-// result: a change means a pooler moved the session (PgBouncer transaction
-// pooling).
+// Postgres keeps apart: one bigint (key), or a pair of int4 (pair, hi, lo).
 func (q *Queries) AdvisoryOp(ctx context.Context, db DBTX, arg []AdvisoryOpParams) *AdvisoryOpBatchResults {
 	batch := &pgx.Batch{}
 	for _, a := range arg {
@@ -65,6 +65,7 @@ func (q *Queries) AdvisoryOp(ctx context.Context, db DBTX, arg []AdvisoryOpParam
 			a.Hi,
 			a.Lo,
 			a.Key,
+			a.Pid,
 		}
 		batch.Queue(advisoryOp, vals...)
 	}
@@ -72,20 +73,20 @@ func (q *Queries) AdvisoryOp(ctx context.Context, db DBTX, arg []AdvisoryOpParam
 	return &AdvisoryOpBatchResults{br, len(arg), false}
 }
 
-func (b *AdvisoryOpBatchResults) QueryRow(f func(int, AdvisoryOpRow, error)) {
+func (b *AdvisoryOpBatchResults) QueryRow(f func(int, bool, error)) {
 	defer b.br.Close()
 	for t := 0; t < b.tot; t++ {
-		var i AdvisoryOpRow
+		var ok bool
 		if b.closed {
 			if f != nil {
-				f(t, i, ErrBatchAlreadyClosed)
+				f(t, ok, ErrBatchAlreadyClosed)
 			}
 			continue
 		}
 		row := b.br.QueryRow()
-		err := row.Scan(&i.Ok, &i.Pid)
+		err := row.Scan(&ok)
 		if f != nil {
-			f(t, i, err)
+			f(t, ok, err)
 		}
 	}
 }

@@ -420,17 +420,24 @@ func (q *Queries) LeaseGroupCount(ctx context.Context, db DBTX, leaseGroup strin
 
 const leaseGroupNextExpiry = `-- name: LeaseGroupNextExpiry :one
 SELECT coalesce(min(expires_at), clock_timestamp())::timestamptz AS next_expiry, clock_timestamp()::timestamptz AS db_now
-  FROM pgbaton.lease WHERE lease_group = $1::text AND owner IS NOT NULL
+  FROM pgbaton.lease
+ WHERE lease_group = $1::text AND owner IS NOT NULL AND owner <> $2::text
 `
+
+type LeaseGroupNextExpiryParams struct {
+	LeaseGroup string `json:"lease_group"`
+	Owner      string `json:"owner"`
+}
 
 type LeaseGroupNextExpiryRow struct {
 	NextExpiry time.Time `json:"next_expiry"`
 	DbNow      time.Time `json:"db_now"`
 }
 
-// When the first held lease of a group expires, for waiters on a full group.
-func (q *Queries) LeaseGroupNextExpiry(ctx context.Context, db DBTX, leaseGroup string) (LeaseGroupNextExpiryRow, error) {
-	row := db.QueryRow(ctx, leaseGroupNextExpiry, leaseGroup)
+// When the first lease of a group held by someone else expires, for
+// waiters on a full group.
+func (q *Queries) LeaseGroupNextExpiry(ctx context.Context, db DBTX, arg LeaseGroupNextExpiryParams) (LeaseGroupNextExpiryRow, error) {
+	row := db.QueryRow(ctx, leaseGroupNextExpiry, arg.LeaseGroup, arg.Owner)
 	var i LeaseGroupNextExpiryRow
 	err := row.Scan(&i.NextExpiry, &i.DbNow)
 	return i, err
