@@ -113,6 +113,18 @@ func (l *Locker) setupConn(ctx context.Context, conn *pgx.Conn) (int32, error) {
 	if pid != row.Pid {
 		return 0, fmt.Errorf("%w (pids %d then %d)", ErrSessionPooling, row.Pid, pid)
 	}
+	// An idle pooler usually hands the same backend back, so also look from
+	// another client connection: a pooler gives it the backend this session
+	// just used (PgBouncer reuses the most recent one), which no direct or
+	// session-pooled connection can ever see. Done before any lock is
+	// taken, so nothing is left on a backend the pooler lends to others.
+	if probe, err := l.pool.Acquire(ctx); err == nil {
+		other, err := q.AdvisoryBackendPID(ctx, probe)
+		probe.Release()
+		if err == nil && other == pid {
+			return 0, fmt.Errorf("%w (two client connections were served by backend %d)", ErrSessionPooling, pid)
+		}
+	}
 	return pid, nil
 }
 
@@ -261,35 +273,38 @@ func (s *session) exec(batch []*request) {
 	var firstErr error
 	var lost error
 	failedAt := -1
-	handle := func(i int, ok bool, pid int32, err error) {
+	handle := func(i int, ok bool, err error) {
 		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			// The statement's pid guard did not match: it ran on another
+			// backend and changed nothing there.
+			lost = fmt.Errorf("%w (session backend pid %d)", ErrSessionPooling, s.pid)
 		case err != nil && firstErr == nil:
 			firstErr, failedAt = err, i
 		case err != nil:
-		case pid != s.pid:
-			lost = fmt.Errorf("%w (pid %d, then %d)", ErrSessionPooling, s.pid, pid)
 		default:
 			results[i] = result{ok: ok}
 		}
 	}
 	q := db.New()
+	bg := context.Background()
 	switch r := batch[0]; {
 	case len(batch) == 1 && r.op == opTry && !r.id.pair:
-		row, err := q.AdvisoryTryOne(context.Background(), s.conn, r.id.id)
-		handle(0, row.Ok, row.Pid, err)
+		ok, err := q.AdvisoryTryOne(bg, s.conn, db.AdvisoryTryOneParams{Key: r.id.id, Pid: s.pid})
+		handle(0, ok, err)
 	case len(batch) == 1 && r.op == opUnlock && !r.id.pair:
-		row, err := q.AdvisoryUnlockOne(context.Background(), s.conn, r.id.id)
-		handle(0, row.Ok, row.Pid, err)
+		ok, err := q.AdvisoryUnlockOne(bg, s.conn, db.AdvisoryUnlockOneParams{Key: r.id.id, Pid: s.pid})
+		handle(0, ok, err)
 	case len(batch) == 1:
-		row, err := q.AdvisoryOpOne(context.Background(), s.conn, db.AdvisoryOpOneParams{Op: r.op, Pair: r.id.pair, Hi: r.id.hi, Lo: r.id.lo, Key: r.id.id})
-		handle(0, row.Ok, row.Pid, err)
+		ok, err := q.AdvisoryOpOne(bg, s.conn, db.AdvisoryOpOneParams{Op: r.op, Pair: r.id.pair, Hi: r.id.hi, Lo: r.id.lo, Key: r.id.id, Pid: s.pid})
+		handle(0, ok, err)
 	default:
 		params := make([]db.AdvisoryOpParams, len(batch))
 		for i, r := range batch {
-			params[i] = db.AdvisoryOpParams{Op: r.op, Pair: r.id.pair, Hi: r.id.hi, Lo: r.id.lo, Key: r.id.id}
+			params[i] = db.AdvisoryOpParams{Op: r.op, Pair: r.id.pair, Hi: r.id.hi, Lo: r.id.lo, Key: r.id.id, Pid: s.pid}
 		}
-		q.AdvisoryOp(context.Background(), s.conn, params).QueryRow(func(i int, row db.AdvisoryOpRow, err error) {
-			handle(i, row.Ok, row.Pid, err)
+		q.AdvisoryOp(bg, s.conn, params).QueryRow(func(i int, ok bool, err error) {
+			handle(i, ok, err)
 		})
 	}
 	_ = nc.SetDeadline(time.Time{})
@@ -304,6 +319,15 @@ func (s *session) exec(batch []*request) {
 		lost = fmt.Errorf("%w: session connection (backend pid %d) closed: %w", ErrLockLost, s.pid, firstErr)
 	}
 	if lost != nil {
+		if errors.Is(lost, ErrSessionPooling) && !s.conn.IsClosed() {
+			// Locks taken before the pooler showed itself sit on the
+			// session's first backend, which the pooler now lends to other
+			// clients: release them there before leaving.
+			_ = nc.SetDeadline(time.Now().Add(l.cfg.PingTimeout))
+			if err := releaseAll(bg, s.conn, s.pid); err != nil {
+				l.cfg.Logger.Error("advisory: locks left behind a transaction pooler", "pid", s.pid, "err", err)
+			}
+		}
 		for _, r := range batch {
 			r.result <- result{err: lost}
 		}
@@ -385,7 +409,7 @@ func (s *session) shutdown(ctx context.Context) error {
 	case <-s.done: // lost: the socket is closed already
 	default:
 		ctx, cancel := context.WithTimeout(ctx, s.l.cfg.PingTimeout)
-		if e := db.New().AdvisoryUnlockAll(ctx, s.conn); e != nil {
+		if e := releaseAll(ctx, s.conn, s.pid); e != nil {
 			err = fmt.Errorf("advisory: release locks of session (backend pid %d): %w", s.pid, e)
 		}
 		_ = s.conn.Close(ctx)
@@ -394,4 +418,24 @@ func (s *session) shutdown(ctx context.Context) error {
 	}
 	<-s.exited
 	return err
+}
+
+// releaseAll releases every advisory lock of the backend pid through conn.
+// The statement is guarded by the pid, so behind a transaction pooler,
+// where it may land on any backend, it is repeated a few times until it
+// reaches the right one; elsewhere the first attempt does it.
+func releaseAll(ctx context.Context, conn *pgx.Conn, pid int32) error {
+	for range 20 {
+		n, err := db.New().AdvisoryUnlockAll(ctx, conn, pid)
+		if pgCode(err) == sqlstateQueryCanceled {
+			continue // a late cancel request of a given-up wait hit this one
+		}
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: could not reach backend %d again to release its locks; they stay until the pooler closes that server connection", ErrSessionPooling, pid)
 }

@@ -2,6 +2,7 @@ package advisory
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -52,13 +53,13 @@ func (l *Locker) wait(ctx context.Context, id lockID, shared bool) (*session, er
 		// landed, the server is unreachable: drop the connection.
 		kill = time.AfterFunc(l.cfg.PingTimeout, qcancel)
 	})
-	err = blockingLock(qctx, conn, id, shared)
+	err = blockingLock(qctx, conn, pid, id, shared)
 	if !stop() {
 		// Given up. Postgres may have granted the lock just as the cancel
 		// arrived (err == nil), so clear the connection either way.
 		<-cancelled
 		kill.Stop()
-		l.clearAndClose(conn)
+		l.clearAndClose(conn, pid)
 		return nil, context.Cause(wctx)
 	}
 	if err != nil {
@@ -68,7 +69,7 @@ func (l *Locker) wait(ctx context.Context, id lockID, shared bool) (*session, er
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		l.clearAndClose(conn)
+		l.clearAndClose(conn, pid)
 		return nil, pgbaton.ErrClosed
 	}
 	s := l.newSession(conn, pid)
@@ -78,31 +79,33 @@ func (l *Locker) wait(ctx context.Context, id lockID, shared bool) (*session, er
 	return s, nil
 }
 
-func blockingLock(ctx context.Context, conn *pgx.Conn, id lockID, shared bool) error {
+func blockingLock(ctx context.Context, conn *pgx.Conn, pid int32, id lockID, shared bool) error {
 	q := db.New()
+	var n int64
+	var err error
 	switch {
 	case id.pair && shared:
-		return q.AdvisoryLockPairShared(ctx, conn, db.AdvisoryLockPairSharedParams{Hi: id.hi, Lo: id.lo})
+		n, err = q.AdvisoryLockPairShared(ctx, conn, db.AdvisoryLockPairSharedParams{Hi: id.hi, Lo: id.lo, Pid: pid})
 	case id.pair:
-		return q.AdvisoryLockPair(ctx, conn, db.AdvisoryLockPairParams{Hi: id.hi, Lo: id.lo})
+		n, err = q.AdvisoryLockPair(ctx, conn, db.AdvisoryLockPairParams{Hi: id.hi, Lo: id.lo, Pid: pid})
 	case shared:
-		return q.AdvisoryLockShared(ctx, conn, id.id)
+		n, err = q.AdvisoryLockShared(ctx, conn, db.AdvisoryLockSharedParams{Key: id.id, Pid: pid})
 	default:
-		return q.AdvisoryLock(ctx, conn, id.id)
+		n, err = q.AdvisoryLock(ctx, conn, db.AdvisoryLockParams{Key: id.id, Pid: pid})
 	}
+	if err == nil && n == 0 {
+		return fmt.Errorf("%w (wait ran on another backend than %d)", ErrSessionPooling, pid)
+	}
+	return err
 }
 
-// clearAndClose releases whatever advisory locks conn holds, then closes
-// it. If the connection is broken, the server releases them when it
-// notices the client has gone.
-func (l *Locker) clearAndClose(conn *pgx.Conn) {
+// clearAndClose releases whatever advisory locks conn's backend holds,
+// then closes it. If the connection is broken, the server releases them
+// when it notices the client has gone.
+func (l *Locker) clearAndClose(conn *pgx.Conn, pid int32) {
 	if !conn.IsClosed() {
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.PingTimeout)
-		err := db.New().AdvisoryUnlockAll(ctx, conn)
-		if pgCode(err) == sqlstateQueryCanceled {
-			// Our cancel request arrived late and hit this statement instead.
-			err = db.New().AdvisoryUnlockAll(ctx, conn)
-		}
+		err := releaseAll(ctx, conn, pid)
 		cancel()
 		if err != nil {
 			l.cfg.Logger.Warn("advisory: clearing an abandoned wait failed; the server releases its locks when it notices the closed connection", "err", err)

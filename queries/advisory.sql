@@ -1,10 +1,14 @@
+-- Every statement of a session carries the backend pid the session was
+-- set up on and does its work only there ("WHERE pg_backend_pid() = @pid",
+-- checked before the select list runs): no row means a transaction-pooling
+-- proxy (PgBouncer) sent the statement to another backend, and nothing was
+-- locked or unlocked on that backend, which belongs to other clients.
+
 -- name: AdvisoryOp :batchone
 -- Every statement a multiplexed session sends, so that concurrent requests
 -- can share one pipelined batch: op 0 ping, 1 try exclusive, 2 try shared,
 -- 3 unlock exclusive, 4 unlock shared. Keys come in two spaces that
--- Postgres keeps apart: one bigint (key), or a pair of int4 (pair, hi, lo). The backend pid comes back with every
--- result: a change means a pooler moved the session (PgBouncer transaction
--- pooling).
+-- Postgres keeps apart: one bigint (key), or a pair of int4 (pair, hi, lo).
 SELECT (CASE
             WHEN @op::int = 0 THEN true
             WHEN @op::int = 1 AND @pair::bool THEN pg_try_advisory_lock(@hi::int4, @lo::int4)
@@ -15,8 +19,8 @@ SELECT (CASE
             WHEN @op::int = 3 THEN pg_advisory_unlock(@key::int8)
             WHEN @op::int = 4 AND @pair::bool THEN pg_advisory_unlock_shared(@hi::int4, @lo::int4)
             WHEN @op::int = 4 THEN pg_advisory_unlock_shared(@key::int8)
-        END)::bool AS ok,
-       pg_backend_pid()::int4 AS pid;
+        END)::bool AS ok
+ WHERE pg_backend_pid() = @pid::int4;
 
 -- name: AdvisoryOpOne :one
 -- AdvisoryOp for a batch of one: the plain extended protocol costs less
@@ -31,16 +35,16 @@ SELECT (CASE
             WHEN @op::int = 3 THEN pg_advisory_unlock(@key::int8)
             WHEN @op::int = 4 AND @pair::bool THEN pg_advisory_unlock_shared(@hi::int4, @lo::int4)
             WHEN @op::int = 4 THEN pg_advisory_unlock_shared(@key::int8)
-        END)::bool AS ok,
-       pg_backend_pid()::int4 AS pid;
+        END)::bool AS ok
+ WHERE pg_backend_pid() = @pid::int4;
 
 -- name: AdvisoryTryOne :one
 -- The most common single requests, exclusive on a bigint key, without
 -- AdvisoryOp's branching.
-SELECT pg_try_advisory_lock(@key::int8) AS ok, pg_backend_pid()::int4 AS pid;
+SELECT pg_try_advisory_lock(@key::int8) AS ok WHERE pg_backend_pid() = @pid::int4;
 
 -- name: AdvisoryUnlockOne :one
-SELECT pg_advisory_unlock(@key::int8) AS ok, pg_backend_pid()::int4 AS pid;
+SELECT pg_advisory_unlock(@key::int8) AS ok WHERE pg_backend_pid() = @pid::int4;
 
 -- name: AdvisorySessionSetup :one
 -- Run once on every session connection. The TCP settings make the server
@@ -57,28 +61,24 @@ SELECT pg_backend_pid()::int4 AS pid,
 -- name: AdvisoryBackendPID :one
 SELECT pg_backend_pid()::int4 AS pid;
 
--- name: AdvisoryLock :exec
--- Blocks until granted; run on a connection of its own.
-SELECT pg_advisory_lock(@key::int8);
+-- name: AdvisoryLock :execrows
+-- Blocks until granted; run on a connection of its own. 0 rows: another
+-- backend (see above).
+SELECT pg_advisory_lock(@key::int8) WHERE pg_backend_pid() = @pid::int4;
 
--- name: AdvisoryLockShared :exec
-SELECT pg_advisory_lock_shared(@key::int8);
+-- name: AdvisoryLockShared :execrows
+SELECT pg_advisory_lock_shared(@key::int8) WHERE pg_backend_pid() = @pid::int4;
 
--- name: AdvisoryLockPair :exec
-SELECT pg_advisory_lock(@hi::int4, @lo::int4);
+-- name: AdvisoryLockPair :execrows
+SELECT pg_advisory_lock(@hi::int4, @lo::int4) WHERE pg_backend_pid() = @pid::int4;
 
--- name: AdvisoryLockPairShared :exec
-SELECT pg_advisory_lock_shared(@hi::int4, @lo::int4);
+-- name: AdvisoryLockPairShared :execrows
+SELECT pg_advisory_lock_shared(@hi::int4, @lo::int4) WHERE pg_backend_pid() = @pid::int4;
 
--- name: AdvisoryUnlockAll :exec
--- Clears a waiting connection whose wait was given up, in case Postgres
--- granted the lock just as the client cancelled.
-SELECT pg_advisory_unlock_all();
-
--- name: AdvisoryHeldCount :one
-SELECT count(*)::bigint AS held
-  FROM pg_catalog.pg_locks
- WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted;
+-- name: AdvisoryUnlockAll :execrows
+-- Releases everything a session or a given-up wait holds (Postgres may
+-- grant a wait just as the client cancels). 0 rows: another backend.
+SELECT pg_advisory_unlock_all() WHERE pg_backend_pid() = @pid::int4;
 
 -- name: AdvisoryXactTry :one
 -- Transaction-scoped: released at commit or rollback, so it works behind
