@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
-	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgbaton/pgbaton"
@@ -78,7 +76,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		leases: make(map[*Lease]struct{}),
 		sems:   make(map[string]int),
 	}
-	c.waiterPrefix = cfg.Owner[:min(len(cfg.Owner), MaxNameLen-21)] + "/"
+	// Room for a slash and 20 digits; cut on a character boundary.
+	c.waiterPrefix = strings.ToValidUTF8(cfg.Owner[:min(len(cfg.Owner), MaxNameLen-21)], "") + "/"
 	c.ln = newListener(c)
 	return c, nil
 }
@@ -92,7 +91,7 @@ func (c *Client) Config() Config { return c.cfg }
 // Close releases every lease the client still holds (their contexts end
 // with ErrReleased), stops the LISTEN connection and makes further calls
 // return pgbaton.ErrClosed. Releases that fail leave rows to expire at
-// their TTL; the first such error is returned.
+// their TTL; their errors are returned, joined.
 func (c *Client) Close(ctx context.Context) error {
 	c.mu.Lock()
 	if c.closed {
@@ -177,109 +176,6 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte) (*Le
 	return c.track(name, "", row.Token, row.ExpiresAt, start)
 }
 
-// Acquire takes the lease name, waiting while someone else holds it. It
-// wakes when the holder releases (LISTEN/NOTIFY on the client's one
-// listening connection) or at the holder's known expiry plus a little
-// jitter; it never polls. It returns ctx's error when ctx ends first: the
-// caller did not get the lease.
-func (c *Client) Acquire(ctx context.Context, name string) (*Lease, error) {
-	if err := checkName("lease name", name); err != nil {
-		return nil, err
-	}
-	return c.acquire(ctx, name, nil)
-}
-
-func (c *Client) acquire(ctx context.Context, name string, metadata []byte) (*Lease, error) {
-	if err := c.checkOpen(); err != nil {
-		return nil, err
-	}
-	l, err := c.attempt(ctx, name, metadata)
-	var held *HeldError
-	if !errors.As(err, &held) {
-		return l, err // granted at once (the common case) or failed
-	}
-	w, err := c.startWaiting(ctx, name, false)
-	if err != nil {
-		return nil, err
-	}
-	defer w.stop()
-	for {
-		// Look again after registering: a release before the registration
-		// notified nobody.
-		l, err := c.attempt(ctx, name, metadata)
-		if !errors.As(err, &held) {
-			return l, err
-		}
-		c.log.Debug("pgbaton: waiting for lease", "lease", name, "holder", held.Holder, "expires_in", held.remaining)
-		if err := c.wait(ctx, w.wake, held.remaining); err != nil {
-			return nil, fmt.Errorf("leasetable: waiting for lease %q (held by %q): %w", name, held.Holder, err)
-		}
-	}
-}
-
-// waiting is a registered waiter: subscribed to notifications for some
-// lease names and recorded in pgbaton.lease_waiter, so releases notify.
-type waiting struct {
-	c           *Client
-	name, id    string
-	wake        <-chan struct{}
-	unsubscribe func()
-}
-
-// startWaiting subscribes to notifications for name, then registers as a
-// waiter for lease name, or for any lease of group name when group is set.
-// The order matters: by the time a release can see the registration, the
-// LISTEN is active.
-func (c *Client) startWaiting(ctx context.Context, name string, group bool) (*waiting, error) {
-	wake, unsubscribe, err := c.ln.subscribe(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	id := c.waiterPrefix + strconv.FormatInt(c.waiterSeq.Add(1), 10)
-	if err := c.q.LeaseWaitFor(ctx, c.pool, db.LeaseWaitForParams{Name: name, Waiter: id, IsGroup: group}); err != nil {
-		unsubscribe()
-		return nil, dbError("register waiter for "+name, err)
-	}
-	return &waiting{c: c, name: name, id: id, wake: wake, unsubscribe: unsubscribe}, nil
-}
-
-// stop unsubscribes and removes the registration in the background: the
-// waiter's id is unique, so no later registration can be removed by it.
-func (w *waiting) stop() {
-	w.unsubscribe()
-	w.c.goBackground(func(ctx context.Context) {
-		ctx, cancel := context.WithTimeout(ctx, w.c.cfg.TTL)
-		defer cancel()
-		if err := w.c.q.LeaseStopWaiting(ctx, w.c.pool, db.LeaseStopWaitingParams{Name: w.name, Waiter: w.id}); err != nil {
-			w.c.log.Debug("pgbaton: removing waiter registration failed", "lease", w.name, "error", err)
-		}
-	})
-}
-
-// wait blocks until a wake-up, until the known expiry (d from now) plus
-// jitter, or until ctx or the client ends.
-func (c *Client) wait(ctx context.Context, wake <-chan struct{}, d time.Duration) error {
-	t := time.NewTimer(max(d, 0) + jitter(c.cfg.TTL))
-	defer t.Stop()
-	select {
-	case <-wake:
-		return nil
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-c.bg.Done():
-		return pgbaton.ErrClosed
-	}
-}
-
-// jitter spreads waiters that look again at the same expiry: up to 1% of
-// the TTL, at least 1ms and at most 20ms.
-func jitter(ttl time.Duration) time.Duration {
-	hi := min(max(ttl/100, time.Millisecond), 20*time.Millisecond)
-	return time.Millisecond + rand.N(hi)
-}
-
 // track creates the Lease for a grant and starts keeping it alive.
 func (c *Client) track(name, group string, token int64, expires time.Time, start time.Time) (*Lease, error) {
 	l := newLease(c, name, group, token, expires, start)
@@ -302,39 +198,4 @@ func (c *Client) untrack(l *Lease) {
 	c.mu.Lock()
 	delete(c.leases, l)
 	c.mu.Unlock()
-}
-
-// Info reads the row of lease name, for diagnostics: who holds it, until
-// when and with which token. A name never used gives a zero Info.
-func (c *Client) Info(ctx context.Context, name string) (Info, error) {
-	if err := checkName("lease name", name); err != nil {
-		return Info{}, err
-	}
-	row, err := c.q.LeaseGet(ctx, c.pool, name)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Info{Name: name}, nil
-	}
-	if err != nil {
-		return Info{}, dbError("read lease "+name, err)
-	}
-	in := Info{Name: row.Name, Group: row.LeaseGroup.String, Owner: row.Owner.String, Token: row.Token.Int64,
-		Metadata: row.Metadata}
-	if row.ExpiresAt != nil {
-		in.ExpiresAt = *row.ExpiresAt
-		in.Held = row.Owner.Valid && row.ExpiresAt.After(row.DbNow)
-		in.Remaining = row.ExpiresAt.Sub(row.DbNow)
-	}
-	return in, nil
-}
-
-// Info is a lease row as Client.Info read it.
-type Info struct {
-	Name      string
-	Group     string
-	Held      bool          // a live grant exists
-	Owner     string        // owner of the last grant if not released
-	Token     int64         // last token granted (0: never granted)
-	ExpiresAt time.Time     // database clock; zero when released
-	Remaining time.Duration // ExpiresAt minus the database clock at the read
-	Metadata  []byte
 }
