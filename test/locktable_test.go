@@ -132,11 +132,10 @@ func fillLockTable(t *testing.T, url string) *pgx.Conn {
 	return filler
 }
 
-// BUG (advisory, reported to the lead): with the lock table full, TryLock
-// of a Name key that is not yet in the registry fails while recording the
-// name (the registry insert needs a lock-table entry too) and the 53200
-// comes back as a bare "record lock name" error, not ErrLockTableFull as
-// the package documents for SQLSTATE 53200. Int64 keys get the typed error.
+// With the lock table full, TryLock of a Name key not yet in the registry
+// fails while recording the name (the insert needs a lock-table entry
+// too); that 53200 must still be ErrLockTableFull. Found by this suite
+// (it was a bare "record lock name" error), fixed in advisory 3402f00.
 func TestLockTableFullNameKeyTypedError(t *testing.T) {
 	url := tinyLockTableCluster(t)
 	pool := pgtest.Pool(t, url)

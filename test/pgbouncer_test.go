@@ -244,14 +244,12 @@ func lockBehindBouncer(t *testing.T, ctx context.Context, pool *pgxpool.Pool, ur
 	return refused
 }
 
-// BUG (advisory, reported to the lead): behind PgBouncer in transaction
-// mode the first session locks are granted (on whichever backend the
-// statement landed) and only a later ping notices the pid change. The
-// locks taken until then stay held on PgBouncer's server connections after
-// ErrSessionPooling and Locker.Close — until the pooler closes that server
-// connection (server_lifetime, an hour by default) — and block every other
-// client of those keys. Checking the backend pid in the same statement as
-// pg_try_advisory_lock (or refusing before the first lock) would avoid it.
+// Behind PgBouncer in transaction mode no session lock may stay behind on
+// the pooler's server connections, which outlive the client
+// (server_lifetime, an hour by default) and would block every other client
+// of those keys. Found by this suite: the Locker used to grant the first
+// locks and notice the pooler only at a later ping, leaving them held;
+// since advisory f08ff88 it probes before the first lock.
 func TestPgBouncerRefusedSessionLeavesNoLocks(t *testing.T) {
 	d := env.DB(t)
 	url := startPgBouncer(t, d)
