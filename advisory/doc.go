@@ -89,10 +89,18 @@
 // # Unsafe setups
 //
 // A session that finds the server in recovery fails with pgbaton.ErrStandby.
-// A backend pid that changes between statements means a transaction-pooling
-// proxy (PgBouncer) sits in between, which would take and release session
-// locks on random backends: ErrSessionPooling, with the advice to use
-// XactLock or package leasetable. SQLSTATE 53200 (the server's shared lock
+// A transaction-pooling proxy (PgBouncer) in between would take and
+// release session locks on whatever backend each statement lands on, and
+// leave them there for other clients: ErrSessionPooling, with the advice
+// to use XactLock or package leasetable. It is detected three ways: the
+// backend pid changes between the two statements that set a session up; a
+// second client connection from the pool is served by the session's
+// backend (only a pooler shares a backend between connections); and every
+// later session statement carries the session's pid and does nothing on
+// any other backend ("WHERE pg_backend_pid() = $pid"), so a move is
+// noticed at once and never locks or unlocks on a backend other clients
+// use. Locks taken before a late detection are released on the session's
+// backend if the pooler lets it be reached again. SQLSTATE 53200 (the server's shared lock
 // table is full) becomes ErrLockTableFull, and a Locker refuses to hold
 // more than Config.MaxLocks locks before that happens.
 package advisory

@@ -31,10 +31,11 @@ var (
 	// max_locks_per_transaction on the server.
 	ErrLockTableFull = errors.New("advisory: lock table full")
 
-	// ErrSessionPooling is returned when the backend behind a session
-	// connection changes between statements: a pooler such as PgBouncer in
-	// transaction or statement mode sits in between, and session locks
-	// would be taken and released on random backends. Connect the Locker to
+	// ErrSessionPooling is returned when a session connection turns out to
+	// be served by a pooler such as PgBouncer in transaction or statement
+	// mode (the backend changes between statements, or is shared with
+	// another connection): session locks would be taken and released on
+	// random backends. Connect the Locker to
 	// Postgres directly (or to a session-mode pool), or use XactLock, or the
 	// leasetable package.
 	ErrSessionPooling = errors.New("advisory: connection goes through a transaction-pooling proxy (backend pid changed between statements); session advisory locks need a direct connection: use XactLock or package leasetable behind PgBouncer")
