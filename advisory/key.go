@@ -72,13 +72,6 @@ type lockID struct {
 	hi, lo int32
 }
 
-func (id lockID) String() string {
-	if id.pair {
-		return fmt.Sprintf("(%d,%d)", id.hi, id.lo)
-	}
-	return strconv.FormatInt(id.id, 10)
-}
-
 // resolve validates k and returns the key Postgres sees.
 func (k Key) resolve(namespace string) (lockID, error) {
 	switch k.kind {

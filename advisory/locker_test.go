@@ -493,3 +493,48 @@ func TestCheck(t *testing.T) {
 	require.NoError(t, l.Close(ctx))
 	require.ErrorIs(t, l.Check(ctx), pgbaton.ErrClosed)
 }
+
+// Every kind of blocking wait: exclusive and shared, bigint and pair keys.
+func TestWaitVariants(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	admin := adminPool(t)
+	ctx := ctxT(t)
+	holder := newLocker(t, pool, advisory.Config{})
+	waiter := newLocker(t, pool, advisory.Config{})
+	for _, c := range []struct {
+		key    advisory.Key
+		shared bool
+	}{
+		{advisory.Int64(8), false}, {advisory.Int64(9), true},
+		{advisory.Pair(8, 1), false}, {advisory.Pair(8, 2), true},
+	} {
+		held, err := holder.TryLock(ctx, c.key)
+		require.NoError(t, err)
+		got := make(chan *advisory.Lock, 1)
+		go func() {
+			var lk *advisory.Lock
+			var err error
+			if c.shared {
+				lk, err = waiter.RLock(ctx, c.key)
+			} else {
+				lk, err = waiter.Lock(ctx, c.key)
+			}
+			if err != nil {
+				t.Error(err)
+			}
+			got <- lk
+		}()
+		eventuallyWaiting(t, admin, d, 1)
+		require.NoError(t, held.Unlock(ctx))
+		lk := <-got
+		require.NotNil(t, lk)
+		require.Equal(t, c.key, lk.Key())
+		require.Equal(t, c.shared, lk.Shared())
+		_, err = holder.TryLock(ctx, c.key)
+		require.ErrorIs(t, err, advisory.ErrLocked, c.key.String())
+		require.NoError(t, lk.Unlock(ctx))
+	}
+	granted, _ := advisoryLocks(t, admin, d)
+	require.Zero(t, granted)
+}
