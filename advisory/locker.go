@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgbaton/pgbaton"
@@ -31,6 +32,7 @@ type Locker struct {
 	total    int                 // locks held or being taken: the MaxLocks budget
 	names    map[string]struct{} // names recorded in the registry
 	bg       sync.WaitGroup      // blocking waits and retiring sessions
+	spares   []spareConn         // idle connections kept for waits
 
 	stats counters
 }
@@ -320,9 +322,43 @@ func (l *Locker) unreserve(s *session) {
 	if retire {
 		go func() {
 			defer l.bg.Done()
-			_ = s.shutdown(context.Background())
+			if conn := s.park(); conn != nil {
+				l.addSpare(conn, s.pid)
+			}
 		}()
 	}
+}
+
+// maxSpares bounds the idle connections kept for blocking waits.
+const maxSpares = 2
+
+type spareConn struct {
+	conn *pgx.Conn
+	pid  int32
+}
+
+// addSpare keeps conn, set up and holding no locks, for a later wait.
+func (l *Locker) addSpare(conn *pgx.Conn, pid int32) {
+	l.mu.Lock()
+	if l.closed || len(l.spares) >= maxSpares {
+		l.mu.Unlock()
+		closeConn(conn)
+		return
+	}
+	l.spares = append(l.spares, spareConn{conn, pid})
+	l.mu.Unlock()
+}
+
+// takeSpare returns a kept connection, or ok false.
+func (l *Locker) takeSpare() (spareConn, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.spares) == 0 {
+		return spareConn{}, false
+	}
+	sp := l.spares[len(l.spares)-1]
+	l.spares = l.spares[:len(l.spares)-1]
+	return sp, true
 }
 
 // retireLocked decides, with l.mu held, whether an idle session should be
@@ -414,5 +450,12 @@ func (l *Locker) Close(ctx context.Context) error {
 		errs = append(errs, s.shutdown(ctx))
 	}
 	l.bg.Wait()
+	l.mu.Lock()
+	spares := l.spares
+	l.spares = nil
+	l.mu.Unlock()
+	for _, sp := range spares {
+		closeConn(sp.conn)
+	}
 	return errors.Join(errs...)
 }

@@ -538,3 +538,43 @@ func TestWaitVariants(t *testing.T) {
 	granted, _ := advisoryLocks(t, admin, d)
 	require.Zero(t, granted)
 }
+
+// Repeated waits reuse the connections of idle sessions instead of opening
+// a connection (a new backend) for each.
+func TestWaitsReuseConnections(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	admin := adminPool(t)
+	ctx := ctxT(t)
+	a := newLocker(t, pool, advisory.Config{})
+	b := newLocker(t, pool, advisory.Config{})
+	key := advisory.Int64(55)
+	held, err := a.TryLock(ctx, key)
+	require.NoError(t, err)
+	const rounds = 12
+	for i := range rounds {
+		// The other Locker waits; the holder hands over.
+		waiter := b
+		if i%2 == 1 {
+			waiter = a
+		}
+		got := make(chan *advisory.Lock, 1)
+		go func() {
+			lk, err := waiter.Lock(ctx, key)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- lk
+		}()
+		eventuallyWaiting(t, admin, d, 1)
+		require.NoError(t, held.Unlock(ctx))
+		held = <-got
+		require.NotNil(t, held)
+	}
+	require.NoError(t, held.Unlock(ctx))
+	for _, l := range []*advisory.Locker{a, b} {
+		st := l.Stats()
+		require.LessOrEqual(t, st.Connects, int64(4), "%+v", st)
+	}
+	t.Logf("connects: %d and %d for %d waits", a.Stats().Connects, b.Stats().Connects, rounds)
+}

@@ -55,6 +55,7 @@ type session struct {
 	endOnce sync.Once
 
 	lastOK atomic.Int64 // l.since() when the last successful batch was sent
+	parked bool         // set before end: the connection is kept as a spare
 
 	count int // locks held or being taken here; guarded by l.mu
 }
@@ -74,6 +75,7 @@ type result struct {
 // forgets it, so MaxConnLifetime and health checks never touch it) and
 // prepares it as a session: TCP timeouts, standby and pooler checks.
 func (l *Locker) openConn(ctx context.Context) (*pgx.Conn, int32, error) {
+	l.stats.connects.Add(1)
 	pc, err := l.pool.Acquire(ctx)
 	if err != nil {
 		return nil, 0, mapError("open session", err)
@@ -381,8 +383,8 @@ func (s *session) end(cause error) {
 		s.l.sessionEnded(s, cause)
 		// A goroutine may be blocked on the connection; a hard close of the
 		// socket unblocks it and tells the server at once if the network
-		// still works.
-		if nc := s.conn.PgConn().Conn(); nc != nil {
+		// still works. A parked session's connection lives on as a spare.
+		if nc := s.conn.PgConn().Conn(); nc != nil && !s.parked {
 			_ = nc.Close()
 		}
 	})
@@ -392,6 +394,18 @@ func (s *session) end(cause error) {
 // wire, then releases every lock explicitly before closing the
 // connection, so that nothing is left in pg_locks when Close returns.
 func (s *session) shutdown(ctx context.Context) error {
+	_, err := s.stopSession(ctx, false)
+	return err
+}
+
+// park stops an idle session but keeps its connection, cleared of locks,
+// for a later blocking wait; nil if that was not possible.
+func (s *session) park() *pgx.Conn {
+	conn, _ := s.stopSession(context.Background(), true)
+	return conn
+}
+
+func (s *session) stopSession(ctx context.Context, keep bool) (*pgx.Conn, error) {
 	s.qmu.Lock()
 	s.stopped = true
 	s.qmu.Unlock()
@@ -401,10 +415,11 @@ func (s *session) shutdown(ctx context.Context) error {
 	case <-s.done:
 	case <-ctx.Done():
 		s.end(closed)
-		return fmt.Errorf("advisory: close session (backend pid %d): %w", s.pid, context.Cause(ctx))
+		return nil, fmt.Errorf("advisory: close session (backend pid %d): %w", s.pid, context.Cause(ctx))
 	}
 	s.failQueued(pgbaton.ErrClosed)
 	var err error
+	var kept *pgx.Conn
 	select {
 	case <-s.done: // lost: the socket is closed already
 	default:
@@ -412,12 +427,16 @@ func (s *session) shutdown(ctx context.Context) error {
 		if e := releaseAll(ctx, s.conn, s.pid); e != nil {
 			err = fmt.Errorf("advisory: release locks of session (backend pid %d): %w", s.pid, e)
 		}
-		_ = s.conn.Close(ctx)
+		if keep && err == nil {
+			s.parked, kept = true, s.conn
+		} else {
+			_ = s.conn.Close(ctx)
+		}
 		cancel()
 		s.end(closed)
 	}
 	<-s.exited
-	return err
+	return kept, err
 }
 
 // releaseAll releases every advisory lock of the backend pid through conn.

@@ -19,10 +19,14 @@ type Stats struct {
 	// LostSessions counts sessions lost (not closed), each taking its
 	// locks with it.
 	LostSessions int64
+	// Connects counts connections taken from the pool for sessions and
+	// waits. Idle sessions' connections are kept as spares for waits, so
+	// this grows slower than the number of waits.
+	Connects int64
 }
 
 type counters struct {
-	batches, requests, contended, lostSessions atomic.Int64
+	batches, requests, contended, lostSessions, connects atomic.Int64
 }
 
 // Stats returns a snapshot of the Locker's state and counters.
@@ -34,5 +38,6 @@ func (l *Locker) Stats() Stats {
 	st.Requests = l.stats.requests.Load()
 	st.Contended = l.stats.contended.Load()
 	st.LostSessions = l.stats.lostSessions.Load()
+	st.Connects = l.stats.connects.Load()
 	return st
 }

@@ -2,10 +2,12 @@ package advisory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
@@ -27,10 +29,26 @@ func (l *Locker) wait(ctx context.Context, id lockID, shared bool) (*session, er
 	l.mu.Unlock()
 	defer l.bg.Done()
 
-	conn, pid, err := l.openConn(ctx)
-	if err != nil {
-		return nil, err
+	for attempt := 0; ; attempt++ {
+		sp, spare := l.takeSpare()
+		conn, pid := sp.conn, sp.pid
+		if !spare {
+			var err error
+			if conn, pid, err = l.openConn(ctx); err != nil {
+				return nil, err
+			}
+		}
+		s, err := l.waitOn(ctx, conn, pid, id, shared)
+		var pgErr *pgconn.PgError
+		if err != nil && spare && attempt < maxSpares && ctx.Err() == nil && !errors.As(err, &pgErr) && conn.IsClosed() {
+			continue // the spare went stale while idle: take another
+		}
+		return s, err
 	}
+}
+
+// waitOn blocks in pg_advisory_lock on conn (see wait).
+func (l *Locker) waitOn(ctx context.Context, conn *pgx.Conn, pid int32, id lockID, shared bool) (*session, error) {
 	// The query runs under its own context: cancelling it through pgx would
 	// close the connection, and the server would release a lock granted in
 	// the meantime only when it notices, some time later. Instead, when the
@@ -53,7 +71,7 @@ func (l *Locker) wait(ctx context.Context, id lockID, shared bool) (*session, er
 		// landed, the server is unreachable: drop the connection.
 		kill = time.AfterFunc(l.cfg.PingTimeout, qcancel)
 	})
-	err = blockingLock(qctx, conn, pid, id, shared)
+	err := blockingLock(qctx, conn, pid, id, shared)
 	if !stop() {
 		// Given up. Postgres may have granted the lock just as the cancel
 		// arrived (err == nil), so clear the connection either way.
