@@ -563,3 +563,51 @@ func TestReleaseNotifiesOnlyWhenSomeoneWaits(t *testing.T) {
 		return n == 0, err
 	}, "waiter registration left behind")
 }
+
+func TestLongMultibyteOwnerCanWait(t *testing.T) {
+	// Waiter ids are the owner cut short plus a number; the cut must not
+	// split a character.
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := ctxT(t, 30*time.Second)
+	holder := newClient(t, pool, leasetable.Config{Owner: "h", TTL: time.Minute})
+	waiting := make(chan string, 1)
+	owner := strings.Repeat("é", 127) // 254 bytes
+	waiter := newClient(t, pool, leasetable.Config{Owner: owner, TTL: time.Minute, Logger: logTo(waiting)})
+	l, err := holder.TryAcquire(ctx, "u")
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		wl, err := waiter.Acquire(ctx, "u")
+		if err == nil {
+			err = wl.Release(ctx)
+		}
+		got <- err
+	}()
+	require.Equal(t, "u", <-waiting)
+	require.NoError(t, l.Release(ctx))
+	require.NoError(t, <-got)
+}
+
+func TestCloseEndsWaits(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := ctxT(t, 30*time.Second)
+	holder := newClient(t, pool, leasetable.Config{Owner: "h", TTL: time.Minute})
+	waiting := make(chan string, 1)
+	waiter, err := leasetable.New(ctx, pool, leasetable.Config{Owner: "w", TTL: time.Minute, Logger: logTo(waiting)})
+	require.NoError(t, err)
+	_, err = holder.TryAcquire(ctx, "c")
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		_, err := waiter.Acquire(ctx, "c")
+		got <- err
+	}()
+	<-waiting
+	require.NoError(t, waiter.Close(ctx))
+	require.ErrorIs(t, <-got, pgbaton.ErrClosed)
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pgbaton.lease_waiter").Scan(&n))
+	assert.Zero(t, n, "Close removes the client's waiter registrations")
+}
