@@ -75,12 +75,17 @@ func (e *env) advisoryBackends() []*lockBackend {
 
 type pgbatonNode struct {
 	e      *env
+	app    string
 	pool   *pgxpool.Pool
 	locker *advisory.Locker
 }
 
 func (e *env) newPgbatonNode(ctx context.Context) (lockNode, error) {
-	pool, err := e.pool(ctx, "bench-pgbaton", 0)
+	return e.newPgbatonNodeApp(ctx, "bench-pgbaton")
+}
+
+func (e *env) newPgbatonNodeApp(ctx context.Context, app string) (*pgbatonNode, error) {
+	pool, err := e.pool(ctx, app, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +94,7 @@ func (e *env) newPgbatonNode(ctx context.Context) (lockNode, error) {
 		pool.Close()
 		return nil, err
 	}
-	return &pgbatonNode{e: e, pool: pool, locker: l}, nil
+	return &pgbatonNode{e: e, app: app, pool: pool, locker: l}, nil
 }
 
 func (n *pgbatonNode) worker(context.Context) (lockWorker, error) { return n, nil }
@@ -98,7 +103,7 @@ func (n *pgbatonNode) worker(context.Context) (lockWorker, error) { return n, ni
 // connections left in the pool (used once per name for the registry) serve
 // the application's other queries and are not counted.
 func (n *pgbatonNode) conns(ctx context.Context) (float64, error) {
-	all, err := n.e.serverConns(ctx, "bench-pgbaton")
+	all, err := n.e.serverConns(ctx, n.app)
 	return all - float64(n.pool.Stat().TotalConns()), err
 }
 
@@ -125,6 +130,38 @@ func (n *pgbatonNode) close(ctx context.Context) error {
 	err := n.locker.Close(ctx)
 	n.pool.Close()
 	return err
+}
+
+// pgbatonPair spreads its workers over two Lockers.
+type pgbatonPair struct {
+	n    [2]*pgbatonNode
+	next int
+}
+
+func (e *env) newPgbatonPair(ctx context.Context) (lockNode, error) {
+	p := &pgbatonPair{}
+	for i := range p.n {
+		n, err := e.newPgbatonNodeApp(ctx, "bench-pgbaton-pair")
+		if err != nil {
+			return nil, err
+		}
+		p.n[i] = n
+	}
+	return p, nil
+}
+
+func (p *pgbatonPair) worker(ctx context.Context) (lockWorker, error) {
+	p.next++
+	return p.n[p.next%2], nil
+}
+
+func (p *pgbatonPair) conns(ctx context.Context) (float64, error) {
+	all, err := p.n[0].e.serverConns(ctx, "bench-pgbaton-pair")
+	return all - float64(p.n[0].pool.Stat().TotalConns()+p.n[1].pool.Stat().TotalConns()), err
+}
+
+func (p *pgbatonPair) close(ctx context.Context) error {
+	return errors.Join(p.n[0].close(ctx), p.n[1].close(ctx))
 }
 
 // --- raw pgx: a dedicated connection per goroutine, plain SQL.
@@ -332,7 +369,14 @@ func (n *redisNode) lock(ctx context.Context, key string) (held, error) {
 // uncontendedScenario: clients goroutines of one process, each on its own
 // key, take and release it as fast as they can.
 func (e *env) uncontendedScenario(clients int) *scenario {
-	sc := e.cycleScenario(clients, e.advisoryBackends())
+	backends := e.advisoryBackends()
+	if clients > 1 {
+		// What a second session would give: the same clients over two
+		// Lockers (two server backends instead of one).
+		backends = append(backends, &lockBackend{name: "pgbaton, 2 Lockers (half the clients each)", app: "bench-pgbaton-pair",
+			newNode: e.newPgbatonPair})
+	}
+	sc := e.cycleScenario(clients, backends)
 	sc.title = fmt.Sprintf("Advisory lock: uncontended try + release, %d client(s)", clients)
 	sc.note = "One process; every client (goroutine) takes and releases its own key in a loop. " +
 		"pgbaton shares one Locker (multiplexed session); raw pgx and go-pglock pin a connection per client; " +
