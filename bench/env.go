@@ -222,6 +222,13 @@ func libraries() string {
 	return strings.Join(out, ", ")
 }
 
+// load1 is the one-minute load average (0 when unknown).
+func load1() float64 {
+	var l float64
+	fmt.Sscan(loadavg(), &l)
+	return l
+}
+
 func loadavg() string {
 	data, err := os.ReadFile("/proc/loadavg")
 	if err != nil {

@@ -125,7 +125,11 @@ func benchmark(ctx context.Context, dsn string, o options, log io.Writer) (strin
 	fmt.Fprintf(&b, "- Settings: %d interleaved runs per scenario after a warm-up, %s per throughput run, %d handover samples per run, %d claim rows\n\n",
 		o.runs, o.window, o.samples, o.rows)
 	b.WriteString("Every figure is measured in this one process and run, each implementation in turn (rotating order). " +
-		"Ratios are what to read: absolute numbers depend on the machine. Claims on 1M rows were not run.\n\n")
+		"Ratios are what to read: absolute numbers depend on the machine. Claims on 1M rows were not run: at pgbaton's " +
+		"present 1–6k items/s, 5 runs × 4 implementations × 3 batch sizes would take hours.\n\n")
+	if l := load1(); l > 0.5 {
+		fmt.Fprintf(&b, "**The machine was busy when this run started (load %.2f): expect wider min–max ranges.**\n\n", l)
+	}
 	var tables strings.Builder
 	all := figures{}
 	for _, sc := range e.scenarios() {
