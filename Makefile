@@ -81,7 +81,7 @@ check-generated: generate ## Fail if the committed sqlc output differs from a fr
 
 .PHONY: vet-sql
 vet-sql: $(SQLC) ## Run sqlc vet (db-prepare) against a throwaway migrated PostgreSQL
-	$(GO) run ./internal/cmd/withpg -- $(SQLC) vet
+	$(GO) run ./internal/cmd/withpg -sql cmd/pgbaton/demo_schema.sql -- $(SQLC) vet
 
 .PHONY: lint
 lint: $(STATICCHECK) ## gofmt, go vet and staticcheck

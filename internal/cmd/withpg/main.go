@@ -23,6 +23,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgbaton/pgbaton/internal/pgcluster"
 	"github.com/pgbaton/pgbaton/migrations"
 )
@@ -36,12 +38,14 @@ func run() int {
 	durable := fs.Bool("durable", false, "keep fsync and synchronous_commit on (benchmarks)")
 	settings := settingsFlag{}
 	fs.Var(settings, "set", "extra server setting name=value (repeatable)")
+	var sqlFiles sqlFilesFlag
+	fs.Var(&sqlFiles, "sql", "SQL file to run after migrating (repeatable), e.g. the demo's tables for sqlc vet")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
 	}
 	args := fs.Args()
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: withpg [-durable] [-set name=value]... -- command [args...]")
+		fmt.Fprintln(os.Stderr, "usage: withpg [-durable] [-set name=value]... [-sql file]... -- command [args...]")
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -56,6 +60,12 @@ func run() int {
 	if err := migrations.UpURL(ctx, url); err != nil {
 		fmt.Fprintln(os.Stderr, "withpg: migrate:", err)
 		return 1
+	}
+	for _, f := range sqlFiles {
+		if err := runSQLFile(ctx, url, f); err != nil {
+			fmt.Fprintln(os.Stderr, "withpg:", err)
+			return 1
+		}
 	}
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
@@ -82,5 +92,32 @@ func (s settingsFlag) Set(v string) error {
 		return fmt.Errorf("want name=value, got %q", v)
 	}
 	s[name] = value
+	return nil
+}
+
+// sqlFilesFlag collects -sql file flags.
+type sqlFilesFlag []string
+
+func (s *sqlFilesFlag) String() string { return strings.Join(*s, ",") }
+
+func (s *sqlFilesFlag) Set(v string) error {
+	*s = append(*s, v)
+	return nil
+}
+
+func runSQLFile(ctx context.Context, url, path string) error {
+	sql, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	// A whole file of statements: the simple protocol, as psql -f would.
+	if _, err := conn.Exec(ctx, string(sql), pgx.QueryExecModeSimpleProtocol); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
 	return nil
 }
