@@ -20,7 +20,9 @@
 // up the shared session. When the caller's context ends the wait is
 // cancelled on the server, and because Postgres may grant the lock just as
 // the cancel arrives, the waiting connection releases whatever it holds
-// before it is closed. A granted wait's connection becomes a session.
+// before it is closed. A granted wait's connection becomes a session, and
+// the connections of sessions that fall idle are kept (two at most) for
+// the next waits, so a contended lock does not open a backend per wait.
 //
 // RunExclusive runs a function under a lock (skip-if-held or wait) and
 // unlocks on every path. Elect and Campaign build leader election on an

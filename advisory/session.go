@@ -120,6 +120,12 @@ func (l *Locker) setupConn(ctx context.Context, conn *pgx.Conn) (int32, error) {
 	// just used (PgBouncer reuses the most recent one), which no direct or
 	// session-pooled connection can ever see. Done before any lock is
 	// taken, so nothing is left on a backend the pooler lends to others.
+	// It is skipped when the pool has no connection to spare right now: the
+	// probe must not wait on the application's own traffic; the pid guard
+	// below still catches a pooler at the first statement.
+	if ps := l.pool.Stat(); ps.IdleConns() == 0 && ps.TotalConns() >= ps.MaxConns() {
+		return pid, nil
+	}
 	if probe, err := l.pool.Acquire(ctx); err == nil {
 		other, err := q.AdvisoryBackendPID(ctx, probe)
 		probe.Release()
