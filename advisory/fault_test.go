@@ -14,6 +14,7 @@ import (
 
 	"github.com/pgbaton/pgbaton/advisory"
 	"github.com/pgbaton/pgbaton/internal/faultproxy"
+	"github.com/pgbaton/pgbaton/internal/pgcluster"
 	"github.com/pgbaton/pgbaton/internal/pgtest"
 )
 
@@ -354,4 +355,36 @@ func TestPausedHolderReportsLoss(t *testing.T) {
 		}
 		return true, err
 	}, "the resumed holder gave its lock up")
+}
+
+// A server crash and restart: every lock is reported lost, and the Locker
+// works again on new sessions once the server is back.
+func TestServerRestart(t *testing.T) {
+	if env.Cluster() == nil {
+		t.Skip("needs the throwaway cluster") // only with PGBATON_TEST_DSN
+	}
+	d := env.DB(t)
+	ctx := ctxT(t)
+	const ping = 200 * time.Millisecond
+	l := newLocker(t, d.Pool(t), advisory.Config{PingInterval: ping})
+	a, err := l.TryLock(ctx, advisory.Int64(41))
+	require.NoError(t, err)
+	b, err := l.TryLock(ctx, advisory.Name("restart"))
+	require.NoError(t, err)
+	env.Restart(t, pgcluster.Immediate)
+	for _, lk := range []*advisory.Lock{a, b} {
+		select {
+		case <-lk.Done():
+		case <-time.After(ping + advisory.DefaultPingTimeout + time.Second):
+			t.Fatal("loss not reported after a server crash")
+		}
+		require.ErrorIs(t, lk.Err(), advisory.ErrLockLost)
+	}
+	pgtest.Eventually(t, 30*time.Second, func() (bool, error) {
+		lk, err := l.TryLock(ctx, advisory.Int64(41))
+		if err != nil {
+			return false, nil // the pool may still hand out dead connections
+		}
+		return true, lk.Unlock(ctx)
+	}, "locking works again after the restart")
 }

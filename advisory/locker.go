@@ -109,7 +109,9 @@ func (l *Locker) TryLock(ctx context.Context, key Key) (*Lock, error) {
 // Lock takes the exclusive lock on key, waiting until it is free or ctx
 // ends. The wait runs on a connection of its own, so it never holds up the
 // locks shared on a session; when ctx ends the wait is cancelled and no
-// lock is left behind, even if Postgres granted it just then.
+// lock is left behind, even if Postgres granted it just then. If the
+// waiting connection fails, Lock returns the error rather than retrying
+// (Campaign retries).
 func (l *Locker) Lock(ctx context.Context, key Key) (*Lock, error) {
 	return l.acquire(ctx, key, false, true)
 }
