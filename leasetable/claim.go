@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/telemetry"
 )
 
 // Register creates free lease rows for names in group: shards, work items
@@ -30,7 +31,7 @@ func (c *Client) Register(ctx context.Context, group string, names ...string) (i
 	}
 	n, err := c.q.LeaseRegister(ctx, c.pool, db.LeaseRegisterParams{LeaseGroup: group, Names: names})
 	if err != nil {
-		return 0, dbError("register in "+group, err)
+		return 0, c.dbError("register in "+group, err)
 	}
 	return int(n), nil
 }
@@ -51,13 +52,27 @@ func (c *Client) Claim(ctx context.Context, group string, n int) ([]*Lease, erro
 		return nil, err
 	}
 	start := time.Now()
+	leases, err := c.claim(ctx, group, n, start)
+	switch {
+	case err != nil:
+		c.attemptFailed(ctx, group, err, start)
+	case len(leases) == 0:
+		c.tel.Attempt(context.WithoutCancel(ctx), group, telemetry.Held, time.Since(start))
+	}
+	return leases, err
+}
+
+// claim claims up to n leases of group; each grant is recorded as an
+// acquired attempt that began at waitStart.
+func (c *Client) claim(ctx context.Context, group string, n int, waitStart time.Time) ([]*Lease, error) {
+	start := time.Now()
 	rows, err := c.q.LeaseClaim(ctx, c.pool, db.LeaseClaimParams{LeaseGroup: group, Owner: c.cfg.Owner, N: int32(n), TtlMs: c.ttlMs})
 	if err != nil {
-		return nil, dbError("claim from "+group, err)
+		return nil, c.dbError("claim from "+group, err)
 	}
 	leases := make([]*Lease, 0, len(rows))
 	for _, r := range rows {
-		l, err := c.track(r.Name, group, r.Token, r.ExpiresAt, start)
+		l, err := c.track(r.Name, group, r.Token, r.ExpiresAt, start, waitStart)
 		if err != nil {
 			// Closed meanwhile: track gave this one back; give back the rest.
 			for _, r := range rows[len(leases)+1:] {
@@ -100,14 +115,12 @@ func (c *Client) Complete(ctx context.Context, leases ...*Lease) error {
 	}
 	deleted, err := c.q.LeaseCompleteMany(ctx, c.pool, db.LeaseCompleteManyParams{Names: names, Tokens: tokens, Owner: c.cfg.Owner})
 	if err != nil {
-		err = dbError("complete", err)
+		err = c.dbError("complete", err)
 		for _, l := range batch {
 			l.setReleaseErr(err)
+			l.recordReleased(false)
 		}
 		return err
-	}
-	if len(deleted) == len(batch) {
-		return nil
 	}
 	gone := make(map[string]bool, len(deleted))
 	for _, n := range deleted {
@@ -115,10 +128,14 @@ func (c *Client) Complete(ctx context.Context, leases ...*Lease) error {
 	}
 	var missing []string
 	for _, l := range batch {
+		l.recordReleased(!gone[l.name])
 		if !gone[l.name] {
 			missing = append(missing, l.name)
 			l.setReleaseErr(fmt.Errorf("%w: %q token %d was taken over before completion", ErrNotHeld, l.name, l.token))
 		}
+	}
+	if len(missing) == 0 {
+		return nil
 	}
 	return fmt.Errorf("%w: taken over before completion: %v", ErrNotHeld, missing)
 }

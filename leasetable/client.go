@@ -14,6 +14,7 @@ import (
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/telemetry"
 	"github.com/pgbaton/pgbaton/migrations"
 )
 
@@ -26,6 +27,7 @@ type Client struct {
 	q     *db.Queries
 	log   *slog.Logger
 	ln    *listener
+	tel   *telemetry.Instruments
 
 	// bg parents renewals; cancelled by Close.
 	bg       context.Context
@@ -62,17 +64,22 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("leasetable: connect: %w", err)
 	}
 	if info.InRecovery {
-		return nil, pgbaton.ErrStandby
+		cfg.Logger.Error("pgbaton: leasetable refused a standby; connect to the primary")
+		return nil, fmt.Errorf("%w: leasetable: the server is in recovery; connect to the primary", pgbaton.ErrStandby)
 	}
 	if err := migrations.Check(ctx, pool); err != nil && !errors.Is(err, pgbaton.ErrSchemaTooNew) {
 		// A newer schema keeps the lease protocol compatible; an older one
 		// may lack it.
+		if errors.Is(err, pgbaton.ErrNotMigrated) {
+			cfg.Logger.Error("pgbaton: leasetable refused an unmigrated database", "error", err)
+		}
 		return nil, err
 	}
 	bg, cancel := context.WithCancel(context.Background())
 	c := &Client{
 		pool: pool, cfg: cfg, ttlMs: cfg.ttlMs(), q: q, log: cfg.Logger,
-		bg: bg, bgCancel: cancel,
+		tel: telemetry.New("lease", telemetry.Config{MeterProvider: cfg.MeterProvider, WithNames: cfg.MetricNames}),
+		bg:  bg, bgCancel: cancel,
 		leases: make(map[*Lease]struct{}),
 		sems:   make(map[string]int),
 	}
@@ -117,7 +124,7 @@ func (c *Client) Close(ctx context.Context) error {
 	c.background.Wait()
 	// Registrations whose removal was skipped because Close had begun.
 	if err := c.q.LeaseStopWaitingAll(ctx, c.pool, c.waiterPrefix[:len(c.waiterPrefix)-1]); err != nil {
-		errs = append(errs, dbError("remove waiter registrations", err))
+		errs = append(errs, c.dbError("remove waiter registrations", err))
 	}
 	return errors.Join(errs...)
 }
@@ -156,10 +163,17 @@ func (c *Client) TryAcquire(ctx context.Context, name string) (*Lease, error) {
 	if err := c.checkOpen(); err != nil {
 		return nil, err
 	}
-	return c.attempt(ctx, name, nil)
+	start := time.Now()
+	l, err := c.attempt(ctx, name, nil, start)
+	if err != nil {
+		c.attemptFailed(ctx, name, err, start)
+	}
+	return l, err
 }
 
-func (c *Client) attempt(ctx context.Context, name string, metadata []byte) (*Lease, error) {
+// attempt tries once to take name. waitStart is when the caller began
+// asking, for the wait-duration metric of a grant.
+func (c *Client) attempt(ctx context.Context, name string, metadata []byte, waitStart time.Time) (*Lease, error) {
 	// The local deadline counts from before the request is sent: the
 	// database's expiry can only be later.
 	start := time.Now()
@@ -167,17 +181,18 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte) (*Le
 		Name: name, Owner: c.cfg.Owner, TtlMs: c.ttlMs, Metadata: metadata,
 	})
 	if err != nil {
-		return nil, dbError("acquire "+name, err)
+		return nil, c.dbError("acquire "+name, err)
 	}
 	if !row.Acquired {
 		return nil, &HeldError{Name: name, Holder: row.Holder, Token: row.Token, Expiry: row.ExpiresAt,
 			remaining: row.ExpiresAt.Sub(row.DbNow)}
 	}
-	return c.track(name, "", row.Token, row.ExpiresAt, start)
+	return c.track(name, "", row.Token, row.ExpiresAt, start, waitStart)
 }
 
-// track creates the Lease for a grant and starts keeping it alive.
-func (c *Client) track(name, group string, token int64, expires time.Time, start time.Time) (*Lease, error) {
+// track creates the Lease for a grant, records the granted attempt and
+// starts keeping the lease alive.
+func (c *Client) track(name, group string, token int64, expires, start, waitStart time.Time) (*Lease, error) {
 	l := newLease(c, name, group, token, expires, start)
 	c.mu.Lock()
 	if c.closed {
@@ -189,7 +204,9 @@ func (c *Client) track(name, group string, token int64, expires time.Time, start
 		return nil, pgbaton.ErrClosed
 	}
 	c.leases[l] = struct{}{}
+	l.counted = true // before anything can end it: Close needs c.mu
 	c.mu.Unlock()
+	c.tel.Attempt(context.Background(), l.metricName(), telemetry.Acquired, time.Since(waitStart))
 	l.start()
 	return l, nil
 }

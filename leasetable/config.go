@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/metric"
 )
 
 // MaxNameLen is the longest lease name, group, job or owner, in bytes.
@@ -36,8 +38,23 @@ type Config struct {
 	// last successful acquire or renew was sent. Default TTL/10.
 	SafetyMargin time.Duration
 
-	// Logger receives renewal failures and lost leases. Default: silent.
+	// Logger receives lost leases and renewal failures (Warn), reconnects
+	// of the LISTEN connection (Warn when it fails, Info when it is back),
+	// refusals of a standby or an unmigrated database (Error), and waits
+	// (Debug). Default: silent.
 	Logger *slog.Logger
+
+	// MeterProvider receives OpenTelemetry metrics (see package
+	// internal/telemetry for the names): acquire attempts by result
+	// (acquired, held, error) with their wait, hold durations, leases lost
+	// by cause (expired, renew, superseded) and renewal failures.
+	// Default: none (no-op).
+	MeterProvider metric.MeterProvider
+
+	// MetricNames adds the lease name (for Claim, Semaphore and Keep: the
+	// group) as the attribute pgbaton.name. Off by default, because names
+	// can be unbounded (one per work item) and every name makes a series.
+	MetricNames bool
 }
 
 func (c Config) withDefaults() (Config, error) {

@@ -28,7 +28,7 @@ func (c *Client) ClaimSlot(ctx context.Context, job string, scheduledAt time.Tim
 		Job: job, ScheduledAt: scheduledAt.Truncate(time.Microsecond), Owner: c.cfg.Owner,
 	})
 	if err != nil {
-		return false, dbError("claim slot of "+job, err)
+		return false, c.dbError("claim slot of "+job, err)
 	}
 	return claimed, nil
 }

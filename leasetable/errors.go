@@ -59,8 +59,17 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: leasetable: "+format, append([]any{pgbaton.ErrInvalidArgument}, args...)...)
 }
 
-// dbError maps server errors to the shared sentinels, keeping the cause.
-func dbError(op string, err error) error {
+// dbError maps server errors to the shared sentinels, keeping the cause,
+// and logs refusals: they need an operator, not a retry.
+func (c *Client) dbError(op string, err error) error {
+	err = mapDBError(op, err)
+	if errors.Is(err, pgbaton.ErrStandby) || errors.Is(err, pgbaton.ErrNotMigrated) {
+		c.log.Error("pgbaton: database refused leasetable", "op", op, "error", err)
+	}
+	return err
+}
+
+func mapDBError(op string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {

@@ -19,7 +19,7 @@ func (c *Client) Info(ctx context.Context, name string) (Info, error) {
 		return Info{Name: name}, nil
 	}
 	if err != nil {
-		return Info{}, dbError("read lease "+name, err)
+		return Info{}, c.dbError("read lease "+name, err)
 	}
 	in := Info{Name: row.Name, Group: row.LeaseGroup.String, Owner: row.Owner.String, Token: row.Token.Int64,
 		Metadata: row.Metadata}

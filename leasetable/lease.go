@@ -37,12 +37,18 @@ type Lease struct {
 
 	releaseOnce sync.Once
 	releaseErr  error // guarded by mu
+
+	// For metrics and Client.Check, guarded by mu.
+	grantedAt    time.Time // when the acquire was sent
+	renewFailing bool      // the last renewal attempt failed
+	counted      bool      // the grant was recorded as acquired (set by track)
+	recorded     bool      // its end was recorded
 }
 
 func newLease(c *Client, name, group string, token int64, expires, start time.Time) *Lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	return &Lease{c: c, name: name, group: group, token: token, ctx: ctx, cancel: cancel,
-		expiresAt: expires, deadline: start.Add(c.cfg.TTL - c.cfg.SafetyMargin)}
+		expiresAt: expires, deadline: start.Add(c.cfg.TTL - c.cfg.SafetyMargin), grantedAt: start}
 }
 
 func (l *Lease) start() {
@@ -99,9 +105,11 @@ func (l *Lease) Err() error {
 // work under the lease with it.
 func (l *Lease) Context() context.Context { return l.ctx }
 
-// endLocked marks the lease over with cause. It returns the running automatic
-// renewal's done channel (or nil) for callers that must wait for it.
-func (l *Lease) endLocked(cause error) chan struct{} {
+// endLocked marks the lease over with cause. A loss is recorded in the
+// metrics with lostCause; a release is recorded by finish once the
+// database has answered. It returns the running automatic renewal's done
+// channel (or nil) for callers that must wait for it.
+func (l *Lease) endLocked(cause error, lostCause string) chan struct{} {
 	if l.ended {
 		return nil
 	}
@@ -117,7 +125,8 @@ func (l *Lease) endLocked(cause error) chan struct{} {
 	l.cancel(cause)
 	l.c.untrack(l)
 	if errors.Is(cause, ErrLeaseLost) {
-		l.c.log.Warn("pgbaton: lease lost", "lease", l.name, "token", l.token, "cause", cause)
+		l.recordEndLocked(lostCause)
+		l.c.log.Warn("pgbaton: lease lost", "lease", l.name, "token", l.token, "cause", lostCause, "error", cause)
 		l.c.goBackground(l.releaseLost)
 	}
 	return l.inflight
@@ -133,7 +142,12 @@ func (l *Lease) checkDeadline() {
 		l.deadlineT.Reset(d)
 		return
 	}
-	l.endLocked(fmt.Errorf("%w: %q token %d: no successful renewal before the local deadline", ErrLeaseLost, l.name, l.token))
+	// A renewal still in flight at the deadline hung: count it as failed.
+	lostCause := CauseExpired
+	if l.renewFailing || l.inflight != nil {
+		lostCause = CauseRenew
+	}
+	l.endLocked(fmt.Errorf("%w: %q token %d: no successful renewal before the local deadline", ErrLeaseLost, l.name, l.token), lostCause)
 }
 
 // releaseLost gives back a grant the holder counts as lost, best effort:
@@ -156,6 +170,12 @@ func (l *Lease) autoRenew() {
 		l.mu.Unlock()
 		return
 	}
+	if !time.Now().Before(l.deadline) {
+		// Woken late (the process was paused): too late to renew.
+		l.endLocked(fmt.Errorf("%w: %q token %d: the local deadline passed before the renewal was due to be sent", ErrLeaseLost, l.name, l.token), CauseExpired)
+		l.mu.Unlock()
+		return
+	}
 	ctx, cancel := context.WithDeadline(l.c.bg, l.deadline)
 	done := make(chan struct{})
 	l.inflight, l.stopRenew = done, cancel
@@ -172,15 +192,24 @@ func (l *Lease) autoRenew() {
 	defer l.mu.Unlock()
 	l.inflight, l.stopRenew = nil, nil
 	close(done)
+	if err != nil && (!l.ended || errors.Is(l.err, ErrLeaseLost)) {
+		// Not a renewal cancelled by Release.
+		l.c.tel.RenewFailed(context.Background(), l.metricName())
+	}
 	if l.ended {
 		return
 	}
 	switch {
 	case err == nil:
+		if l.renewFailing {
+			l.renewFailing = false
+			l.c.log.Info("pgbaton: lease renewal succeeded again", "lease", l.name, "token", l.token)
+		}
 		l.renewT.Reset(l.c.cfg.RenewInterval)
 	case errors.Is(err, ErrNotHeld):
-		l.endLocked(fmt.Errorf("%w: %w", ErrLeaseLost, err))
+		l.endLocked(fmt.Errorf("%w: %w", ErrLeaseLost, err), CauseSuperseded)
 	default:
+		l.renewFailing = true
 		// Retry while the deadline allows; the deadline timer ends the
 		// lease if no retry succeeds.
 		retry := max(l.c.cfg.RenewInterval/5, time.Millisecond)
@@ -201,7 +230,7 @@ func (l *Lease) renew(ctx context.Context) error {
 		return fmt.Errorf("%w: %q token %d: renewal refused", ErrNotHeld, l.name, l.token)
 	}
 	if err != nil {
-		return dbError("renew "+l.name, err)
+		return l.c.dbError("renew "+l.name, err)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -231,9 +260,12 @@ func (l *Lease) Renew(ctx context.Context) error {
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	err := l.renew(ctx)
+	if err != nil {
+		l.c.tel.RenewFailed(context.Background(), l.metricName())
+	}
 	if errors.Is(err, ErrNotHeld) {
 		l.mu.Lock()
-		l.endLocked(fmt.Errorf("%w: %w", ErrLeaseLost, err))
+		l.endLocked(fmt.Errorf("%w: %w", ErrLeaseLost, err), CauseSuperseded)
 		l.mu.Unlock()
 	}
 	return err
@@ -268,10 +300,11 @@ func (l *Lease) finish(ctx context.Context, complete bool) error {
 		}
 		switch {
 		case err != nil:
-			l.setReleaseErr(dbError("release "+l.name, err))
+			l.setReleaseErr(l.c.dbError("release "+l.name, err))
 		case !ok:
 			l.setReleaseErr(fmt.Errorf("%w: %q token %d was taken over before release", ErrNotHeld, l.name, l.token))
 		}
+		l.recordReleased(err == nil && !ok)
 	})
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -282,7 +315,7 @@ func (l *Lease) finish(ctx context.Context, complete bool) error {
 // a running renewal, which must not race the release.
 func (l *Lease) stop() {
 	l.mu.Lock()
-	wait := l.endLocked(fmt.Errorf("%w: %q token %d", ErrReleased, l.name, l.token))
+	wait := l.endLocked(fmt.Errorf("%w: %q token %d", ErrReleased, l.name, l.token), "")
 	l.mu.Unlock()
 	if wait != nil {
 		<-wait

@@ -2,6 +2,7 @@ package leasetable
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -32,10 +33,18 @@ type listener struct {
 	connected bool
 	stop      context.CancelFunc
 	done      chan struct{}
+
+	// lastErr is why the last connection failed; down is since when no
+	// connection listens (zero while one does).
+	lastErr error
+	down    time.Time
+	// probes are Client.Check payloads in flight, closed when delivered.
+	probes map[string]chan struct{}
 }
 
 func newListener(c *Client) *listener {
-	return &listener{c: c, waiters: make(map[string]map[chan struct{}]struct{}), ready: make(chan struct{})}
+	return &listener{c: c, waiters: make(map[string]map[chan struct{}]struct{}), ready: make(chan struct{}),
+		probes: make(map[string]chan struct{})}
 }
 
 // subscribe registers a wake-up channel for notifications naming any of
@@ -118,6 +127,12 @@ func (ln *listener) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		ln.mu.Lock()
+		ln.lastErr = err
+		if ln.down.IsZero() {
+			ln.down = time.Now()
+		}
+		ln.mu.Unlock()
 		ln.c.log.Warn("pgbaton: lease LISTEN connection failed; reconnecting", "error", err, "in", backoff)
 		t := time.NewTimer(backoff + rand.N(backoff))
 		select {
@@ -151,8 +166,11 @@ func (ln *listener) listen(ctx context.Context) error {
 	close(ln.ready)
 	missed := ln.connected
 	ln.connected = true
+	downFor := time.Since(ln.down)
+	ln.down = time.Time{}
 	ln.mu.Unlock()
 	if missed {
+		ln.c.log.Info("pgbaton: lease LISTEN connection re-established; waiters look again", "down_for", downFor)
 		// Releases while no connection listened were missed: everyone
 		// looks again.
 		ln.wake("", true)
@@ -172,8 +190,55 @@ func (ln *listener) listen(ctx context.Context) error {
 }
 
 func (ln *listener) dispatch(n *pgconn.Notification) {
-	if n.Channel == notifyChannel {
-		ln.wake(n.Payload, false)
+	if n.Channel != notifyChannel {
+		return
+	}
+	ln.mu.Lock()
+	if ch, ok := ln.probes[n.Payload]; ok {
+		close(ch)
+		delete(ln.probes, n.Payload)
+	}
+	ln.mu.Unlock()
+	ln.wake(n.Payload, false)
+}
+
+// check proves the LISTEN connection, if started, delivers notifications:
+// it sends payload on the channel through the pool and waits for it to
+// come back. A connection can look open and deliver nothing (a silent
+// network, a backend stuck); only a round trip tells.
+func (ln *listener) check(ctx context.Context, payload string) error {
+	ln.mu.Lock()
+	if !ln.started || ln.closed {
+		ln.mu.Unlock()
+		return nil
+	}
+	select {
+	case <-ln.ready:
+	default:
+		err := errors.New("leasetable: LISTEN connection not connected yet")
+		if !ln.down.IsZero() {
+			err = fmt.Errorf("leasetable: LISTEN connection down for %s, reconnecting (last error: %v); waiters wake only at expiries",
+				time.Since(ln.down).Round(time.Millisecond), ln.lastErr)
+		}
+		ln.mu.Unlock()
+		return err
+	}
+	got := make(chan struct{})
+	ln.probes[payload] = got
+	ln.mu.Unlock()
+	defer func() {
+		ln.mu.Lock()
+		delete(ln.probes, payload)
+		ln.mu.Unlock()
+	}()
+	if err := ln.c.q.LeaseNotify(ctx, ln.c.pool, payload); err != nil {
+		return ln.c.dbError("notify for the LISTEN check", err)
+	}
+	select {
+	case <-got:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("leasetable: LISTEN connection did not deliver a notification in time: %w", context.Cause(ctx))
 	}
 }
 

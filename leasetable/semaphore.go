@@ -37,8 +37,17 @@ func (c *Client) Semaphore(ctx context.Context, name string, slots int) (*Lease,
 	for i := range names {
 		names[i] = name + "#" + strconv.Itoa(i)
 	}
+	start := time.Now()
+	l, stillHeld, err := c.waitSemaphore(ctx, name, names, start)
+	c.waitEnded(ctx, name, start, stillHeld, err)
+	return l, err
+}
+
+// waitSemaphore is Semaphore without the failure metric; stillHeld tells a
+// wait that ended while every permit was held.
+func (c *Client) waitSemaphore(ctx context.Context, name string, names []string, start time.Time) (_ *Lease, stillHeld bool, _ error) {
 	if err := c.registerSemaphore(ctx, name, names); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var w *waiting
 	defer func() {
@@ -47,28 +56,28 @@ func (c *Client) Semaphore(ctx context.Context, name string, slots int) (*Lease,
 		}
 	}()
 	for {
-		got, err := c.Claim(ctx, name, 1)
+		got, err := c.claim(ctx, name, 1, start)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if len(got) == 1 {
-			return got[0], nil
+			return got[0], false, nil
 		}
 		if w == nil {
 			// Register, then look again: a release before the
 			// registration notified nobody.
 			if w, err = c.startWaiting(ctx, name, true); err != nil {
-				return nil, err
+				return nil, true, err
 			}
 			continue
 		}
 		next, err := c.nextExpiry(ctx, name)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
-		c.log.Debug("pgbaton: waiting for semaphore", "semaphore", name, "slots", slots)
+		c.log.Debug("pgbaton: waiting for semaphore", "semaphore", name, "slots", len(names))
 		if err := c.wait(ctx, w.wake, next); err != nil {
-			return nil, fmt.Errorf("leasetable: waiting for semaphore %q: %w", name, err)
+			return nil, true, fmt.Errorf("leasetable: waiting for semaphore %q: %w", name, err)
 		}
 	}
 }
@@ -83,14 +92,14 @@ func (c *Client) registerSemaphore(ctx context.Context, name string, names []str
 	// Count before registering, so a wrong count changes nothing.
 	n, err := c.q.LeaseGroupCount(ctx, c.pool, name)
 	if err != nil {
-		return dbError("semaphore "+name, err)
+		return c.dbError("semaphore "+name, err)
 	}
 	if n == 0 {
 		if _, err := c.Register(ctx, name, names...); err != nil {
 			return err
 		}
 		if n, err = c.q.LeaseGroupCount(ctx, c.pool, name); err != nil {
-			return dbError("semaphore "+name, err)
+			return c.dbError("semaphore "+name, err)
 		}
 	}
 	if int(n) != len(names) {
@@ -107,7 +116,7 @@ func (c *Client) registerSemaphore(ctx context.Context, name string, names []str
 func (c *Client) nextExpiry(ctx context.Context, group string) (time.Duration, error) {
 	next, err := c.q.LeaseGroupNextExpiry(ctx, c.pool, db.LeaseGroupNextExpiryParams{LeaseGroup: group, Owner: c.cfg.Owner})
 	if err != nil {
-		return 0, dbError("next expiry in "+group, err)
+		return 0, c.dbError("next expiry in "+group, err)
 	}
 	return next.NextExpiry.Sub(next.DbNow), nil
 }

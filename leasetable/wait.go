@@ -28,26 +28,35 @@ func (c *Client) acquire(ctx context.Context, name string, metadata []byte) (*Le
 	if err := c.checkOpen(); err != nil {
 		return nil, err
 	}
-	l, err := c.attempt(ctx, name, metadata)
+	start := time.Now()
+	l, stillHeld, err := c.waitAcquire(ctx, name, metadata, start)
+	c.waitEnded(ctx, name, start, stillHeld, err)
+	return l, err
+}
+
+// waitAcquire is acquire without the failure metric. stillHeld tells a
+// wait that ended while somebody else held the lease.
+func (c *Client) waitAcquire(ctx context.Context, name string, metadata []byte, start time.Time) (l *Lease, stillHeld bool, err error) {
+	l, err = c.attempt(ctx, name, metadata, start)
 	var held *HeldError
 	if !errors.As(err, &held) {
-		return l, err // granted at once (the common case) or failed
+		return l, false, err // granted at once (the common case) or failed
 	}
 	w, err := c.startWaiting(ctx, name, false)
 	if err != nil {
-		return nil, err
+		return nil, true, err
 	}
 	defer w.stop()
 	for {
 		// Look again after registering: a release before the registration
 		// notified nobody.
-		l, err := c.attempt(ctx, name, metadata)
+		l, err := c.attempt(ctx, name, metadata, start)
 		if !errors.As(err, &held) {
-			return l, err
+			return l, false, err
 		}
 		c.log.Debug("pgbaton: waiting for lease", "lease", name, "holder", held.Holder, "expires_in", held.remaining)
 		if err := c.wait(ctx, w.wake, held.remaining); err != nil {
-			return nil, fmt.Errorf("leasetable: waiting for lease %q (held by %q): %w", name, held.Holder, err)
+			return nil, true, fmt.Errorf("leasetable: waiting for lease %q (held by %q): %w", name, held.Holder, err)
 		}
 	}
 }
@@ -73,7 +82,7 @@ func (c *Client) startWaiting(ctx context.Context, name string, group bool) (*wa
 	id := c.waiterPrefix + strconv.FormatInt(c.waiterSeq.Add(1), 10)
 	if err := c.q.LeaseWaitFor(ctx, c.pool, db.LeaseWaitForParams{Name: name, Waiter: id, IsGroup: group}); err != nil {
 		unsubscribe()
-		return nil, dbError("register waiter for "+name, err)
+		return nil, c.dbError("register waiter for "+name, err)
 	}
 	return &waiting{c: c, name: name, id: id, wake: wake, unsubscribe: unsubscribe}, nil
 }

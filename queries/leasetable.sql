@@ -141,3 +141,9 @@ DELETE FROM pgbaton.lease l
  WHERE l.name = ANY (@names::text[]) AND l.token = ANY (@tokens::bigint[])
    AND l.owner = @owner::text
 RETURNING l.name;
+
+-- name: LeaseNotify :exec
+-- Client.Check sends its own payload on the release channel and waits for
+-- its LISTEN connection to deliver it. A payload nobody waits for wakes
+-- nobody.
+SELECT pg_notify('pgbaton_lease', @payload::text);

@@ -453,6 +453,18 @@ func (q *Queries) LeaseListen(ctx context.Context, db DBTX) error {
 	return err
 }
 
+const leaseNotify = `-- name: LeaseNotify :exec
+SELECT pg_notify('pgbaton_lease', $1::text)
+`
+
+// Client.Check sends its own payload on the release channel and waits for
+// its LISTEN connection to deliver it. A payload nobody waits for wakes
+// nobody.
+func (q *Queries) LeaseNotify(ctx context.Context, db DBTX, payload string) error {
+	_, err := db.Exec(ctx, leaseNotify, payload)
+	return err
+}
+
 const leaseRegister = `-- name: LeaseRegister :one
 SELECT pgbaton.register($1::text, $2::text[])::integer AS created
 `

@@ -1,0 +1,80 @@
+package leasetable
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pgbaton/pgbaton"
+)
+
+// Check reports whether the client is healthy, for readiness probes (it
+// satisfies health.Checker). It returns nil when the client is open, the
+// database answers within ctx and is a primary, the LISTEN connection (if
+// a wait has started it) delivers a notification sent now, and no held
+// lease is overdue for renewal: its last successful acquire or renewal was
+// sent more than RenewInterval + RenewInterval/2 ago, so renewals are
+// failing or hanging and the lease will be lost at its local deadline
+// unless one succeeds. Otherwise the error says what is wrong; several
+// problems are joined. Give ctx a deadline: a database that does not
+// answer makes Check wait as long as ctx allows.
+func (c *Client) Check(ctx context.Context) error {
+	if err := c.checkOpen(); err != nil {
+		return fmt.Errorf("%w: leasetable client", err)
+	}
+	var errs []error
+	info, err := c.q.ServerInfo(ctx, c.pool)
+	switch {
+	case err != nil:
+		errs = append(errs, fmt.Errorf("leasetable: database did not answer: %w", err))
+	case info.InRecovery:
+		errs = append(errs, fmt.Errorf("%w: leasetable: the database is in recovery (failed over?); connect to the primary", pgbaton.ErrStandby))
+	default:
+		// A ping that failed would fail the notification too: say it once.
+		probe := c.waiterPrefix + "check/" + strconv.FormatInt(c.waiterSeq.Add(1), 10)
+		if err := c.ln.check(ctx, probe); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if n, overdue := c.overdue(); n > 0 {
+		errs = append(errs, fmt.Errorf("leasetable: %d lease(s) overdue for renewal (renewals failing or hanging; lost at the local deadline unless one succeeds): %s",
+			n, strings.Join(overdue, ", ")))
+	}
+	return errors.Join(errs...)
+}
+
+// overdue describes the held leases whose last successful renewal is
+// older than RenewInterval and half of it again: how many, and at most 5
+// of them.
+func (c *Client) overdue() (int, []string) {
+	c.mu.Lock()
+	held := make([]*Lease, 0, len(c.leases))
+	for l := range c.leases {
+		held = append(held, l)
+	}
+	c.mu.Unlock()
+	limit := c.cfg.RenewInterval + c.cfg.RenewInterval/2
+	var out []string
+	n := 0
+	for _, l := range held {
+		l.mu.Lock()
+		since := time.Since(l.deadline.Add(-(c.cfg.TTL - c.cfg.SafetyMargin)))
+		ended, left := l.ended, time.Until(l.deadline)
+		l.mu.Unlock()
+		if ended || since <= limit {
+			continue
+		}
+		n++
+		if len(out) < 5 {
+			out = append(out, fmt.Sprintf("%q token %d (last renewed %s ago, lost in %s)", l.name, l.token,
+				since.Round(time.Millisecond), max(left, 0).Round(time.Millisecond)))
+		}
+	}
+	if n > len(out) {
+		out = append(out, fmt.Sprintf("and %d more", n-len(out)))
+	}
+	return n, out
+}

@@ -1,0 +1,94 @@
+package leasetable
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/telemetry"
+)
+
+// Causes of a lost lease, the pgbaton.cause attribute of pgbaton.lost.
+const (
+	// CauseExpired: the local deadline passed while no renewal was failing
+	// or in flight. The process or its timers were late (a GC or VM pause,
+	// SIGSTOP, an overloaded machine).
+	CauseExpired = "expired"
+	// CauseRenew: renewals failed or hung (database or network down) until
+	// the local deadline passed.
+	CauseRenew = "renew"
+	// CauseSuperseded: the database no longer had the grant when it was
+	// renewed or released: taken over after an expiry, or released by an
+	// operator.
+	CauseSuperseded = "superseded"
+)
+
+// metricName is the name a lease's metrics carry when names are enabled:
+// its group for leases handed out by Claim, Semaphore and Keep (one series
+// per group, not per item), else its own name.
+func (l *Lease) metricName() string {
+	if l.group != "" {
+		return l.group
+	}
+	return l.name
+}
+
+// attemptFailed records an acquire that did not get the lease: held when
+// someone else held it (including a wait that ran out), else error.
+// Bad input and closed clients are not attempts and are not recorded.
+func (c *Client) attemptFailed(ctx context.Context, name string, err error, start time.Time) {
+	result := telemetry.Error
+	switch {
+	case errors.Is(err, ErrHeld):
+		result = telemetry.Held
+	case notAttempt(err):
+		return
+	}
+	c.tel.Attempt(context.WithoutCancel(ctx), name, result, time.Since(start))
+}
+
+// recordEndLocked records the end of a counted hold once. cause is "" for a
+// normal release.
+func (l *Lease) recordEndLocked(cause string) {
+	if !l.counted || l.recorded {
+		return
+	}
+	l.recorded = true
+	l.c.tel.Ended(context.Background(), l.metricName(), time.Since(l.grantedAt), cause)
+}
+
+func (l *Lease) recordEnd(cause string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.recordEndLocked(cause)
+}
+
+// notAttempt tells errors raised before anything was asked of the
+// database.
+func notAttempt(err error) bool {
+	return errors.Is(err, pgbaton.ErrInvalidArgument) || errors.Is(err, pgbaton.ErrClosed)
+}
+
+// recordReleased records the end of a lease given back by Release or
+// Complete; taken over (the database no longer had the grant) counts as
+// superseded. A lease lost before was recorded then.
+func (l *Lease) recordReleased(takenOver bool) {
+	cause := ""
+	if takenOver {
+		cause = CauseSuperseded
+	}
+	l.recordEnd(cause)
+}
+
+// waitEnded records the end of a waiting acquire that did not succeed at
+// once: held when it gave up while somebody else held the lease, whatever
+// ended the wait (that is contention); else as attemptFailed.
+func (c *Client) waitEnded(ctx context.Context, name string, start time.Time, stillHeld bool, err error) {
+	switch {
+	case stillHeld:
+		c.tel.Attempt(context.WithoutCancel(ctx), name, telemetry.Held, time.Since(start))
+	case err != nil:
+		c.attemptFailed(ctx, name, err, start)
+	}
+}
