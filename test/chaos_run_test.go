@@ -72,7 +72,7 @@ func runSeeds(t *testing.T, advisoryLocks bool) {
 // it: a checker that cannot fail proves nothing.
 func TestCheckersBite(t *testing.T) {
 	cfg := chaosConfig{Seed: 7, Duration: 12 * time.Second, Workers: 3, Keys: 1, TTL: time.Second,
-		Writes: 4, Work: 300 * time.Millisecond, Broken: true, Faults: []string{faultPause}, Pause: 2 * time.Second}
+		Writes: 4, Work: 300 * time.Millisecond, Broken: true, Faults: []string{faultPause}, Pause: 2 * time.Second, HitHolders: true}
 	res := runChaos(t, cfg)
 	t.Log(res.line(cfg.Seed))
 	require.Positive(t, res.Faults)

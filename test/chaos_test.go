@@ -58,6 +58,9 @@ type chaosConfig struct {
 	Advisory bool          // advisory session locks instead of leases
 	Faults   []string
 	Pause    time.Duration // between faults, up to
+	// HitHolders makes the nemesis always pick a worker that holds a
+	// lease when there is one (by default it does so three times in four).
+	HitHolders bool
 }
 
 // fault is one nemesis action, for the liveness checker.
@@ -80,6 +83,13 @@ type chaosResult struct {
 
 	events []event    // the history, for further checks
 	db     *pgtest.DB // the run's database, until the test ends
+}
+
+// violated reports whether any checker found a violation.
+func (r chaosResult) violated() bool {
+	l := r.Ledger
+	return len(r.Overlaps) > 0 || r.Linearizable != porcupine.Ok || len(l.StaleAccepted) > 0 ||
+		len(l.Lost) > 0 || len(l.Doubled) > 0 || len(r.LateTakeovers) > 0
 }
 
 func (r chaosResult) line(seed uint64) string {
@@ -156,7 +166,7 @@ func runChaos(t *testing.T, cfg chaosConfig) chaosResult {
 	require.NoError(t, err)
 	r.liveness(gs, &res)
 	r.noLeaks(ctx)
-	if t.Failed() || os.Getenv("CHAOS_HISTORY") != "" {
+	if res.violated() || t.Failed() || os.Getenv("CHAOS_HISTORY") != "" {
 		r.dumpHistory(events)
 	}
 	return res
@@ -230,7 +240,7 @@ func (r *chaosRun) pickVictim(rng *rand.Rand) *proc {
 	}
 	slices.Sort(ids)
 	slices.Sort(held)
-	if len(held) > 0 && rng.IntN(4) > 0 {
+	if len(held) > 0 && (r.cfg.HitHolders || rng.IntN(4) > 0) {
 		return r.procs[held[rng.IntN(len(held))]]
 	}
 	return r.procs[ids[rng.IntN(len(ids))]]
