@@ -17,6 +17,7 @@ func (l *Locker) Check(ctx context.Context) error {
 	}
 	s, err := l.reserveSession(ctx)
 	if err != nil {
+		l.logRefusal("check", err)
 		return err
 	}
 	defer l.unreserve(s)

@@ -6,6 +6,8 @@ import (
 	"math"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/pgbaton/pgbaton"
 )
 
@@ -43,9 +45,23 @@ type Config struct {
 	// Default 1s.
 	RetryDelay time.Duration
 
-	// Logger receives session events (opened, lost, closed). Default:
-	// silent.
+	// Logger receives session events: lost sessions (Warn), refusals
+	// such as a standby, a transaction pooler or a full lock table
+	// (Error or Warn), a session opened again after a loss (Info), and
+	// sessions opened and closed (Debug). Default: silent.
 	Logger *slog.Logger
+
+	// MeterProvider receives the Locker's OpenTelemetry metrics (see
+	// doc.go): acquire attempts by result, wait and hold durations, locks
+	// lost by cause, failed pings, sessions and locks per session.
+	// Default: none, and then recording costs nothing.
+	MeterProvider metric.MeterProvider
+
+	// MetricNames adds the lock name as the pgbaton.name attribute of
+	// lock metrics (the decimal key for Int64 keys, "hi,lo" for Pair).
+	// Off by default: one series per name can be unbounded when names are
+	// per work item.
+	MetricNames bool
 }
 
 // Defaults.

@@ -104,5 +104,37 @@
 // use. Locks taken before a late detection are released on the session's
 // backend if the pooler lets it be reached again. SQLSTATE 53200 (the server's shared lock
 // table is full) becomes ErrLockTableFull, and a Locker refuses to hold
-// more than Config.MaxLocks locks before that happens.
+// more than Config.MaxLocks locks before that happens. Refusals are
+// logged to Config.Logger (Error; Warn for a full lock table) as well as
+// returned.
+//
+// # Metrics and logs
+//
+// With Config.MeterProvider set, a Locker records the OpenTelemetry
+// instruments that package leasetable records too, with attribute
+// pgbaton.layer = "advisory":
+//
+//	pgbaton.acquire.attempts       counter, pgbaton.result = acquired | held | error
+//	pgbaton.acquire.wait.duration  histogram (s), same attributes
+//	pgbaton.held                   up-down counter of Locks held now
+//	pgbaton.hold.duration          histogram (s), recorded at Unlock or loss
+//	pgbaton.lost                   counter, pgbaton.cause = session | pooling | closed
+//	pgbaton.renew.failures         counter: session pings that failed
+//	pgbaton.sessions               up-down counter of session connections
+//
+// Every TryLock, Lock, TryRLock and RLock (and so RunExclusive, Elect and
+// Campaign) is one attempt, except calls refused for bad input or a
+// closed Locker: held means the key was held elsewhere (ErrLocked, or a
+// wait that ended before the lock was granted). Locks per session is
+// pgbaton.held / pgbaton.sessions. The lock name is an attribute
+// (pgbaton.name; the decimal key for Int64, "hi,lo" for Pair) only with
+// Config.MetricNames, as names per work item would make the number of
+// series unbounded. Without a MeterProvider nothing is recorded and the
+// lock path does no extra work.
+//
+// Config.Logger (log/slog, silent by default) gets a Warn for each lost
+// session with the number of locks it took with it, an Info when a
+// session opens again after a loss, Error or Warn for refusals, and Debug
+// for sessions opened and closed. Locker.Check is a health.Checker for
+// readiness probes (package health).
 package advisory

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgbaton/pgbaton"
 )
 
 // Errors of package advisory. Test for them with errors.Is; the errors
@@ -83,4 +85,17 @@ func mapError(op string, err error) error {
 		return fmt.Errorf("%w: %s: the server's lock table is full (raise max_locks_per_transaction or hold fewer locks): %w", ErrLockTableFull, op, err)
 	}
 	return fmt.Errorf("advisory: %s: %w", op, err)
+}
+
+// logRefusal logs err if it is a refusal an operator must act on: the
+// server or the setup is unsafe for session locks (Error), or the lock
+// table is full (Warn). Other errors are the caller's to report.
+func (l *Locker) logRefusal(op string, err error) {
+	switch {
+	case errors.Is(err, pgbaton.ErrStandby), errors.Is(err, ErrSessionPooling),
+		errors.Is(err, pgbaton.ErrNotMigrated), errors.Is(err, ErrKeyCollision):
+		l.cfg.Logger.Error("advisory: refused", "op", op, "err", err)
+	case errors.Is(err, ErrLockTableFull):
+		l.cfg.Logger.Warn("advisory: refused: lock table full", "op", op, "err", err)
+	}
 }

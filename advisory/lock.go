@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/pgbaton/pgbaton"
 )
@@ -21,12 +22,14 @@ type Lock struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	released bool // guarded by l.mu
+	released  bool      // guarded by l.mu
+	ended     bool      // its end was recorded in metrics; guarded by l.mu
+	grantedAt time.Time // for the hold duration; zero when metrics are off
 }
 
 func (l *Locker) newLock(key Key, id lockID, shared bool, s *session) *Lock {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Lock{l: l, key: key, id: id, shared: shared, sess: s, ctx: ctx, cancel: cancel}
+	return &Lock{l: l, key: key, id: id, shared: shared, sess: s, ctx: ctx, cancel: cancel, grantedAt: l.metrics.start()}
 }
 
 // Key is the key the lock was taken with.
@@ -96,6 +99,7 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 	}
 	delete(e.locks, lk)
 	lk.cancel(ErrUnlocked)
+	l.metrics.ended(lk, "")
 	if len(e.locks) > 0 { // other shared holders in this process remain
 		l.mu.Unlock()
 		return nil

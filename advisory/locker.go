@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,7 +35,9 @@ type Locker struct {
 	bg       sync.WaitGroup      // blocking waits and retiring sessions
 	spares   []spareConn         // idle connections kept for waits
 
-	stats counters
+	stats   counters
+	metrics metrics
+	reopen  atomic.Bool // a session was lost: log when the next one opens
 }
 
 // entry is the in-process state of one key. Postgres advisory locks are
@@ -85,7 +88,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Locker, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Locker{
+	l := &Locker{
 		pool:    pool,
 		cfg:     cfg,
 		epoch:   time.Now(),
@@ -94,7 +97,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Locker, error) {
 		opening: make(chan struct{}, 1),
 		entries: make(map[lockID]*entry),
 		names:   make(map[string]struct{}),
-	}, nil
+		metrics: newMetrics(cfg),
+	}
+	return l, nil
 }
 
 func (l *Locker) since() time.Duration { return time.Since(l.epoch) }
@@ -129,6 +134,19 @@ func (l *Locker) RLock(ctx context.Context, key Key) (*Lock, error) {
 }
 
 func (l *Locker) acquire(ctx context.Context, key Key, shared, wait bool) (*Lock, error) {
+	start := l.metrics.start()
+	var contended bool
+	lk, err := l.acquireKey(ctx, key, shared, wait, &contended)
+	l.metrics.attempt(key, start, err, contended)
+	if err != nil {
+		l.logRefusal("lock "+key.String(), err)
+	}
+	return lk, err
+}
+
+// acquireKey is acquire without the metrics; it sets *contended when it
+// found the key held.
+func (l *Locker) acquireKey(ctx context.Context, key Key, shared, wait bool, contended *bool) (*Lock, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", pgbaton.ErrInvalidArgument)
 	}
@@ -161,6 +179,7 @@ func (l *Locker) acquire(ctx context.Context, key Key, shared, wait bool) (*Lock
 				l.stats.contended.Add(1)
 				return nil, fmt.Errorf("%w: %s is held in this process", ErrLocked, key)
 			}
+			*contended = true
 			ch := e.wait()
 			l.mu.Unlock()
 			select {
@@ -181,7 +200,7 @@ func (l *Locker) acquire(ctx context.Context, key Key, shared, wait bool) (*Lock
 		l.total++
 		l.mu.Unlock()
 
-		s, err := l.take(ctx, key, id, shared, wait, e)
+		s, err := l.take(ctx, key, id, shared, wait, e, contended)
 
 		l.mu.Lock()
 		e.busy, e.waiting = false, false
@@ -223,7 +242,7 @@ func (l *Locker) acquire(ctx context.Context, key Key, shared, wait bool) (*Lock
 // session, then, for a waiting call, with a blocking wait on a connection
 // of its own that becomes a session once the lock is granted. On success
 // the returned session's count includes the lock.
-func (l *Locker) take(ctx context.Context, key Key, id lockID, shared, wait bool, e *entry) (*session, error) {
+func (l *Locker) take(ctx context.Context, key Key, id lockID, shared, wait bool, e *entry, contended *bool) (*session, error) {
 	s, err := l.reserveSession(ctx)
 	if err != nil {
 		return nil, err
@@ -241,6 +260,7 @@ func (l *Locker) take(ctx context.Context, key Key, id lockID, shared, wait bool
 		return nil, fmt.Errorf("advisory: lock %s: %w", key, err)
 	}
 	l.stats.contended.Add(1)
+	*contended = true
 	if !wait {
 		return nil, fmt.Errorf("%w: %s", ErrLocked, key)
 	}
@@ -393,13 +413,15 @@ func (l *Locker) removeSession(s *session) {
 // sessionEnded runs once when s is lost or closed: every lock on it is
 // cancelled with the cause, and its keys are free to be taken again (on
 // another session).
-func (l *Locker) sessionEnded(s *session, cause error) {
+func (l *Locker) sessionEnded(s *session, cause error) (lost int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.removeSession(s)
 	if !errors.Is(cause, pgbaton.ErrClosed) {
 		l.stats.lostSessions.Add(1)
+		l.reopen.Store(true)
 	}
+	metricCause := lossCause(cause)
 	if !errors.Is(cause, ErrLockLost) {
 		cause = fmt.Errorf("%w: %w", ErrLockLost, cause)
 	}
@@ -409,11 +431,14 @@ func (l *Locker) sessionEnded(s *session, cause error) {
 		}
 		for lk := range e.locks {
 			lk.cancel(cause)
+			l.metrics.ended(lk, metricCause)
+			lost++
 		}
 		delete(l.entries, id)
 		l.total--
 		e.notify()
 	}
+	return lost
 }
 
 // Close releases every lock the Locker holds (their contexts are
@@ -440,6 +465,7 @@ func (l *Locker) Close(ctx context.Context) error {
 		}
 		for lk := range e.locks {
 			lk.cancel(cause)
+			l.metrics.ended(lk, CauseClosed)
 		}
 		delete(l.entries, id)
 		l.total--

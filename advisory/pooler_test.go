@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"sync"
 	"testing"
@@ -199,9 +200,11 @@ func TestSessionPoolingDetected(t *testing.T) {
 
 	// Switching from the start: the session setup sees two pids.
 	p.switching(true)
-	l := newLocker(t, pool, advisory.Config{})
+	rec := &logRecorder{}
+	l := newLocker(t, pool, advisory.Config{Logger: rec.logger()})
 	_, err := l.TryLock(ctx, advisory.Int64(1))
 	require.ErrorIs(t, err, advisory.ErrSessionPooling)
+	rec.requireLogged(t, slog.LevelError, "refused")
 	require.ErrorContains(t, err, "XactLock")
 
 	// Switching after a session was set up: the next statement tells.

@@ -154,7 +154,12 @@ func (l *Locker) newSession(conn *pgx.Conn, pid int32) *session {
 		done:   make(chan struct{}),
 	}
 	s.lastOK.Store(int64(l.since()))
-	l.cfg.Logger.Debug("advisory: session opened", "pid", pid)
+	if l.reopen.Swap(false) {
+		l.cfg.Logger.Info("advisory: session opened again after a lost session", "pid", pid)
+	} else {
+		l.cfg.Logger.Debug("advisory: session opened", "pid", pid)
+	}
+	l.metrics.sessionOpened()
 	go s.pinger()
 	return s
 }
@@ -263,6 +268,7 @@ func (s *session) exec(batch []*request) {
 		// server kept it, the locks may have been reported lost already:
 		// they must stay lost.
 		lost := fmt.Errorf("%w: session (backend pid %d) unanswered for more than PingInterval + PingTimeout (%s)", ErrLockLost, s.pid, l.cfg.giveUp())
+		l.metrics.renewFailed(countPings(batch))
 		for _, r := range batch {
 			r.result <- result{err: lost}
 		}
@@ -336,6 +342,7 @@ func (s *session) exec(batch []*request) {
 				l.cfg.Logger.Error("advisory: locks left behind a transaction pooler", "pid", s.pid, "err", err)
 			}
 		}
+		l.metrics.renewFailed(countPings(batch))
 		for _, r := range batch {
 			r.result <- result{err: lost}
 		}
@@ -361,6 +368,18 @@ func (s *session) exec(batch []*request) {
 	}
 }
 
+// countPings counts the pings in batch: a lost batch's pings are the
+// session's renew failures.
+func countPings(batch []*request) int {
+	n := 0
+	for _, r := range batch {
+		if r.op == opPing {
+			n++
+		}
+	}
+	return n
+}
+
 // failQueued ends every queued request with err.
 func (s *session) failQueued(err error) {
 	s.qmu.Lock()
@@ -383,10 +402,13 @@ func (s *session) end(cause error) {
 		close(s.done)
 		close(s.stop)
 		s.failQueued(cause)
-		if !errors.Is(cause, pgbaton.ErrClosed) {
-			s.l.cfg.Logger.Warn("advisory: session lost", "pid", s.pid, "err", cause)
+		lost := s.l.sessionEnded(s, cause)
+		s.l.metrics.sessionClosed()
+		if errors.Is(cause, pgbaton.ErrClosed) {
+			s.l.cfg.Logger.Debug("advisory: session closed", "pid", s.pid)
+		} else {
+			s.l.cfg.Logger.Warn("advisory: session lost; its locks are cancelled with ErrLockLost", "pid", s.pid, "locks", lost, "err", cause)
 		}
-		s.l.sessionEnded(s, cause)
 		// A goroutine may be blocked on the connection; a hard close of the
 		// socket unblocks it and tells the server at once if the network
 		// still works. A parked session's connection lives on as a spare.

@@ -3,6 +3,7 @@ package advisory_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -90,9 +91,11 @@ func TestStandby(t *testing.T) {
 		err := pool.Ping(ctx)
 		return err == nil, nil
 	}, "standby accepts connections to %s", d.Name)
-	l := newLocker(t, pool, advisory.Config{})
+	rec := &logRecorder{}
+	l := newLocker(t, pool, advisory.Config{Logger: rec.logger()})
 	_, err = l.TryLock(ctx, advisory.Int64(1))
 	require.ErrorIs(t, err, pgbaton.ErrStandby)
+	rec.requireLogged(t, slog.LevelError, "refused")
 	_, err = l.Lock(ctx, advisory.Int64(1))
 	require.ErrorIs(t, err, pgbaton.ErrStandby)
 	_, err = l.TryLock(ctx, advisory.Name("x"))
