@@ -1,0 +1,178 @@
+package leasetable_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/pgbaton/pgbaton/internal/pgtest"
+	"github.com/pgbaton/pgbaton/leasetable"
+)
+
+// meter is an SDK meter provider whose metrics the test reads on demand.
+type meter struct {
+	*sdkmetric.MeterProvider
+	reader *sdkmetric.ManualReader
+}
+
+func newMeter(t *testing.T) meter {
+	r := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	return meter{mp, r}
+}
+
+// points returns, for metric name, each data point's value (a count for
+// histograms) with its attributes.
+func (m meter) points(t *testing.T, name string) []point {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, m.reader.Collect(context.Background(), &rm))
+	var out []point
+	for _, sm := range rm.ScopeMetrics {
+		for _, mt := range sm.Metrics {
+			if mt.Name != name {
+				continue
+			}
+			switch d := mt.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, dp := range d.DataPoints {
+					out = append(out, point{dp.Attributes, dp.Value})
+				}
+			case metricdata.Histogram[float64]:
+				for _, dp := range d.DataPoints {
+					out = append(out, point{dp.Attributes, int64(dp.Count)})
+				}
+			}
+		}
+	}
+	return out
+}
+
+type point struct {
+	attrs attribute.Set
+	value int64
+}
+
+// sum adds the values of name's points whose attribute key equals value
+// (every point when key is "").
+func (m meter) sum(t *testing.T, name, key, value string) int64 {
+	t.Helper()
+	var n int64
+	for _, p := range m.points(t, name) {
+		if v, ok := p.attrs.Value(attribute.Key(key)); key == "" || ok && v.AsString() == value {
+			n += p.value
+		}
+	}
+	return n
+}
+
+func TestMetricsContentionAndRelease(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := ctxT(t, time.Minute)
+	m := newMeter(t)
+	a := newClient(t, pool, leasetable.Config{Owner: "a", TTL: time.Minute, MeterProvider: m})
+	b := newClient(t, pool, leasetable.Config{Owner: "b", TTL: time.Minute, MeterProvider: m})
+
+	l, err := a.TryAcquire(ctx, "m")
+	require.NoError(t, err)
+	_, err = b.TryAcquire(ctx, "m")
+	require.ErrorIs(t, err, leasetable.ErrHeld)
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err = b.Acquire(short, "m") // gives up waiting: contention too
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	_, err = b.TryAcquire(ctx, "") // bad input is no attempt
+	require.Error(t, err)
+
+	assert.EqualValues(t, 1, m.sum(t, "pgbaton.acquire.attempts", "pgbaton.result", "acquired"))
+	assert.EqualValues(t, 2, m.sum(t, "pgbaton.acquire.attempts", "pgbaton.result", "held"))
+	assert.EqualValues(t, 0, m.sum(t, "pgbaton.acquire.attempts", "pgbaton.result", "error"))
+	assert.EqualValues(t, 3, m.sum(t, "pgbaton.acquire.wait.duration", "", ""))
+	assert.EqualValues(t, 1, m.sum(t, "pgbaton.held", "", ""))
+	for _, p := range m.points(t, "pgbaton.acquire.attempts") {
+		_, named := p.attrs.Value("pgbaton.name")
+		assert.False(t, named, "lease names only with MetricNames")
+		layer, _ := p.attrs.Value("pgbaton.layer")
+		assert.Equal(t, "lease", layer.AsString())
+	}
+
+	require.NoError(t, l.Release(ctx))
+	assert.EqualValues(t, 0, m.sum(t, "pgbaton.held", "", ""))
+	assert.EqualValues(t, 1, m.sum(t, "pgbaton.hold.duration", "", ""))
+	assert.EqualValues(t, 0, m.sum(t, "pgbaton.lost", "", ""), "a release is no loss")
+
+	// Claim counts one acquired attempt per lease, held when none is free.
+	_, err = a.Register(ctx, "g", "g1", "g2")
+	require.NoError(t, err)
+	got, err := a.Claim(ctx, "g", 5)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	none, err := b.Claim(ctx, "g", 1)
+	require.NoError(t, err)
+	require.Empty(t, none)
+	assert.EqualValues(t, 3, m.sum(t, "pgbaton.acquire.attempts", "pgbaton.result", "acquired"))
+	assert.EqualValues(t, 3, m.sum(t, "pgbaton.acquire.attempts", "pgbaton.result", "held"))
+	assert.EqualValues(t, 2, m.sum(t, "pgbaton.held", "", ""))
+	require.NoError(t, a.Complete(ctx, got...))
+	assert.EqualValues(t, 0, m.sum(t, "pgbaton.held", "", ""))
+	assert.EqualValues(t, 0, m.sum(t, "pgbaton.lost", "", ""))
+}
+
+func TestMetricsLossCauses(t *testing.T) {
+	if env.Cluster() == nil {
+		t.Skip("needs the throwaway cluster") // only with PGBATON_TEST_DSN
+	}
+	d := env.DB(t)
+	pool := d.Pool(t)
+	proxied, proxy := proxiedPool(t, d)
+	ctx := ctxT(t, time.Minute)
+	m := newMeter(t)
+
+	// Superseded: taken over in the database; the holder learns at its
+	// next renewal.
+	a := newClient(t, pool, leasetable.Config{Owner: "a", TTL: time.Minute, MeterProvider: m, MetricNames: true})
+	l, err := a.TryAcquire(ctx, "stolen")
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "UPDATE pgbaton.lease SET owner = 'thief', token = nextval('pgbaton.lease_token_seq') WHERE name = 'stolen'")
+	require.NoError(t, err)
+	require.ErrorIs(t, l.Renew(ctx), leasetable.ErrNotHeld)
+	assert.EqualValues(t, 1, m.sum(t, "pgbaton.lost", "pgbaton.cause", leasetable.CauseSuperseded))
+	assert.EqualValues(t, 1, m.sum(t, "pgbaton.renew.failures", "pgbaton.name", "stolen"))
+
+	// Renew: the network stalls, renewals hang until the local deadline.
+	p := newClient(t, proxied, leasetable.Config{Owner: "p", TTL: shortTTL, MeterProvider: m, MetricNames: true})
+	lp, err := p.TryAcquire(ctx, "stalled")
+	require.NoError(t, err)
+	proxy.Stall()
+	defer proxy.Resume()
+	select {
+	case <-lp.Done():
+	case <-ctx.Done():
+		t.Fatal("stalled lease not lost")
+	}
+	require.ErrorIs(t, lp.Err(), leasetable.ErrLeaseLost)
+	pgtest.Eventually(t, 5*time.Second, func() (bool, error) {
+		return m.sum(t, "pgbaton.renew.failures", "pgbaton.name", "stalled") >= 1, nil
+	}, "the hung renewal was not counted")
+	proxy.Resume()
+
+	lost := map[string]int64{}
+	for _, pt := range m.points(t, "pgbaton.lost") {
+		name, _ := pt.attrs.Value("pgbaton.name")
+		cause, _ := pt.attrs.Value("pgbaton.cause")
+		lost[name.AsString()+"/"+cause.AsString()] += pt.value
+	}
+	assert.Equal(t, map[string]int64{"stolen/superseded": 1, "stalled/renew": 1}, lost)
+	assert.EqualValues(t, 0, m.sum(t, "pgbaton.held", "", ""))
+	assert.EqualValues(t, 2, m.sum(t, "pgbaton.hold.duration", "", ""))
+	_ = lp.Release(ctx) // ErrNotHeld or nil: the background release of a lost lease may come first
+	assert.EqualValues(t, 2, m.sum(t, "pgbaton.lost", "", ""), "releasing a lost lease counts no second loss")
+}
