@@ -50,8 +50,8 @@ func runSeeds(t *testing.T, advisoryLocks bool) {
 		line := res.line(seed)
 		t.Log(line)
 		println(line) // the run's one line, also without -v
-		t.Logf("linearizable (porcupine, mutex model): %s; ledger rows %d; worst takeover after %s",
-			res.Linearizable, res.Ledger.Rows, res.WorstFault)
+		t.Logf("linearizable (porcupine, mutex model): %s; ledger rows %d; worst takeover after %s; worst per fault kind: %v",
+			res.Linearizable, res.Ledger.Rows, res.WorstFault, res.WorstByKind)
 		assert.Empty(t, res.Overlaps, "critical sections overlap (seed %d)", seed)
 		assert.Equal(t, porcupine.Ok, res.Linearizable, "history not linearizable as a mutex (seed %d)", seed)
 		assert.Empty(t, res.Ledger.StaleAccepted, "stale tokens accepted (seed %d)", seed)

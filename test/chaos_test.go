@@ -79,6 +79,7 @@ type chaosResult struct {
 	Ledger        ledgerReport
 	MaxTakeover   time.Duration
 	WorstFault    string
+	WorstByKind   map[string]time.Duration // longest wait for the next grant, per fault kind
 	LateTakeovers []string // faults not followed by a grant within the bound
 
 	events []event    // the history, for further checks
@@ -357,6 +358,10 @@ func (r *chaosRun) liveness(gs []grant, res *chaosResult) {
 			continue
 		}
 		took := time.Duration(next - from)
+		if res.WorstByKind == nil {
+			res.WorstByKind = map[string]time.Duration{}
+		}
+		res.WorstByKind[f.Kind] = max(res.WorstByKind[f.Kind], took)
 		if took > res.MaxTakeover {
 			res.MaxTakeover = took
 			res.WorstFault = fmt.Sprintf("%s of p%d holding %q", f.Kind, f.Victim, f.Key)
