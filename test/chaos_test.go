@@ -80,7 +80,7 @@ type chaosResult struct {
 	MaxTakeover   time.Duration
 	WorstFault    string
 	WorstByKind   map[string]time.Duration // longest wait for the next grant, per fault kind
-	LateTakeovers []string // faults not followed by a grant within the bound
+	LateTakeovers []string                 // faults not followed by a grant within the bound
 
 	events []event    // the history, for further checks
 	db     *pgtest.DB // the run's database, until the test ends
