@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/fencedwrite"
 	"github.com/pgbaton/pgbaton/internal/pgtest"
 	"github.com/pgbaton/pgbaton/leasetable"
 )
@@ -170,4 +173,91 @@ func TestCheckpointFencedInDatabase(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, leasetable.RunLost, runs[0].Status)
 	assert.JSONEq(t, `{"Done":1}`, string(runs[0].Checkpoint))
+}
+
+func TestCheckpointInFencedValue(t *testing.T) {
+	// A holder that has not noticed its loss (long TTL) keeps running
+	// while a new holder resumes from its checkpoint; the stale holder's
+	// next checkpoint is refused by the fenced value.
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := ctxT(t, time.Minute)
+	key := leasetable.CheckpointKey("ck")
+	stale := newClient(t, pool, leasetable.Config{Owner: "stale", TTL: time.Minute})
+	fresh := newClient(t, pool, leasetable.Config{Owner: "fresh", TTL: time.Minute})
+
+	staleRun := make(chan *leasetable.Run)
+	finished := make(chan struct{})
+	staleErr := make(chan error, 1)
+	go func() {
+		staleErr <- stale.RunJob(ctx, "ck", func(ctx context.Context, r *leasetable.Run) error {
+			if err := r.Checkpoint(ctx, progress{Done: 1}); err != nil {
+				return err
+			}
+			staleRun <- r
+			<-finished
+			return nil
+		})
+	}()
+	rs := <-staleRun
+	v, err := fencedwrite.GetValue(ctx, pool, key)
+	require.NoError(t, err)
+	assert.Equal(t, rs.Token(), v.Token)
+	assert.JSONEq(t, `{"Done":1}`, string(v.Data))
+
+	// The grant expires by the database clock; the holder does not know.
+	_, err = pool.Exec(ctx, "UPDATE pgbaton.lease SET expires_at = clock_timestamp() WHERE name = 'ck'")
+	require.NoError(t, err)
+	stop := errors.New("stop before done")
+	err = fresh.RunJob(ctx, "ck", func(ctx context.Context, r *leasetable.Run) error {
+		var p progress
+		ok, err := r.LastCheckpoint(&p)
+		require.NoError(t, err)
+		require.True(t, ok, "resumes from the fenced value")
+		assert.Equal(t, 1, p.Done)
+		require.NoError(t, r.Checkpoint(ctx, progress{Done: 2}))
+
+		err = rs.Checkpoint(ctx, progress{Done: 99})
+		require.ErrorIs(t, err, fencedwrite.ErrStaleToken)
+		require.ErrorIs(t, err, leasetable.ErrLeaseLost)
+		var stErr *fencedwrite.StaleTokenError
+		require.ErrorAs(t, err, &stErr)
+		assert.Equal(t, rs.Token(), stErr.Presented)
+		// Writing the value directly with the old token is refused too.
+		_, err = fencedwrite.PutValue(ctx, pool, key, rs.Token(), []byte(`{"Done":99}`))
+		require.ErrorIs(t, err, fencedwrite.ErrStaleToken)
+		v, err := fencedwrite.GetValue(ctx, pool, key)
+		require.NoError(t, err)
+		assert.Equal(t, r.Token(), v.Token)
+		assert.JSONEq(t, `{"Done":2}`, string(v.Data))
+		return stop
+	})
+	require.ErrorIs(t, err, stop)
+	close(finished)
+	require.ErrorIs(t, <-staleErr, leasetable.ErrLeaseLost)
+
+	runs, err := fresh.Runs(ctx, "ck", 10)
+	require.NoError(t, err)
+	require.Len(t, runs, 2)
+	assert.Equal(t, leasetable.RunFailed, runs[0].Status)
+	assert.JSONEq(t, `{"Done":2}`, string(runs[0].Checkpoint), "job_run keeps a copy for `pgbaton runs`")
+	assert.Equal(t, leasetable.RunLost, runs[1].Status)
+	assert.JSONEq(t, `{"Done":1}`, string(runs[1].Checkpoint))
+
+	// The failed run's checkpoint carries over; a success deletes it.
+	require.NoError(t, fresh.RunJob(ctx, "ck", func(ctx context.Context, r *leasetable.Run) error {
+		var p progress
+		ok, err := r.LastCheckpoint(&p)
+		require.True(t, ok)
+		assert.Equal(t, 2, p.Done)
+		return err
+	}))
+	_, err = fencedwrite.GetValue(ctx, pool, key)
+	require.ErrorIs(t, err, fencedwrite.ErrNotFound)
+
+	long := strings.Repeat("j", leasetable.MaxJobNameLen+1)
+	require.ErrorIs(t, fresh.RunJob(ctx, long, func(context.Context, *leasetable.Run) error { return nil }), pgbaton.ErrInvalidArgument)
+	in, err := fresh.Info(ctx, long)
+	require.NoError(t, err)
+	assert.Zero(t, in.Token, "nothing taken")
 }
