@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/metric/noop"
+
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
 )
@@ -23,8 +25,8 @@ const (
 	CauseClosed = "closed"
 )
 
-// metrics records the Locker's instruments. Without a MeterProvider it is
-// off, and every method returns before doing anything, so that the hot
+// metrics records the Locker's instruments. Without a MeterProvider (or
+// with OpenTelemetry's no-op one) it is off, and every method returns before doing anything, so that the hot
 // path pays for no attribute sets nor clock reads.
 type metrics struct {
 	on        bool
@@ -37,7 +39,7 @@ type metrics struct {
 // would overwrite each other; pgbaton.held / pgbaton.sessions (layer
 // advisory) gives it across all of them.
 func newMetrics(cfg Config) metrics {
-	if cfg.MeterProvider == nil {
+	if _, noop := cfg.MeterProvider.(noop.MeterProvider); noop || cfg.MeterProvider == nil {
 		return metrics{}
 	}
 	return metrics{

@@ -25,7 +25,8 @@ func TestLockTableFull(t *testing.T) {
 	}})
 	pool := pgtest.Pool(t, c.URL("postgres"))
 	ctx := ctxT(t)
-	l, err := advisory.New(pool, advisory.Config{MaxLocks: 100000, MaxLocksPerSession: 100000})
+	rec := &logRecorder{}
+	l, err := advisory.New(pool, advisory.Config{MaxLocks: 100000, MaxLocksPerSession: 100000, Logger: rec.logger()})
 	require.NoError(t, err)
 	var held []*advisory.Lock
 	var full error
@@ -38,6 +39,7 @@ func TestLockTableFull(t *testing.T) {
 		held = append(held, lk)
 	}
 	require.ErrorIs(t, full, advisory.ErrLockTableFull)
+	rec.requireLogged(t, slog.LevelWarn, "lock table full")
 	t.Logf("lock table full after %d advisory locks: %v", len(held), full)
 	for _, lk := range held {
 		require.NoError(t, lk.Err(), "locks taken before stay held")
