@@ -19,11 +19,17 @@ import (
 // sent more than RenewInterval + RenewInterval/2 ago, so renewals are
 // failing or hanging and the lease will be lost at its local deadline
 // unless one succeeds. Otherwise the error says what is wrong; several
-// problems are joined. Give ctx a deadline: a database that does not
-// answer makes Check wait as long as ctx allows.
+// problems are joined. A database or LISTEN connection that does not
+// answer makes Check wait as long as ctx allows, and at most the TTL when
+// ctx has no deadline.
 func (c *Client) Check(ctx context.Context) error {
 	if err := c.checkOpen(); err != nil {
 		return fmt.Errorf("%w: leasetable client", err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.TTL)
+		defer cancel()
 	}
 	var errs []error
 	info, err := c.q.ServerInfo(ctx, c.pool)

@@ -44,11 +44,15 @@ type Config struct {
 	// (Debug). Default: silent.
 	Logger *slog.Logger
 
-	// MeterProvider receives OpenTelemetry metrics (see package
-	// internal/telemetry for the names): acquire attempts by result
-	// (acquired, held, error) with their wait, hold durations, leases lost
-	// by cause (expired, renew, superseded) and renewal failures.
-	// Default: none (no-op).
+	// MeterProvider receives OpenTelemetry metrics, all with attribute
+	// pgbaton.layer = "lease" (the advisory package reports the same
+	// names): pgbaton.acquire.attempts and pgbaton.acquire.wait.duration
+	// by pgbaton.result ("acquired", "held": somebody else held it, also
+	// for a wait that gave up; "error"), pgbaton.held (leases held now),
+	// pgbaton.hold.duration, pgbaton.lost by pgbaton.cause (CauseExpired,
+	// CauseRenew, CauseSuperseded) and pgbaton.renew.failures. Claim
+	// counts one acquired attempt per lease it returns, one held attempt
+	// when it returns none. Default: none (no-op).
 	MeterProvider metric.MeterProvider
 
 	// MetricNames adds the lease name (for Claim, Semaphore and Keep: the

@@ -25,7 +25,12 @@
 //     by all waiters) or at the holder's known expiry, never by polling;
 //   - claiming of shards and work items (Register, Claim) with FOR UPDATE
 //     SKIP LOCKED, semaphores, leader election with terms, job runs with
-//     fenced checkpoints, and cron slots claimed once across nodes.
+//     checkpoints fenced in pgbaton.fenced_value (package fencedwrite), and
+//     cron slots claimed once across nodes;
+//   - observability: OpenTelemetry metrics (Config.MeterProvider: acquire
+//     attempts by result with their wait, hold durations, losses by cause,
+//     renewal failures; lease names only with Config.MetricNames), log/slog
+//     messages (Config.Logger) and Client.Check for readiness probes.
 //
 // Times inside the database come from clock_timestamp(), so calls made
 // inside a caller's long transaction still use the current time.

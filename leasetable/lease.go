@@ -142,9 +142,12 @@ func (l *Lease) checkDeadline() {
 		l.deadlineT.Reset(d)
 		return
 	}
-	// A renewal still in flight at the deadline hung: count it as failed.
+	// Renewals that failed, or one still in flight (hung), make the loss a
+	// renewal failure, unless this timer fired so late that the process
+	// must have been paused: then it is an expiry, whatever the renewal.
 	lostCause := CauseExpired
-	if l.renewFailing || l.inflight != nil {
+	late := time.Since(l.deadline)
+	if (l.renewFailing || l.inflight != nil) && late < max(l.c.cfg.SafetyMargin, 50*time.Millisecond) {
 		lostCause = CauseRenew
 	}
 	l.endLocked(fmt.Errorf("%w: %q token %d: no successful renewal before the local deadline", ErrLeaseLost, l.name, l.token), lostCause)

@@ -36,6 +36,7 @@ var children = map[string]pgtest.ChildFunc{
 	"slots":     childSlots,
 	"job":       childJob,
 	"keeper":    childKeeper,
+	"meterhold": childMeterHold,
 }
 
 // shortTTL keeps fault tests quick: losses and takeovers happen within a

@@ -12,7 +12,8 @@ import (
 // Causes of a lost lease, the pgbaton.cause attribute of pgbaton.lost.
 const (
 	// CauseExpired: the local deadline passed while no renewal was failing
-	// or in flight. The process or its timers were late (a GC or VM pause,
+	// or in flight, or the process noticed it later than by the safety
+	// margin: the process or its timers were paused (a GC or VM pause,
 	// SIGSTOP, an overloaded machine).
 	CauseExpired = "expired"
 	// CauseRenew: renewals failed or hung (database or network down) until

@@ -2,9 +2,11 @@ package leasetable_test
 
 import (
 	"context"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
@@ -175,4 +177,61 @@ func TestMetricsLossCauses(t *testing.T) {
 	assert.EqualValues(t, 2, m.sum(t, "pgbaton.hold.duration", "", ""))
 	_ = lp.Release(ctx) // ErrNotHeld or nil: the background release of a lost lease may come first
 	assert.EqualValues(t, 2, m.sum(t, "pgbaton.lost", "", ""), "releasing a lost lease counts no second loss")
+}
+
+// childMeterHold takes args[1] with TTL args[2] and a metrics reader,
+// prints "token N", waits for the lease to end and prints "lost CAUSE N"
+// for each cause pgbaton.lost counted.
+func childMeterHold(ctx context.Context, args []string) error {
+	ttl, err := time.ParseDuration(args[2])
+	if err != nil {
+		return err
+	}
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	pool, err := pgxpool.New(ctx, args[0])
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	c, err := leasetable.New(ctx, pool, leasetable.Config{TTL: ttl, Owner: "metered", MeterProvider: mp})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close(ctx) }()
+	l, err := c.TryAcquire(ctx, args[1])
+	if err != nil {
+		return err
+	}
+	pgtest.Printf("token %d", l.Token())
+	<-l.Done()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		return err
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "pgbaton.lost" {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				cause, _ := dp.Attributes.Value("pgbaton.cause")
+				pgtest.Printf("lost %s %d", cause.AsString(), dp.Value)
+			}
+		}
+	}
+	return nil
+}
+
+func TestMetricsPausedHolderExpired(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	k := env.StartChild(t, "meterhold", d.URL, "paused", shortTTL.String())
+	k.Expect(t, "token", 30*time.Second)
+	k.Signal(t, syscall.SIGSTOP)
+	pgtestWaitExpired(t, pool, "paused")
+	k.Signal(t, syscall.SIGCONT)
+	assert.Equal(t, leasetable.CauseExpired+" 1", k.Expect(t, "lost", 10*time.Second))
+	require.NoError(t, k.Wait(t, 10*time.Second), k.Stderr())
 }
