@@ -98,8 +98,8 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 		return fmt.Errorf("%w: %s: no longer tracked", ErrLockLost, lk.key)
 	}
 	delete(e.locks, lk)
-	lk.cancel(ErrUnlocked)
 	l.metrics.ended(lk, "")
+	lk.cancel(ErrUnlocked)
 	if len(e.locks) > 0 { // other shared holders in this process remain
 		l.mu.Unlock()
 		return nil

@@ -430,8 +430,8 @@ func (l *Locker) sessionEnded(s *session, cause error) (lost int) {
 			continue // a busy entry is cleaned up by the goroutine that made it busy
 		}
 		for lk := range e.locks {
+			l.metrics.ended(lk, metricCause) // before Done: watchers see it recorded
 			lk.cancel(cause)
-			l.metrics.ended(lk, metricCause)
 			lost++
 		}
 		delete(l.entries, id)
@@ -464,8 +464,8 @@ func (l *Locker) Close(ctx context.Context) error {
 			continue
 		}
 		for lk := range e.locks {
-			lk.cancel(cause)
 			l.metrics.ended(lk, CauseClosed)
+			lk.cancel(cause)
 		}
 		delete(l.entries, id)
 		l.total--

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbaton/pgbaton/advisory"
+	"github.com/pgbaton/pgbaton/internal/pgtest"
 )
 
 // logRecorder is a slog.Handler that keeps every record.
@@ -94,6 +95,11 @@ func TestLogsLossAndReopen(t *testing.T) {
 
 	env.Terminate(t, pid)
 	<-lk.Done()
+	// Logged just after the locks are cancelled.
+	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
+		_, ok := rec.find(slog.LevelWarn, "session lost")
+		return ok, nil
+	}, "the loss is logged")
 	lost := rec.requireLogged(t, slog.LevelWarn, "session lost")
 	require.EqualValues(t, pid, lost["pid"].Int64())
 	require.EqualValues(t, 2, lost["locks"].Int64())

@@ -402,8 +402,8 @@ func (s *session) end(cause error) {
 		close(s.done)
 		close(s.stop)
 		s.failQueued(cause)
-		lost := s.l.sessionEnded(s, cause)
 		s.l.metrics.sessionClosed()
+		lost := s.l.sessionEnded(s, cause)
 		if errors.Is(cause, pgbaton.ErrClosed) {
 			s.l.cfg.Logger.Debug("advisory: session closed", "pid", s.pid)
 		} else {
