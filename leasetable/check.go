@@ -9,11 +9,13 @@ import (
 	"time"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/migrations"
 )
 
 // Check reports whether the client is healthy, for readiness probes (it
 // satisfies health.Checker). It returns nil when the client is open, the
-// database answers within ctx and is a primary, the LISTEN connection (if
+// database answers within ctx, is a primary and has the pgbaton schema
+// this build needs (as New checks), the LISTEN connection (if
 // a wait has started it) delivers a notification sent now, and no held
 // lease is overdue for renewal: its last successful acquire or renewal was
 // sent more than RenewInterval + RenewInterval/2 ago, so renewals are
@@ -39,6 +41,10 @@ func (c *Client) Check(ctx context.Context) error {
 	case info.InRecovery:
 		errs = append(errs, fmt.Errorf("%w: leasetable: the database is in recovery (failed over?); connect to the primary", pgbaton.ErrStandby))
 	default:
+		if err := migrations.Check(ctx, c.pool); err != nil && !errors.Is(err, pgbaton.ErrSchemaTooNew) {
+			errs = append(errs, err)
+			break
+		}
 		// A ping that failed would fail the notification too: say it once.
 		probe := c.waiterPrefix + "check/" + strconv.FormatInt(c.waiterSeq.Add(1), 10)
 		if err := c.ln.check(ctx, probe); err != nil {

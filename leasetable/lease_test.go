@@ -2,6 +2,7 @@ package leasetable_test
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -437,8 +438,25 @@ func TestBadInput(t *testing.T) {
 func TestNotMigrated(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	d := env.EmptyDB(t)
-	_, err := leasetable.New(ctx, d.Pool(t), leasetable.Config{})
+	logs := &messages{}
+	_, err := leasetable.New(ctx, d.Pool(t), leasetable.Config{Logger: slog.New(logs)})
 	assert.ErrorIs(t, err, pgbaton.ErrNotMigrated)
+	assert.True(t, logs.has("ERROR pgbaton: leasetable refused an unmigrated database"))
+
+	// Migrated at New, schema gone later (a down migration): refused and
+	// logged as an error, not retried silently.
+	m := env.DB(t)
+	pool := m.Pool(t)
+	c, err := leasetable.New(ctx, pool, leasetable.Config{Logger: slog.New(logs)})
+	require.NoError(t, err)
+	defer func() { _ = c.Close(ctx) }() // its clean-up cannot reach the schema either
+	require.NoError(t, c.Check(ctx))
+	_, err = pool.Exec(ctx, "DROP SCHEMA pgbaton CASCADE")
+	require.NoError(t, err)
+	_, err = c.TryAcquire(ctx, "x")
+	assert.ErrorIs(t, err, pgbaton.ErrNotMigrated)
+	assert.True(t, logs.has("ERROR pgbaton: database refused leasetable"))
+	assert.ErrorIs(t, c.Check(ctx), pgbaton.ErrNotMigrated)
 }
 
 func TestStandbyRefused(t *testing.T) {
@@ -456,8 +474,10 @@ func TestStandbyRefused(t *testing.T) {
 	pgtest.Eventually(t, 30*time.Second, func() (bool, error) {
 		return pool.Ping(ctx) == nil, nil
 	}, "standby has no copy of %s", migrated.Name)
-	_, err = leasetable.New(ctx, pool, leasetable.Config{})
+	logs := &messages{}
+	_, err = leasetable.New(ctx, pool, leasetable.Config{Logger: slog.New(logs)})
 	assert.ErrorIs(t, err, pgbaton.ErrStandby)
+	assert.True(t, logs.has("ERROR pgbaton: leasetable refused a standby"))
 }
 
 func TestAcquireRespectsContext(t *testing.T) {
