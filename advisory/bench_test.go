@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/pgbaton/pgbaton/advisory"
 	"github.com/pgbaton/pgbaton/internal/pgtest"
@@ -39,10 +40,20 @@ func perSecond(n int, d time.Duration) float64 { return float64(n) / d.Seconds()
 
 // BenchmarkTryLockUnlock: one goroutine, uncontended TryLock+Unlock on a
 // Locker versus two round trips of raw pgx on one connection.
-func BenchmarkTryLockUnlock(b *testing.B) {
+func BenchmarkTryLockUnlock(b *testing.B) { benchTryLockUnlock(b, advisory.Config{}) }
+
+// BenchmarkTryLockUnlockMetrics is BenchmarkTryLockUnlock with metrics
+// recorded into the OpenTelemetry SDK (names off): what they cost when on.
+func BenchmarkTryLockUnlockMetrics(b *testing.B) {
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	b.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	benchTryLockUnlock(b, advisory.Config{MeterProvider: mp})
+}
+
+func benchTryLockUnlock(b *testing.B, cfg advisory.Config) {
 	d := env.DB(b)
 	ctx := context.Background()
-	l := newLocker(b, d.Pool(b), advisory.Config{})
+	l := newLocker(b, d.Pool(b), cfg)
 	conn := rawConn(b, d)
 	key := advisory.Int64(1)
 	warm, err := l.TryLock(ctx, key) // opens the session outside the timing
