@@ -57,7 +57,7 @@ func (c *Client) Claim(ctx context.Context, group string, n int) ([]*Lease, erro
 	case err != nil:
 		c.attemptFailed(ctx, group, err, start)
 	case len(leases) == 0:
-		c.tel.Attempt(context.WithoutCancel(ctx), group, telemetry.Held, time.Since(start))
+		c.attempted(ctx, group, telemetry.Held, start)
 	}
 	return leases, err
 }

@@ -27,7 +27,7 @@ type Client struct {
 	q     *db.Queries
 	log   *slog.Logger
 	ln    *listener
-	tel   *telemetry.Instruments
+	tel   *telemetry.Instruments // nil without a MeterProvider
 
 	// bg parents renewals; cancelled by Close.
 	bg       context.Context
@@ -78,12 +78,14 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	bg, cancel := context.WithCancel(context.Background())
 	c := &Client{
 		pool: pool, cfg: cfg, ttlMs: cfg.ttlMs(), q: q, log: cfg.Logger,
-		tel: telemetry.New("lease", telemetry.Config{MeterProvider: cfg.MeterProvider, WithNames: cfg.MetricNames}),
-		bg:  bg, bgCancel: cancel,
+		bg: bg, bgCancel: cancel,
 		leases: make(map[*Lease]struct{}),
 		sems:   make(map[string]int),
 	}
 	// Room for a slash and 20 digits; cut on a character boundary.
+	if cfg.MeterProvider != nil {
+		c.tel = telemetry.New("lease", telemetry.Config{MeterProvider: cfg.MeterProvider, WithNames: cfg.MetricNames})
+	}
 	c.waiterPrefix = strings.ToValidUTF8(cfg.Owner[:min(len(cfg.Owner), MaxNameLen-21)], "") + "/"
 	c.ln = newListener(c)
 	return c, nil
@@ -206,7 +208,7 @@ func (c *Client) track(name, group string, token int64, expires, start, waitStar
 	c.leases[l] = struct{}{}
 	l.counted = true // before anything can end it: Close needs c.mu
 	c.mu.Unlock()
-	c.tel.Attempt(context.Background(), l.metricName(), telemetry.Acquired, time.Since(waitStart))
+	c.attempted(context.Background(), l.metricName(), telemetry.Acquired, waitStart)
 	l.start()
 	return l, nil
 }

@@ -197,7 +197,7 @@ func (l *Lease) autoRenew() {
 	close(done)
 	if err != nil && (!l.ended || errors.Is(l.err, ErrLeaseLost)) {
 		// Not a renewal cancelled by Release.
-		l.c.tel.RenewFailed(context.Background(), l.metricName())
+		l.c.renewFailed(l.metricName())
 	}
 	if l.ended {
 		return
@@ -264,7 +264,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 	defer cancel()
 	err := l.renew(ctx)
 	if err != nil {
-		l.c.tel.RenewFailed(context.Background(), l.metricName())
+		l.c.renewFailed(l.metricName())
 	}
 	if errors.Is(err, ErrNotHeld) {
 		l.mu.Lock()

@@ -46,7 +46,7 @@ func (c *Client) attemptFailed(ctx context.Context, name string, err error, star
 	case notAttempt(err):
 		return
 	}
-	c.tel.Attempt(context.WithoutCancel(ctx), name, result, time.Since(start))
+	c.attempted(ctx, name, result, start)
 }
 
 // recordEndLocked records the end of a counted hold once. cause is "" for a
@@ -56,7 +56,9 @@ func (l *Lease) recordEndLocked(cause string) {
 		return
 	}
 	l.recorded = true
-	l.c.tel.Ended(context.Background(), l.metricName(), time.Since(l.grantedAt), cause)
+	if l.c.tel != nil {
+		l.c.tel.Ended(context.Background(), l.metricName(), time.Since(l.grantedAt), cause)
+	}
 }
 
 func (l *Lease) recordEnd(cause string) {
@@ -88,8 +90,24 @@ func (l *Lease) recordReleased(takenOver bool) {
 func (c *Client) waitEnded(ctx context.Context, name string, start time.Time, stillHeld bool, err error) {
 	switch {
 	case stillHeld:
-		c.tel.Attempt(context.WithoutCancel(ctx), name, telemetry.Held, time.Since(start))
+		c.attempted(ctx, name, telemetry.Held, start)
 	case err != nil:
 		c.attemptFailed(ctx, name, err, start)
+	}
+}
+
+// attempted records an acquire attempt that began at start. Without a
+// MeterProvider it costs nothing: even no-op instruments would build
+// attribute sets on every call.
+func (c *Client) attempted(ctx context.Context, name, result string, start time.Time) {
+	if c.tel != nil {
+		c.tel.Attempt(context.WithoutCancel(ctx), name, result, time.Since(start))
+	}
+}
+
+// renewFailed records a failed or refused renewal.
+func (c *Client) renewFailed(name string) {
+	if c.tel != nil {
+		c.tel.RenewFailed(context.Background(), name)
 	}
 }
