@@ -134,19 +134,26 @@ func (l *Locker) RLock(ctx context.Context, key Key) (*Lock, error) {
 }
 
 func (l *Locker) acquire(ctx context.Context, key Key, shared, wait bool) (*Lock, error) {
-	start := l.metrics.start()
-	var contended bool
-	lk, err := l.acquireKey(ctx, key, shared, wait, &contended)
-	l.metrics.attempt(key, start, err, contended)
+	at := attempt{start: l.metrics.start()}
+	lk, err := l.acquireKey(ctx, key, shared, wait, &at)
+	if !at.recorded {
+		l.metrics.attempt(key, at.start, err, at.contended)
+	}
 	if err != nil {
 		l.logRefusal("lock "+key.String(), err)
 	}
 	return lk, err
 }
 
-// acquireKey is acquire without the metrics; it sets *contended when it
-// found the key held.
-func (l *Locker) acquireKey(ctx context.Context, key Key, shared, wait bool, contended *bool) (*Lock, error) {
+// attempt is what acquire's metrics need to know about one call.
+type attempt struct {
+	start     time.Time
+	contended bool // the key was found held
+	recorded  bool // acquireKey recorded the attempt itself
+}
+
+// acquireKey is acquire without the metrics.
+func (l *Locker) acquireKey(ctx context.Context, key Key, shared, wait bool, at *attempt) (*Lock, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", pgbaton.ErrInvalidArgument)
 	}
@@ -179,7 +186,7 @@ func (l *Locker) acquireKey(ctx context.Context, key Key, shared, wait bool, con
 				l.stats.contended.Add(1)
 				return nil, fmt.Errorf("%w: %s is held in this process", ErrLocked, key)
 			}
-			*contended = true
+			at.contended = true
 			ch := e.wait()
 			l.mu.Unlock()
 			select {
@@ -200,7 +207,7 @@ func (l *Locker) acquireKey(ctx context.Context, key Key, shared, wait bool, con
 		l.total++
 		l.mu.Unlock()
 
-		s, err := l.take(ctx, key, id, shared, wait, e, contended)
+		s, err := l.take(ctx, key, id, shared, wait, e, &at.contended)
 
 		l.mu.Lock()
 		e.busy, e.waiting = false, false
@@ -230,7 +237,11 @@ func (l *Locker) acquireKey(ctx context.Context, key Key, shared, wait bool, con
 		l.mu.Unlock()
 		if ctx.Err() != nil {
 			// Taken, but the caller gave up meanwhile: do not hand out a
-			// lock nobody will unlock.
+			// lock nobody will unlock. The metrics count it as acquired,
+			// and the Unlock below ends its hold, so pgbaton.held stays
+			// balanced.
+			l.metrics.attempt(key, at.start, nil, false)
+			at.recorded = true
 			_ = lk.Unlock(context.WithoutCancel(ctx))
 			return nil, fmt.Errorf("advisory: lock %s: %w", key, context.Cause(ctx))
 		}
