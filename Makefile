@@ -84,8 +84,9 @@ vet-sql: $(SQLC) ## Run sqlc vet (db-prepare) against a throwaway migrated Postg
 	$(GO) run ./internal/cmd/withpg -sql cmd/pgbaton/demo_schema.sql -- $(SQLC) vet
 
 .PHONY: lint
-lint: $(STATICCHECK) ## gofmt, go vet and staticcheck
+lint: $(STATICCHECK) ## gofmt, go mod tidy check, go vet and staticcheck
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run make tidy"; exit 1; }
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
 
