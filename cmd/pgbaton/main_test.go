@@ -90,3 +90,26 @@ func TestErrorsAndExitCodes(t *testing.T) {
 	require.Equal(t, exitError, code)
 	require.Contains(t, errOut, "does not exist")
 }
+
+func TestStatusWarnsBehindATransactionPooler(t *testing.T) {
+	db := env.DB(t)
+	direct := statusJSON(t, db.URL)
+	require.Empty(t, direct.Warnings)
+
+	// The CLI's pool prepares statements; PgBouncer 1.18 in transaction
+	// mode keeps none across transactions, so talk to it in the simple
+	// protocol as an application behind it must.
+	bouncer := pgtest.StartPgBouncer(t, db) + "&default_query_exec_mode=simple_protocol"
+	rep := statusJSON(t, bouncer)
+	require.Len(t, rep.Warnings, 1)
+	require.Contains(t, rep.Warnings[0], "transaction pooler")
+}
+
+func statusJSON(t *testing.T, url string) statusReport {
+	t.Helper()
+	code, out, errOut := cli(t, "status", "--dsn", url, "-o", "json")
+	require.Equal(t, exitOK, code, errOut)
+	var rep statusReport
+	require.NoError(t, json.Unmarshal([]byte(out), &rep))
+	return rep
+}

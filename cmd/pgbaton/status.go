@@ -87,8 +87,38 @@ func readStatus(ctx context.Context, pool *pgxpool.Pool) (*statusReport, error) 
 	if err := migrations.Check(ctx, pool); err != nil {
 		rep.Warnings = append(rep.Warnings, err.Error())
 	}
+	if pooled, err := behindTransactionPooler(ctx, pool); err != nil {
+		return nil, err
+	} else if pooled {
+		rep.Warnings = append(rep.Warnings, "a transaction pooler (PgBouncer pool_mode=transaction?) sits between this client and the server: "+
+			"session advisory locks will be refused; use advisory XactLock or leasetable, or connect directly")
+	}
 	if rep.LockTableCap > 0 && rep.LockTableUsed*10 >= rep.LockTableCap*8 {
 		rep.Warnings = append(rep.Warnings, "lock table above 80% of capacity: raise max_locks_per_transaction or hold fewer locks")
 	}
 	return rep, nil
+}
+
+// behindTransactionPooler reports whether the server backend changes under
+// one client connection, or two client connections share one backend: what a
+// transaction pooler does, and what session locks cannot survive.
+func behindTransactionPooler(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+	q := db.New()
+	a, err := pool.Acquire(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer a.Release()
+	b, err := pool.Acquire(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer b.Release()
+	var pids [3]int32
+	for i, c := range []*pgxpool.Conn{a, a, b} {
+		if pids[i], err = q.AdvisoryBackendPID(ctx, c); err != nil {
+			return false, err
+		}
+	}
+	return pids[0] != pids[1] || pids[0] == pids[2] || pids[1] == pids[2], nil
 }

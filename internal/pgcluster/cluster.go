@@ -249,6 +249,13 @@ func serverCredential() (*syscall.Credential, error) {
 	if os.Geteuid() != 0 {
 		return nil, nil
 	}
+	return Unprivileged()
+}
+
+// Unprivileged returns the credential of the system user "postgres", or
+// "nobody" when there is none: who to run servers as (PostgreSQL,
+// PgBouncer) when the caller is root.
+func Unprivileged() (*syscall.Credential, error) {
 	for _, name := range []string{"postgres", "nobody"} {
 		u, err := user.Lookup(name)
 		if err != nil {
@@ -261,7 +268,7 @@ func serverCredential() (*syscall.Credential, error) {
 		}
 		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}, nil
 	}
-	return nil, errors.New("pgcluster: running as root and no unprivileged user (postgres or nobody) to run the server as")
+	return nil, errors.New("pgcluster: no unprivileged user (postgres or nobody) to run the server as")
 }
 
 func freePort() (int, error) {
