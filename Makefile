@@ -87,12 +87,14 @@ vet-sql: $(SQLC) ## Run sqlc vet (db-prepare) against a throwaway migrated Postg
 lint: $(STATICCHECK) ## gofmt, go mod tidy check, go vet and staticcheck
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run make tidy"; exit 1; }
+	@cd bench && $(GO) mod tidy -diff || { echo "bench/go.mod/go.sum are not tidy: run make tidy"; exit 1; }
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
 
 .PHONY: tidy
-tidy: ## go mod tidy
+tidy: ## go mod tidy (root module and bench/)
 	$(GO) mod tidy
+	cd bench && $(GO) mod tidy
 
 .PHONY: tools
 tools: $(SQLC) $(STATICCHECK) ## Install the pinned tools into .tools/
