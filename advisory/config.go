@@ -25,6 +25,18 @@ type Config struct {
 	// goes from about 56 µs to 305 µs at 5,000 locks). Default 500.
 	MaxLocksPerSession int
 
+	// MaxSessionsUnderLoad is how many session connections with room a
+	// Locker spreads concurrent lock calls over. One session sends one
+	// pipelined batch at a time, so under load a new lock call queues
+	// behind a round trip in flight; it goes instead to a session whose
+	// pipeline is idle, and when every session is busy another one opens
+	// (in the background) up to this many. Idle sessions are kept up to
+	// this many until Close (or until lost), so that a lull does not close
+	// a session the next burst reopens. Locks stay on the session that
+	// took them. 1 keeps everything on one session (plus one per
+	// MaxLocksPerSession locks). Default 2.
+	MaxSessionsUnderLoad int
+
 	// MaxLocks caps the locks the whole Locker holds. Past it, lock calls
 	// fail with ErrLockTableFull before the server's shared lock table (by
 	// default about 64 × max_connections entries for the whole server)
@@ -67,11 +79,12 @@ type Config struct {
 
 // Defaults.
 const (
-	DefaultMaxLocksPerSession = 500
-	DefaultMaxLocks           = 4000
-	DefaultPingInterval       = time.Second
-	DefaultPingTimeout        = 2 * time.Second
-	DefaultRetryDelay         = time.Second
+	DefaultMaxLocksPerSession   = 500
+	DefaultMaxLocks             = 4000
+	DefaultMaxSessionsUnderLoad = 2
+	DefaultPingInterval         = time.Second
+	DefaultPingTimeout          = 2 * time.Second
+	DefaultRetryDelay           = time.Second
 )
 
 func (c Config) withDefaults() (Config, error) {
@@ -86,8 +99,11 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("%w: Config.%s is negative (%s)", pgbaton.ErrInvalidArgument, d.name, d.v)
 		}
 	}
-	if c.MaxLocksPerSession < 0 || c.MaxLocks < 0 {
-		return c, fmt.Errorf("%w: Config.MaxLocksPerSession and MaxLocks must not be negative", pgbaton.ErrInvalidArgument)
+	if c.MaxLocksPerSession < 0 || c.MaxLocks < 0 || c.MaxSessionsUnderLoad < 0 {
+		return c, fmt.Errorf("%w: Config.MaxLocksPerSession, MaxLocks and MaxSessionsUnderLoad must not be negative", pgbaton.ErrInvalidArgument)
+	}
+	if c.MaxSessionsUnderLoad == 0 {
+		c.MaxSessionsUnderLoad = DefaultMaxSessionsUnderLoad
 	}
 	if c.MaxLocksPerSession == 0 {
 		c.MaxLocksPerSession = DefaultMaxLocksPerSession

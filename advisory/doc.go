@@ -7,7 +7,9 @@
 // Many locks share one session; because Postgres advisory locks are
 // re-entrant within a session, the Locker's own bookkeeping keeps two
 // goroutines from both holding a key. Concurrent lock and unlock requests
-// on a session travel together in one pipelined batch. Past
+// on a session travel together in one pipelined batch; under load, when
+// every session has a batch in flight, new locks go to a second session
+// (Config.MaxSessionsUnderLoad, default 2), which then stays open. Past
 // Config.MaxLocksPerSession locks a session is full and another one opens.
 //
 //	locker, err := advisory.New(pool, advisory.Config{})

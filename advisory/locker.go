@@ -34,6 +34,7 @@ type Locker struct {
 	names    map[string]struct{} // names recorded in the registry
 	bg       sync.WaitGroup      // blocking waits and retiring sessions
 	spares   []spareConn         // idle connections kept for waits
+	spreadAt time.Duration       // l.since() before which no session opens to spread load
 
 	stats   counters
 	metrics metrics
@@ -77,8 +78,8 @@ func (e *entry) wait() <-chan struct{} {
 // are acquired from the pool and leave it for good (Hijack): the pool's
 // MaxConnLifetime and health checks never close them, and they stop
 // counting against its MaxConns. Keep the server's max_connections in
-// mind: a Locker uses one connection per MaxLocksPerSession locks plus one
-// per waiting call.
+// mind: a Locker uses up to MaxSessionsUnderLoad connections, one per
+// MaxLocksPerSession locks beyond that, plus one per waiting call.
 func New(pool *pgxpool.Pool, cfg Config) (*Locker, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: advisory.New: nil pool", pgbaton.ErrInvalidArgument)
@@ -328,22 +329,96 @@ func (l *Locker) reserveSession(ctx context.Context) (*session, error) {
 		return nil, pgbaton.ErrClosed
 	}
 	s = l.newSession(conn, pid)
+	s.shared = true
 	s.count++
 	l.sessions = append(l.sessions, s)
 	return s, nil
 }
 
-// roomySession must be called with l.mu held.
+// roomySession returns a live session with room, preferring one whose
+// pipeline is idle: a request queued behind an in-flight batch waits a
+// whole round trip, while another session could send it at once. When
+// every session with room is busy and there are fewer than
+// MaxSessionsUnderLoad of them, one more opens in the background; the
+// request meanwhile queues on the least busy one. Must be called with
+// l.mu held.
 func (l *Locker) roomySession() *session {
 	if l.closed {
 		return nil
 	}
+	var busy *session
+	roomy := 0
 	for _, s := range l.sessions {
 		if s.count < l.cfg.MaxLocksPerSession && s.alive() {
-			return s
+			if s.pending.Load() == 0 {
+				return s
+			}
+			roomy++
+			if busy == nil || s.pending.Load() < busy.pending.Load() {
+				busy = s
+			}
 		}
 	}
-	return nil
+	if busy != nil && roomy < l.cfg.MaxSessionsUnderLoad {
+		l.spreadLocked()
+	}
+	return busy
+}
+
+// spreadLocked opens one more shared session in the background, unless
+// a session is opening already or the last such attempt failed less than
+// RetryDelay ago. Must be called with l.mu held.
+func (l *Locker) spreadLocked() {
+	if l.closed || l.since() < l.spreadAt {
+		return
+	}
+	select {
+	case l.opening <- struct{}{}:
+	default:
+		return
+	}
+	l.bg.Add(1)
+	go func() {
+		defer l.bg.Done()
+		defer func() { <-l.opening }()
+		conn, pid, err := l.spareOrConn(l.ctx)
+		l.mu.Lock()
+		if err != nil {
+			l.spreadAt = l.since() + l.cfg.RetryDelay
+			l.mu.Unlock()
+			if l.ctx.Err() == nil {
+				l.cfg.Logger.Warn("advisory: could not open a session to spread load", "err", err)
+			}
+			return
+		}
+		if l.closed {
+			l.mu.Unlock()
+			closeConn(conn)
+			return
+		}
+		s := l.newSession(conn, pid)
+		s.shared = true
+		l.sessions = append(l.sessions, s)
+		l.mu.Unlock()
+	}()
+}
+
+// spareOrConn returns a kept spare connection that still answers, or a
+// new one.
+func (l *Locker) spareOrConn(ctx context.Context) (*pgx.Conn, int32, error) {
+	for {
+		sp, ok := l.takeSpare()
+		if !ok {
+			return l.openConn(ctx)
+		}
+		pctx, cancel := context.WithTimeout(ctx, l.cfg.PingTimeout)
+		err := sp.conn.Ping(pctx)
+		cancel()
+		if err == nil {
+			return sp.conn, sp.pid, nil
+		}
+		closeConn(sp.conn)
+	}
 }
 
 // unreserve gives back a lock counted in by reserveSession or held on s.
@@ -395,20 +470,31 @@ func (l *Locker) takeSpare() (spareConn, bool) {
 }
 
 // retireLocked decides, with l.mu held, whether an idle session should be
-// closed: one idle session is kept for the next lock, more are not. When
-// it returns true the caller must shut s down and call l.bg.Done.
+// closed. A session made from a granted wait goes as soon as another
+// session has room; shared sessions are kept up to MaxSessionsUnderLoad
+// with room, so that load spread over them does not open and close a
+// session at every lull. When it returns true the caller must shut s down
+// and call l.bg.Done.
 func (l *Locker) retireLocked(s *session) bool {
 	if s.count > 0 || l.closed {
 		return false
 	}
+	keep := 1
+	if s.shared {
+		keep = l.cfg.MaxSessionsUnderLoad
+	}
+	others := 0
 	for _, o := range l.sessions {
 		if o != s && o.alive() && o.count < l.cfg.MaxLocksPerSession {
-			l.removeSession(s)
-			l.bg.Add(1)
-			return true
+			others++
 		}
 	}
-	return false
+	if others < keep {
+		return false
+	}
+	l.removeSession(s)
+	l.bg.Add(1)
+	return true
 }
 
 // removeSession must be called with l.mu held.

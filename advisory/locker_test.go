@@ -147,14 +147,23 @@ func TestGoroutineExclusion(t *testing.T) {
 // Concurrent requests on one session share round trips.
 func TestPipelining(t *testing.T) {
 	d := env.DB(t)
-	l := newLocker(t, d.Pool(t), advisory.Config{})
+	l := newLocker(t, d.Pool(t), advisory.Config{MaxSessionsUnderLoad: 1})
+	tryUnlockLoop(t, l, 8, 50)
+	st := l.Stats()
+	require.Equal(t, 1, st.Sessions, "all on one session")
+	require.GreaterOrEqual(t, st.Requests, int64(800))
+	require.Less(t, st.Batches, st.Requests*3/4, "requests did not share round trips: %+v", st)
+	t.Logf("%+v: %.1f requests per round trip", st, float64(st.Requests)/float64(st.Batches))
+}
+
+// tryUnlockLoop runs goroutines that each take and release their own key
+// rounds times.
+func tryUnlockLoop(t *testing.T, l *advisory.Locker, goroutines, rounds int) {
 	ctx := ctxT(t)
 	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range 50 {
+	for g := range goroutines {
+		wg.Go(func() {
+			for range rounds {
 				lk, err := l.TryLock(ctx, advisory.Int64(int64(g)))
 				if err != nil {
 					t.Error(err)
@@ -165,14 +174,30 @@ func TestPipelining(t *testing.T) {
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
+}
+
+// Under load a Locker spreads lock calls over at most
+// MaxSessionsUnderLoad sessions, and keeps them: no session is opened and
+// closed again at every lull.
+func TestSpreadUnderLoad(t *testing.T) {
+	d := env.DB(t)
+	l := newLocker(t, d.Pool(t), advisory.Config{})
+	tryUnlockLoop(t, l, 8, 200)
 	st := l.Stats()
-	require.Equal(t, 1, st.Sessions, "all on one session")
-	require.GreaterOrEqual(t, st.Requests, int64(800))
-	require.Less(t, st.Batches, st.Requests*3/4, "requests did not share round trips: %+v", st)
-	t.Logf("%+v: %.1f requests per round trip", st, float64(st.Requests)/float64(st.Batches))
+	require.Zero(t, st.Held)
+	require.LessOrEqual(t, st.Sessions, 2, "%+v", st)
+	connects := st.Connects
+	require.LessOrEqual(t, connects, int64(2), "%+v", st)
+	tryUnlockLoop(t, l, 8, 200)
+	st = l.Stats()
+	require.LessOrEqual(t, st.Sessions, 2, "%+v", st)
+	if connects == 2 {
+		require.Equal(t, int64(2), st.Connects, "the second session was kept: %+v", st)
+	}
+	t.Logf("%+v", st)
 }
 
 func TestCloseReleasesAll(t *testing.T) {
@@ -239,6 +264,7 @@ func TestBadInput(t *testing.T) {
 		{PingTimeout: time.Millisecond},
 		{MaxLocks: -1},
 		{MaxLocksPerSession: -1},
+		{MaxSessionsUnderLoad: -1},
 	} {
 		_, err := advisory.New(pool, cfg)
 		require.ErrorIs(t, err, pgbaton.ErrInvalidArgument, "%+v", cfg)

@@ -57,7 +57,10 @@ type session struct {
 	lastOK atomic.Int64 // l.since() when the last successful batch was sent
 	parked bool         // set before end: the connection is kept as a spare
 
-	count int // locks held or being taken here; guarded by l.mu
+	count  int  // locks held or being taken here; guarded by l.mu
+	shared bool // opened for shared use, not for one wait; guarded by l.mu
+
+	pending atomic.Int32 // requests queued or in flight: the pipeline is busy
 }
 
 type request struct {
@@ -190,6 +193,8 @@ func (s *session) err() error {
 // by PingTimeout, and the caller must know whether a lock was taken.
 func (s *session) do(ctx context.Context, op int32, id lockID) (bool, error) {
 	r := &request{op: op, id: id, result: make(chan result, 1)}
+	s.pending.Add(1)
+	defer s.pending.Add(-1)
 	s.qmu.Lock()
 	switch {
 	case s.stopped:
