@@ -15,6 +15,7 @@ func SessionSettingsForTest(t testing.TB, l *Locker) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.pending.Add(-1) // no request goes through the queue
 	defer l.unreserve(s)
 	got := map[string]string{}
 

@@ -263,7 +263,7 @@ func (l *Locker) take(ctx context.Context, key Key, id lockID, shared, wait bool
 	if shared {
 		op = opTryShared
 	}
-	ok, err := s.do(ctx, op, id)
+	ok, err := s.doClaimed(ctx, op, id)
 	if err == nil && ok {
 		return s, nil
 	}
@@ -288,7 +288,9 @@ func (l *Locker) take(ctx context.Context, key Key, id lockID, shared, wait bool
 }
 
 // reserveSession returns a live session with room for one more lock and
-// counts that lock in, opening a session if none has room.
+// counts that lock in, opening a session if none has room. It also counts
+// in the request the caller is about to send (s.pending): the caller must
+// send it with doClaimed.
 func (l *Locker) reserveSession(ctx context.Context) (*session, error) {
 	take := func() (*session, error) {
 		if l.closed {
@@ -296,6 +298,7 @@ func (l *Locker) reserveSession(ctx context.Context) (*session, error) {
 		}
 		if s := l.roomySession(); s != nil {
 			s.count++
+			s.pending.Add(1)
 			return s, nil
 		}
 		return nil, nil
@@ -331,6 +334,7 @@ func (l *Locker) reserveSession(ctx context.Context) (*session, error) {
 	s = l.newSession(conn, pid)
 	s.shared = true
 	s.count++
+	s.pending.Add(1)
 	l.sessions = append(l.sessions, s)
 	return s, nil
 }

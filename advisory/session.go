@@ -192,9 +192,16 @@ func (s *session) err() error {
 // result. ctx is not used once the request is queued: a batch is bounded
 // by PingTimeout, and the caller must know whether a lock was taken.
 func (s *session) do(ctx context.Context, op int32, id lockID) (bool, error) {
-	r := &request{op: op, id: id, result: make(chan result, 1)}
 	s.pending.Add(1)
+	return s.doClaimed(ctx, op, id)
+}
+
+// doClaimed is do for a caller that counted its request in s.pending
+// already (reserveSession does, so that the next caller sees the session
+// busy and picks another).
+func (s *session) doClaimed(ctx context.Context, op int32, id lockID) (bool, error) {
 	defer s.pending.Add(-1)
+	r := &request{op: op, id: id, result: make(chan result, 1)}
 	s.qmu.Lock()
 	switch {
 	case s.stopped:
