@@ -132,38 +132,6 @@ func (n *pgbatonNode) close(ctx context.Context) error {
 	return err
 }
 
-// pgbatonPair spreads its workers over two Lockers.
-type pgbatonPair struct {
-	n    [2]*pgbatonNode
-	next int
-}
-
-func (e *env) newPgbatonPair(ctx context.Context) (lockNode, error) {
-	p := &pgbatonPair{}
-	for i := range p.n {
-		n, err := e.newPgbatonNodeApp(ctx, "bench-pgbaton-pair")
-		if err != nil {
-			return nil, err
-		}
-		p.n[i] = n
-	}
-	return p, nil
-}
-
-func (p *pgbatonPair) worker(ctx context.Context) (lockWorker, error) {
-	p.next++
-	return p.n[p.next%2], nil
-}
-
-func (p *pgbatonPair) conns(ctx context.Context) (float64, error) {
-	all, err := p.n[0].e.serverConns(ctx, "bench-pgbaton-pair")
-	return all - float64(p.n[0].pool.Stat().TotalConns()+p.n[1].pool.Stat().TotalConns()), err
-}
-
-func (p *pgbatonPair) close(ctx context.Context) error {
-	return errors.Join(p.n[0].close(ctx), p.n[1].close(ctx))
-}
-
 // --- raw pgx: a dedicated connection per goroutine, plain SQL.
 
 type rawNode struct {
@@ -369,17 +337,10 @@ func (n *redisNode) lock(ctx context.Context, key string) (held, error) {
 // uncontendedScenario: clients goroutines of one process, each on its own
 // key, take and release it as fast as they can.
 func (e *env) uncontendedScenario(clients int) *scenario {
-	backends := e.advisoryBackends()
-	if clients > 1 {
-		// What a second session would give: the same clients over two
-		// Lockers (two server backends instead of one).
-		backends = append(backends, &lockBackend{name: "pgbaton, 2 Lockers (half the clients each)", app: "bench-pgbaton-pair",
-			newNode: e.newPgbatonPair})
-	}
-	sc := e.cycleScenario(clients, backends)
+	sc := e.cycleScenario(clients, e.advisoryBackends())
 	sc.title = fmt.Sprintf("Advisory lock: uncontended try + release, %d client(s)", clients)
 	sc.note = "One process; every client (goroutine) takes and releases its own key in a loop. " +
-		"pgbaton shares one Locker (multiplexed session); raw pgx and go-pglock pin a connection per client; " +
+		"pgbaton shares one Locker (multiplexed sessions: a second opens under load, Config.MaxSessionsUnderLoad 2); raw pgx and go-pglock pin a connection per client; " +
 		"redislock shares one go-redis client. Connections: held for locks during the run (pgbaton's idle pool " +
 		"connections, which serve the application's other queries, not counted; for Redis the client's pool)."
 	return sc
