@@ -2,9 +2,7 @@ package fencedwrite_test
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbaton/pgbaton/internal/pgtest"
-	"github.com/pgbaton/pgbaton/migrations"
 )
 
 var env *pgtest.Env
@@ -115,33 +112,6 @@ func receive[T any](t *testing.T, ch <-chan result[T]) (T, error) {
 	}
 }
 
-var exampleSeq atomic.Int64
-
 // examplePool gives an Example function, which has no testing.T, a fresh
-// migrated database; done drops it. It panics on failure.
-func examplePool() (pool *pgxpool.Pool, done func()) {
-	ctx := context.Background()
-	name := pgx.Identifier{fmt.Sprintf("fencedwrite_example_%d_%d", os.Getpid(), exampleSeq.Add(1))}.Sanitize()
-	admin := env.AdminPool()
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		panic(err)
-	}
-	drop := func() { _, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") }
-	cfg, err := pgxpool.ParseConfig(env.AdminURL())
-	if err != nil {
-		drop()
-		panic(err)
-	}
-	cfg.ConnConfig.Database = name[1 : len(name)-1]
-	if pool, err = pgxpool.NewWithConfig(ctx, cfg); err == nil {
-		err = migrations.Up(ctx, pool)
-	}
-	if err != nil {
-		drop()
-		panic(err)
-	}
-	return pool, func() {
-		pool.Close()
-		drop()
-	}
-}
+// migrated database; done drops it.
+func examplePool() (*pgxpool.Pool, func()) { return env.ExamplePool() }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,7 +16,6 @@ import (
 
 	"github.com/pgbaton/pgbaton/internal/pgtest"
 	"github.com/pgbaton/pgbaton/leasetable"
-	"github.com/pgbaton/pgbaton/migrations"
 )
 
 var env *pgtest.Env
@@ -138,31 +136,6 @@ func percentile(d []time.Duration, p int) time.Duration {
 	return s[min(len(s)-1, len(s)*p/100)]
 }
 
-var exampleSeq atomic.Int64
-
-// examplePool gives an example a fresh migrated database, so the examples
-// read like application code: "pool" is the application's pool.
-func examplePool() (*pgxpool.Pool, func()) {
-	ctx := context.Background()
-	name := fmt.Sprintf("leasetable_example_%d", exampleSeq.Add(1))
-	admin := env.AdminPool()
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		panic(err)
-	}
-	cfg, err := pgxpool.ParseConfig(env.AdminURL())
-	if err != nil {
-		panic(err)
-	}
-	cfg.ConnConfig.Database = name
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		panic(err)
-	}
-	if err := migrations.Up(ctx, pool); err != nil {
-		panic(err)
-	}
-	return pool, func() {
-		pool.Close()
-		_, _ = admin.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)")
-	}
-}
+// examplePool gives an Example function, which has no testing.T, a fresh
+// migrated database; done drops it.
+func examplePool() (*pgxpool.Pool, func()) { return env.ExamplePool() }
