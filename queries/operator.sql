@@ -68,5 +68,3 @@ SELECT f.old_owner::text AS old_owner, f.old_token::bigint AS old_token, f.new_t
 SELECT t.terminated::bool AS terminated, t.locks_held::int AS locks_held
   FROM pgbaton.terminate_advisory_holder(sqlc.arg(pid)::int, sqlc.arg(target)::text, sqlc.arg(reason)::text) t;
 
--- name: AdvisoryKeyOf :one
-SELECT pgbaton.advisory_key(sqlc.arg(name)::text, sqlc.arg(namespace)::text)::bigint AS key;

@@ -28,22 +28,11 @@ type fixture struct {
 	pids   map[uint32]string
 }
 
-func connect(t *testing.T, url, app string) *pgx.Conn {
-	t.Helper()
-	cfg, err := pgx.ParseConfig(url)
-	require.NoError(t, err)
-	cfg.RuntimeParams["application_name"] = app
-	conn, err := pgx.ConnectConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	return conn
-}
-
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	d := env.DB(t)
-	holder := connect(t, d.URL, "golden-holder")
+	holder := pgtest.Connect(t, d.URL, "golden-holder")
 	for _, sql := range []string{
 		`INSERT INTO pgbaton.advisory_name (key, name) VALUES (pgbaton.advisory_key('job:golden'), 'job:golden')`,
 		`SELECT pg_advisory_lock(pgbaton.advisory_key('job:golden'))`,
@@ -56,23 +45,10 @@ func newFixture(t *testing.T) *fixture {
 		_, err := holder.Exec(ctx, sql)
 		require.NoError(t, err, sql)
 	}
-	waiter := connect(t, d.URL, "golden-waiter")
-	waitCtx, stopWaiting := context.WithCancel(ctx)
-	waited := make(chan struct{})
-	go func() {
-		defer close(waited)
-		// Blocks until the holder's session ends or the test does.
-		_, _ = waiter.Exec(waitCtx, `SELECT pg_advisory_lock(pgbaton.advisory_key('job:golden'))`)
-	}()
-	t.Cleanup(func() { stopWaiting(); <-waited })
-	pool := d.Pool(t)
-	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
-		var n int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&n)
-		return n == 1, err
-	}, "the waiter is not waiting")
+	// Blocks until the holder's session ends or the test does.
+	waiterPID := pgtest.Blocked(t, d.URL, "golden-waiter", `SELECT pg_advisory_lock(pgbaton.advisory_key('job:golden'))`)
 	return &fixture{db: d, holder: holder, pids: map[uint32]string{
-		holder.PgConn().PID(): "HOLDER_PID", waiter.PgConn().PID(): "WAITER_PID"}}
+		holder.PgConn().PID(): "HOLDER_PID", waiterPID: "WAITER_PID"}}
 }
 
 var (

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/pgbaton/pgbaton/advisory"
 	"github.com/pgbaton/pgbaton/internal/db"
 )
 
@@ -127,7 +128,7 @@ func (g *globals) releaseAdvisory(ctx context.Context, pool *pgxpool.Pool, name 
 	if err != nil {
 		return err
 	}
-	match, err := advisoryMatcher(ctx, pool, name, o.namespace)
+	match, err := advisoryMatcher(name, o.namespace)
 	if err != nil {
 		return err
 	}
@@ -184,7 +185,7 @@ func (g *globals) releaseAdvisory(ctx context.Context, pool *pgxpool.Pool, name 
 // advisoryMatcher recognises the lock an operator named: "a,b" is an int
 // pair, a number is a bigint key, anything else a name hashed the way
 // advisory.Name does (pgbaton.advisory_key).
-func advisoryMatcher(ctx context.Context, pool *pgxpool.Pool, name, namespace string) (func(advisoryLock) bool, error) {
+func advisoryMatcher(name, namespace string) (func(advisoryLock) bool, error) {
 	if a, b, ok := strings.Cut(name, ","); ok {
 		k1, err1 := strconv.ParseInt(strings.TrimSpace(a), 10, 32)
 		k2, err2 := strconv.ParseInt(strings.TrimSpace(b), 10, 32)
@@ -195,9 +196,10 @@ func advisoryMatcher(ctx context.Context, pool *pgxpool.Pool, name, namespace st
 	if k, err := strconv.ParseInt(name, 10, 64); err == nil {
 		return func(l advisoryLock) bool { return l.Key != nil && *l.Key == k }, nil
 	}
-	key, err := db.New().AdvisoryKeyOf(ctx, pool, db.AdvisoryKeyOfParams{Name: name, Namespace: namespace})
+	// The same hash advisory.Name uses (and pgbaton.advisory_key in SQL).
+	key, err := advisory.NameKey(namespace, name)
 	if err != nil {
-		return nil, explainQueryError(err)
+		return nil, usageError{err}
 	}
 	return func(l advisoryLock) bool { return l.Key != nil && *l.Key == key }, nil
 }

@@ -10,22 +10,6 @@ import (
 	"time"
 )
 
-const advisoryKeyOf = `-- name: AdvisoryKeyOf :one
-SELECT pgbaton.advisory_key($1::text, $2::text)::bigint AS key
-`
-
-type AdvisoryKeyOfParams struct {
-	Name      string `json:"name"`
-	Namespace string `json:"namespace"`
-}
-
-func (q *Queries) AdvisoryKeyOf(ctx context.Context, db DBTX, arg AdvisoryKeyOfParams) (int64, error) {
-	row := db.QueryRow(ctx, advisoryKeyOf, arg.Name, arg.Namespace)
-	var key int64
-	err := row.Scan(&key)
-	return key, err
-}
-
 const advisoryLocks = `-- name: AdvisoryLocks :many
 WITH locks AS (
     SELECT l.pid, l.mode, l.granted, l.objsubid::int AS objsubid,
