@@ -110,7 +110,8 @@ func newNetnsPair(t *testing.T) *netnsPair {
 		t.Skip("network namespaces need root")
 	}
 	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs iproute2 (ip)")
+		// A missing binary is an install step, not a reason to skip.
+		t.Fatalf("needs iproute2 (ip): apt-get install iproute2; .ci/run installs it: %v", err)
 	}
 	dir, err := os.MkdirTemp("", "pgbaton-netns-")
 	require.NoError(t, err)
