@@ -122,10 +122,15 @@ func (l *Lease) endLocked(cause error, lostCause string) chan struct{} {
 	if l.stopRenew != nil {
 		l.stopRenew()
 	}
+	lost := errors.Is(cause, ErrLeaseLost)
+	if lost {
+		// Recorded before Done closes, so whoever wakes on Done and reads
+		// the metrics sees this loss.
+		l.recordEndLocked(lostCause)
+	}
 	l.cancel(cause)
 	l.c.untrack(l)
-	if errors.Is(cause, ErrLeaseLost) {
-		l.recordEndLocked(lostCause)
+	if lost {
 		l.c.log.Warn("pgbaton: lease lost", "lease", l.name, "token", l.token, "cause", lostCause, "error", cause)
 		l.c.goBackground(l.releaseLost)
 	}
