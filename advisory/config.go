@@ -26,15 +26,15 @@ type Config struct {
 	MaxLocksPerSession int
 
 	// MaxSessionsUnderLoad is how many session connections with room a
-	// Locker spreads concurrent lock calls over. One session sends one
-	// pipelined batch at a time, so under load a new lock call queues
-	// behind a round trip in flight; it goes instead to a session whose
-	// pipeline is idle, and when every session is busy another one opens
-	// (in the background) up to this many. Idle sessions are kept up to
-	// this many until Close (or until lost), so that a lull does not close
-	// a session the next burst reopens. Locks stay on the session that
-	// took them. 1 keeps everything on one session (plus one per
-	// MaxLocksPerSession locks). Default 2.
+	// Locker spreads concurrent lock calls over. Requests on one session
+	// are pipelined (a new one is sent while earlier ones are on the wire),
+	// but its backend runs them one after another; when a session has 16
+	// or more requests queued or on the wire, new lock calls go to another
+	// session, which opens (in the background) up to this many. Idle
+	// sessions are kept up to this many until Close (or until lost), so
+	// that a lull does not close a session the next burst reopens. Locks
+	// stay on the session that took them. 1 keeps everything on one
+	// session (plus one per MaxLocksPerSession locks). Default 2.
 	MaxSessionsUnderLoad int
 
 	// MaxLocks caps the locks the whole Locker holds. Past it, lock calls

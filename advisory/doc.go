@@ -6,11 +6,14 @@
 // caller's pgxpool for good so that pool lifetime limits never drop them.
 // Many locks share one session; because Postgres advisory locks are
 // re-entrant within a session, the Locker's own bookkeeping keeps two
-// goroutines from both holding a key. Concurrent lock and unlock requests
-// on a session travel together in one pipelined batch; under load, when
-// every session has a batch in flight, new locks go to a second session
-// (Config.MaxSessionsUnderLoad, default 2), which then stays open. Past
-// Config.MaxLocksPerSession locks a session is full and another one opens.
+// goroutines from both holding a key. Lock and unlock requests on a
+// session are pipelined: requests queued together go in one batch, and a
+// batch is sent while earlier ones are still on the wire, so eight
+// goroutines on one session outrun eight connections of their own. Under
+// heavier load (16 requests pending on every session) new locks go to a
+// second session (Config.MaxSessionsUnderLoad, default 2), which then
+// stays open. Past Config.MaxLocksPerSession locks a session is full and
+// another one opens.
 //
 //	locker, err := advisory.New(pool, advisory.Config{})
 //	lk, err := locker.TryLock(ctx, advisory.Name("job:daily-export"))

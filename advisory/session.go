@@ -30,23 +30,37 @@ const (
 const maxBatch = 256
 
 // session is one connection the Locker owns, holding many locks.
-// Requests are queued; whoever holds the connection token sends
-// everything queued at that moment as one pipelined batch (group commit),
-// so a lone caller pays one round trip without a goroutine hand-off, and
-// concurrent callers share round trips. A pinger goroutine pings the
-// server when there was no traffic for a PingInterval. Any failure of the
-// connection ends the session and cancels every lock on it.
+// Requests are queued; whoever holds the write token sends everything
+// queued at that moment as one batch (group commit) and lets go at once,
+// so the next batch can follow while this one is on the wire; whoever
+// holds the read token reads the answers, batch by batch in order, until
+// its own request is answered. A lone caller takes both in turn and pays
+// one round trip without a goroutine hand-off; concurrent callers share
+// round trips and keep the server busy (see wire). A pinger goroutine
+// pings the server when there was no traffic for a PingInterval. Any
+// failure of the connection ends the session and cancels every lock on it.
 type session struct {
 	l    *Locker
 	conn *pgx.Conn
 	pid  int32
+	w    *wire
 
-	tok chan struct{} // held (full) while a goroutine uses conn
+	wtok chan struct{} // held (full) while a goroutine sends on the wire
+	rtok chan struct{} // held (full) while a goroutine reads from the wire
 
 	qmu     sync.Mutex
 	queue   []*request
 	ended   bool // no more requests: lost or closing; guarded by qmu
 	stopped bool // Close began; guarded by qmu
+
+	fmu      sync.Mutex
+	inflight []*batch // sent, not yet read, oldest first; guarded by fmu
+	wireDown bool     // the session ended: nothing more goes in flight; guarded by fmu
+
+	// cleanup is the cause of a loss behind a transaction pooler, set by
+	// the reader that saw it, for the goroutine that clears the session's
+	// first backend (see afterRead).
+	cleanup atomic.Pointer[error]
 
 	stop    chan struct{} // closed when the session ends or closes: stops the pinger
 	exited  chan struct{} // closed when the pinger returns
@@ -54,7 +68,7 @@ type session struct {
 	cause   error         // why done was closed; set before
 	endOnce sync.Once
 
-	lastOK atomic.Int64 // l.since() when the last successful batch was sent
+	lastOK atomic.Int64 // l.since() when the last answered batch was sent
 	parked bool         // set before end: the connection is kept as a spare
 
 	count  int  // locks held or being taken here; guarded by l.mu
@@ -63,15 +77,31 @@ type session struct {
 	pending atomic.Int32 // requests queued or in flight: the pipeline is busy
 }
 
+// batch is requests sent together, answered together.
+type batch struct {
+	reqs     []*request
+	sent     time.Duration // l.since() when it was sent
+	deadline time.Time     // the answer must have come by then
+}
+
 type request struct {
 	op     int32
 	id     lockID
 	result chan result // buffered 1
+	sent   atomic.Bool // in a batch on the wire
+	done   atomic.Bool // its result is in result (or taken)
 }
 
 type result struct {
-	ok  bool
-	err error
+	ok    bool
+	err   error
+	retry bool // skipped by the server after an earlier statement failed: send again
+}
+
+// answer hands r its result.
+func (r *request) answer(res result) {
+	r.done.Store(true)
+	r.result <- res
 }
 
 // openConn takes a connection out of the pool for good (Hijack: the pool
@@ -85,6 +115,9 @@ func (l *Locker) openConn(ctx context.Context) (*pgx.Conn, int32, error) {
 	}
 	conn := pc.Hijack()
 	pid, err := l.setupConn(ctx, conn)
+	if err == nil {
+		err = l.readyConn(ctx, conn)
+	}
 	if err != nil {
 		closeConn(conn)
 		return nil, 0, err
@@ -151,7 +184,9 @@ func (l *Locker) newSession(conn *pgx.Conn, pid int32) *session {
 		l:      l,
 		conn:   conn,
 		pid:    pid,
-		tok:    make(chan struct{}, 1),
+		w:      newWire(conn),
+		wtok:   make(chan struct{}, 1),
+		rtok:   make(chan struct{}, 1),
 		stop:   make(chan struct{}),
 		exited: make(chan struct{}),
 		done:   make(chan struct{}),
@@ -199,47 +234,332 @@ func (s *session) do(ctx context.Context, op int32, id lockID) (bool, error) {
 // doClaimed is do for a caller that counted its request in s.pending
 // already (reserveSession does, so that the next caller sees the session
 // busy and picks another).
-func (s *session) doClaimed(ctx context.Context, op int32, id lockID) (bool, error) {
+func (s *session) doClaimed(_ context.Context, op int32, id lockID) (bool, error) {
 	defer s.pending.Add(-1)
 	r := &request{op: op, id: id, result: make(chan result, 1)}
-	s.qmu.Lock()
-	switch {
-	case s.stopped:
-		s.qmu.Unlock()
-		return false, pgbaton.ErrClosed
-	case s.ended:
-		s.qmu.Unlock()
-		return false, s.err()
-	}
-	s.queue = append(s.queue, r)
-	s.qmu.Unlock()
 	for {
-		select {
-		case res := <-r.result:
+		if err := s.enqueue(r); err != nil {
+			return false, err
+		}
+		if res := s.await(r); !res.retry {
 			return res.ok, res.err
-		case s.tok <- struct{}{}:
-			select {
-			case res := <-r.result: // done by the previous holder's batch
-				<-s.tok
-				return res.ok, res.err
-			default:
-			}
-			s.runQueued()
-			<-s.tok
 		}
 	}
 }
 
-// runQueued sends what is queued as one batch; the caller holds tok.
-func (s *session) runQueued() {
+func (s *session) enqueue(r *request) error {
+	r.sent.Store(false)
+	r.done.Store(false)
 	s.qmu.Lock()
-	n := min(len(s.queue), maxBatch)
-	batch := slices.Clone(s.queue[:n])
-	s.queue = slices.Delete(s.queue, 0, n)
-	s.qmu.Unlock()
-	if len(batch) > 0 {
-		s.exec(batch)
+	switch {
+	case s.stopped:
+		s.qmu.Unlock()
+		return pgbaton.ErrClosed
+	case s.ended:
+		s.qmu.Unlock()
+		return s.err()
 	}
+	s.queue = append(s.queue, r)
+	s.qmu.Unlock()
+	return nil
+}
+
+// await waits for r's result. Until r is sent, the caller competes for
+// the write token and sends what is queued; then for the read token, and
+// reads answers in order until its own is in.
+func (s *session) await(r *request) result {
+	for {
+		if !r.sent.Load() {
+			select {
+			case res := <-r.result:
+				return res
+			case s.wtok <- struct{}{}:
+				if !s.roundTripAlone() {
+					s.sendQueued()
+				}
+				<-s.wtok
+				s.afterRead()
+			}
+			continue
+		}
+		select {
+		case res := <-r.result:
+			return res
+		case s.rtok <- struct{}{}:
+			s.readUntil(r)
+			<-s.rtok
+			s.afterRead()
+		}
+	}
+}
+
+// roundTripAlone sends a lone request through pgx and waits for the
+// answer, when nothing else is queued or on the wire; the caller holds
+// the write token. A single caller gains nothing from the wire, and pgx's
+// round trip measured about 10% faster than the wire's (1 goroutine
+// looping TryLock+Unlock: 9.0–9.9k vs 8.0–8.3k pairs/s). Meanwhile new
+// requests queue, and the first of them pipelines when this one is done.
+func (s *session) roundTripAlone() bool {
+	select {
+	case s.rtok <- struct{}{}:
+	default:
+		return false // a reader is busy: batches are on the wire
+	}
+	defer func() { <-s.rtok }()
+	s.fmu.Lock()
+	idle := len(s.inflight) == 0 && !s.wireDown
+	s.fmu.Unlock()
+	s.qmu.Lock()
+	if !idle || len(s.queue) != 1 {
+		s.qmu.Unlock()
+		return false
+	}
+	r := s.queue[0]
+	s.queue = s.queue[:0]
+	s.qmu.Unlock()
+	l := s.l
+	b := &batch{reqs: []*request{r}, sent: l.since()}
+	if s.expired() {
+		s.send(b.reqs) // reports the loss
+		return true
+	}
+	l.stats.batches.Add(1)
+	l.stats.requests.Add(1)
+	out, err := s.pgxRoundTrip(r)
+	s.finish(b, out, err)
+	return true
+}
+
+// pgxRoundTrip runs r on the connection through pgx. The round trip is
+// bounded by a deadline on the socket rather than a context: cheaper, and
+// pgx treats a deadline hit as a broken connection, which is what it is
+// for a session.
+func (s *session) pgxRoundTrip(r *request) (batchOutcome, error) {
+	nc := s.conn.PgConn().Conn()
+	_ = nc.SetDeadline(time.Now().Add(s.l.cfg.PingTimeout))
+	defer func() { _ = nc.SetDeadline(time.Time{}) }()
+	bg := context.Background()
+	name := statement(r)
+	var row pgx.Row
+	if name == stmtOp {
+		row = s.conn.QueryRow(bg, name, r.op, r.id.pair, r.id.hi, r.id.lo, r.id.id, s.pid)
+	} else {
+		row = s.conn.QueryRow(bg, name, r.id.id, s.pid)
+	}
+	var ok bool
+	err := row.Scan(&ok)
+	out := batchOutcome{ok: []bool{ok}, failedAt: -1}
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		out.noRow = true
+	case err != nil && errors.As(err, &pgErr) && !s.conn.IsClosed():
+		out.failedAt, out.pgErr = 0, pgErr
+	case err != nil:
+		return out, err
+	}
+	// Back to the wire: SyncConn only checks, unless pgx buffered more
+	// than the answer.
+	return out, s.conn.PgConn().SyncConn(bg)
+}
+
+// sendQueued sends what is queued; the caller holds the write token.
+func (s *session) sendQueued() {
+	for {
+		s.qmu.Lock()
+		n := min(len(s.queue), maxBatch)
+		if n == 0 {
+			s.qmu.Unlock()
+			return
+		}
+		reqs := slices.Clone(s.queue[:n])
+		s.queue = slices.Delete(s.queue, 0, n)
+		s.qmu.Unlock()
+		s.send(reqs)
+	}
+}
+
+// send puts reqs on the wire as one batch.
+func (s *session) send(reqs []*request) {
+	l := s.l
+	if s.expired() {
+		// The process did not run for longer than the server is guaranteed
+		// to keep a silent session (paused, or starved). Whether or not the
+		// server kept it, the locks may have been reported lost already:
+		// they must stay lost.
+		lost := fmt.Errorf("%w: session (backend pid %d) unanswered for more than PingInterval + PingTimeout (%s)", ErrLockLost, s.pid, l.cfg.giveUp())
+		l.metrics.renewFailed(countPings(reqs))
+		for _, r := range reqs {
+			r.answer(result{err: lost})
+		}
+		s.end(lost)
+		return
+	}
+	b := &batch{reqs: reqs, sent: l.since(), deadline: time.Now().Add(l.cfg.PingTimeout)}
+	buf := s.w.encode(s.pid, reqs)
+	s.fmu.Lock()
+	if s.wireDown {
+		s.fmu.Unlock()
+		for _, r := range reqs {
+			r.answer(result{err: s.cause})
+		}
+		return
+	}
+	if len(s.inflight) > 0 {
+		l.stats.pipelined.Add(1)
+	}
+	s.inflight = append(s.inflight, b)
+	for _, r := range reqs {
+		r.sent.Store(true)
+	}
+	s.fmu.Unlock()
+	l.stats.batches.Add(1)
+	l.stats.requests.Add(int64(len(reqs)))
+	if err := s.w.write(buf, l.cfg.PingTimeout); err != nil {
+		s.end(fmt.Errorf("%w: session connection (backend pid %d) failed: %w", ErrLockLost, s.pid, err))
+	}
+}
+
+// nextInflight takes the oldest batch on the wire, or nil.
+func (s *session) nextInflight() *batch {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	if len(s.inflight) == 0 {
+		return nil
+	}
+	b := s.inflight[0]
+	s.inflight[0] = nil
+	s.inflight = s.inflight[1:]
+	return b
+}
+
+// readUntil reads answers until r's is in; the caller holds the read
+// token.
+func (s *session) readUntil(r *request) {
+	for !r.done.Load() {
+		b := s.nextInflight()
+		if b == nil {
+			return
+		}
+		s.readBatch(b)
+	}
+}
+
+// drain reads every batch on the wire; the caller holds both tokens.
+func (s *session) drain() {
+	for b := s.nextInflight(); b != nil; b = s.nextInflight() {
+		s.readBatch(b)
+	}
+}
+
+// readBatch reads the answer to b and hands out the results. Statements
+// after one that failed were skipped by the server (one implicit
+// transaction up to the Sync); their callers send them again.
+func (s *session) readBatch(b *batch) {
+	out, err := s.w.read(len(b.reqs), b.deadline)
+	s.finish(b, out, err)
+}
+
+// finish hands out the answer to b; err means the connection failed.
+func (s *session) finish(b *batch, out batchOutcome, err error) {
+	l := s.l
+	var lost error
+	switch {
+	case err != nil:
+		select {
+		case <-s.done:
+			lost = s.cause
+		default:
+			lost = fmt.Errorf("%w: session connection (backend pid %d) failed: %w", ErrLockLost, s.pid, err)
+		}
+	case out.noRow:
+		// A statement's pid guard did not match: it ran on another backend
+		// and changed nothing there.
+		lost = fmt.Errorf("%w (session backend pid %d)", ErrSessionPooling, s.pid)
+	case out.pgErr != nil && out.pgErr.Code == sqlstateInvalidStatementName:
+		lost = mapError("session statement", out.pgErr)
+	}
+	if lost != nil {
+		l.metrics.renewFailed(countPings(b.reqs))
+		for _, r := range b.reqs {
+			r.answer(result{err: lost})
+		}
+		if err == nil && errors.Is(lost, ErrSessionPooling) {
+			// Locks taken before the pooler showed itself sit on the
+			// session's first backend, which the pooler now lends to other
+			// clients: they are released there before the session ends,
+			// once this reader lets go of the wire (afterRead).
+			s.qmu.Lock()
+			s.ended = true
+			s.qmu.Unlock()
+			s.cleanup.CompareAndSwap(nil, &lost)
+			return
+		}
+		s.end(lost)
+		return
+	}
+	s.lastOK.Store(int64(b.sent))
+	for i, r := range b.reqs {
+		switch {
+		case out.failedAt < 0 || i < out.failedAt:
+			r.answer(result{ok: out.ok[i]})
+		case i == out.failedAt:
+			r.answer(result{err: mapError("advisory lock", out.pgErr)})
+		default:
+			r.answer(result{retry: true})
+		}
+	}
+}
+
+// afterRead clears the session's first backend after a reader saw a
+// transaction pooler, and ends the session.
+func (s *session) afterRead() {
+	p := s.cleanup.Swap(nil)
+	if p == nil {
+		return
+	}
+	lost := *p
+	if s.exclusive(context.Background()) != nil {
+		return // ended meanwhile (Close does the same clearing)
+	}
+	defer s.release()
+	s.drain()
+	if !s.conn.IsClosed() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.l.cfg.PingTimeout)
+		if err := releaseAll(ctx, s.conn, s.pid); err != nil {
+			s.l.cfg.Logger.Error("advisory: locks left behind a transaction pooler", "pid", s.pid, "err", err)
+		}
+		cancel()
+	}
+	s.end(lost)
+}
+
+// exclusive takes both tokens, write first as everywhere, so that nothing
+// else uses the connection: then it can be drained and used through pgx.
+// It fails when the session ended or ctx did.
+func (s *session) exclusive(ctx context.Context) error {
+	select {
+	case s.wtok <- struct{}{}:
+	case <-s.done:
+		return s.cause
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	select {
+	case s.rtok <- struct{}{}:
+		return nil
+	case <-s.done:
+		<-s.wtok
+		return s.cause
+	case <-ctx.Done():
+		<-s.wtok
+		return context.Cause(ctx)
+	}
+}
+
+func (s *session) release() {
+	<-s.rtok
+	<-s.wtok
 }
 
 // pinger pings the session when it was idle for a PingInterval.
@@ -262,122 +582,15 @@ func (s *session) pinger() {
 	}
 }
 
-// withConn runs fn with the connection to itself (tests).
+// withConn runs fn with the connection to itself, drained (tests).
 func (s *session) withConn(fn func(*pgx.Conn)) {
-	s.tok <- struct{}{}
-	defer func() { <-s.tok }()
+	if s.exclusive(context.Background()) != nil {
+		return
+	}
+	defer s.release()
+	s.drain()
 	fn(s.conn)
-}
-
-// exec sends batch as one pipeline and hands out the results. Statements
-// after one that failed were skipped by the server (one implicit
-// transaction up to the Sync); they are queued again, first in line.
-func (s *session) exec(batch []*request) {
-	l := s.l
-	if s.expired() {
-		// The process did not run for longer than the server is guaranteed
-		// to keep a silent session (paused, or starved). Whether or not the
-		// server kept it, the locks may have been reported lost already:
-		// they must stay lost.
-		lost := fmt.Errorf("%w: session (backend pid %d) unanswered for more than PingInterval + PingTimeout (%s)", ErrLockLost, s.pid, l.cfg.giveUp())
-		l.metrics.renewFailed(countPings(batch))
-		for _, r := range batch {
-			r.result <- result{err: lost}
-		}
-		s.end(lost)
-		return
-	}
-	sent := l.since()
-	l.stats.batches.Add(1)
-	l.stats.requests.Add(int64(len(batch)))
-	// The round trip is bounded by a deadline on the socket rather than a
-	// context: cheaper, and pgx treats a deadline hit as a broken
-	// connection, which is what it is for a session.
-	nc := s.conn.PgConn().Conn()
-	_ = nc.SetDeadline(time.Now().Add(l.cfg.PingTimeout))
-	results := make([]result, len(batch))
-	var firstErr error
-	var lost error
-	failedAt := -1
-	handle := func(i int, ok bool, err error) {
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			// The statement's pid guard did not match: it ran on another
-			// backend and changed nothing there.
-			lost = fmt.Errorf("%w (session backend pid %d)", ErrSessionPooling, s.pid)
-		case err != nil && firstErr == nil:
-			firstErr, failedAt = err, i
-		case err != nil:
-		default:
-			results[i] = result{ok: ok}
-		}
-	}
-	q := db.New()
-	bg := context.Background()
-	switch r := batch[0]; {
-	case len(batch) == 1 && r.op == opTry && !r.id.pair:
-		ok, err := q.AdvisoryTryOne(bg, s.conn, db.AdvisoryTryOneParams{Key: r.id.id, Pid: s.pid})
-		handle(0, ok, err)
-	case len(batch) == 1 && r.op == opUnlock && !r.id.pair:
-		ok, err := q.AdvisoryUnlockOne(bg, s.conn, db.AdvisoryUnlockOneParams{Key: r.id.id, Pid: s.pid})
-		handle(0, ok, err)
-	case len(batch) == 1:
-		ok, err := q.AdvisoryOpOne(bg, s.conn, db.AdvisoryOpOneParams{Op: r.op, Pair: r.id.pair, Hi: r.id.hi, Lo: r.id.lo, Key: r.id.id, Pid: s.pid})
-		handle(0, ok, err)
-	default:
-		params := make([]db.AdvisoryOpParams, len(batch))
-		for i, r := range batch {
-			params[i] = db.AdvisoryOpParams{Op: r.op, Pair: r.id.pair, Hi: r.id.hi, Lo: r.id.lo, Key: r.id.id, Pid: s.pid}
-		}
-		q.AdvisoryOp(bg, s.conn, params).QueryRow(func(i int, ok bool, err error) {
-			handle(i, ok, err)
-		})
-	}
-	_ = nc.SetDeadline(time.Time{})
-	var pgErr *pgconn.PgError
-	switch {
-	case lost != nil:
-	case pgCode(firstErr) == sqlstateInvalidStatementName:
-		lost = mapError("session statement", firstErr)
-	case firstErr != nil && !errors.As(firstErr, &pgErr):
-		lost = fmt.Errorf("%w: session connection (backend pid %d) failed: %w", ErrLockLost, s.pid, firstErr)
-	case firstErr != nil && s.conn.IsClosed():
-		lost = fmt.Errorf("%w: session connection (backend pid %d) closed: %w", ErrLockLost, s.pid, firstErr)
-	}
-	if lost != nil {
-		if errors.Is(lost, ErrSessionPooling) && !s.conn.IsClosed() {
-			// Locks taken before the pooler showed itself sit on the
-			// session's first backend, which the pooler now lends to other
-			// clients: release them there before leaving.
-			_ = nc.SetDeadline(time.Now().Add(l.cfg.PingTimeout))
-			if err := releaseAll(bg, s.conn, s.pid); err != nil {
-				l.cfg.Logger.Error("advisory: locks left behind a transaction pooler", "pid", s.pid, "err", err)
-			}
-		}
-		l.metrics.renewFailed(countPings(batch))
-		for _, r := range batch {
-			r.result <- result{err: lost}
-		}
-		s.end(lost)
-		return
-	}
-	s.lastOK.Store(int64(sent))
-	var again []*request
-	for i, r := range batch {
-		switch {
-		case failedAt < 0 || i < failedAt:
-			r.result <- results[i]
-		case i == failedAt:
-			r.result <- result{err: mapError("advisory lock", firstErr)}
-		default:
-			again = append(again, r)
-		}
-	}
-	if len(again) > 0 {
-		s.qmu.Lock()
-		s.queue = append(again, s.queue...)
-		s.qmu.Unlock()
-	}
+	_ = s.conn.PgConn().SyncConn(context.Background()) // back to the wire
 }
 
 // countPings counts the pings in batch: a lost batch's pings are the
@@ -399,7 +612,23 @@ func (s *session) failQueued(err error) {
 	s.queue = nil
 	s.qmu.Unlock()
 	for _, r := range q {
-		r.result <- result{err: err}
+		r.answer(result{err: err})
+	}
+}
+
+// failInflight ends every request on the wire but those a reader took
+// (it sees the connection fail) with err, and lets no more go on it.
+func (s *session) failInflight(err error) {
+	s.fmu.Lock()
+	s.wireDown = true
+	bs := s.inflight
+	s.inflight = nil
+	s.fmu.Unlock()
+	for _, b := range bs {
+		s.l.metrics.renewFailed(countPings(b.reqs))
+		for _, r := range b.reqs {
+			r.answer(result{err: err})
+		}
 	}
 }
 
@@ -414,6 +643,7 @@ func (s *session) end(cause error) {
 		close(s.done)
 		close(s.stop)
 		s.failQueued(cause)
+		s.failInflight(cause)
 		s.l.metrics.sessionClosed()
 		lost := s.l.sessionEnded(s, cause)
 		if errors.Is(cause, pgbaton.ErrClosed) {
@@ -450,14 +680,17 @@ func (s *session) stopSession(ctx context.Context, keep bool) (*pgx.Conn, error)
 	s.stopped = true
 	s.qmu.Unlock()
 	closed := fmt.Errorf("%w: %w", ErrLockLost, pgbaton.ErrClosed)
-	select {
-	case s.tok <- struct{}{}:
-	case <-s.done:
-	case <-ctx.Done():
+	if err := s.exclusive(ctx); err != nil {
+		if ctx.Err() == nil {
+			<-s.exited // lost: the socket is closed already
+			return nil, nil
+		}
 		s.end(closed)
 		return nil, fmt.Errorf("advisory: close session (backend pid %d): %w", s.pid, context.Cause(ctx))
 	}
+	defer s.release()
 	s.failQueued(pgbaton.ErrClosed)
+	s.drain() // what is on the wire is answered to its callers
 	var err error
 	var kept *pgx.Conn
 	select {

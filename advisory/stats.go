@@ -9,10 +9,14 @@ type Stats struct {
 	// Held is the number of keys held (a key held by several RLock callers
 	// of this Locker counts once, as it does on the server).
 	Held int
-	// Batches is the number of round trips sessions made, pings included;
-	// Requests is the number of lock, unlock and ping statements sent in
-	// them. Requests/Batches above 1 is pipelining at work.
+	// Batches is the number of batches sessions sent, pings included;
+	// Requests is the number of lock, unlock and ping statements in them.
+	// Requests/Batches above 1 is requests sharing a round trip.
 	Batches, Requests int64
+	// Pipelined counts batches sent while an earlier batch of the same
+	// session was still unanswered: round trips overlapping on one
+	// connection.
+	Pipelined int64
 	// Contended counts lock calls that found the key held: ErrLocked, or a
 	// wait.
 	Contended int64
@@ -26,7 +30,7 @@ type Stats struct {
 }
 
 type counters struct {
-	batches, requests, contended, lostSessions, connects atomic.Int64
+	batches, requests, pipelined, contended, lostSessions, connects atomic.Int64
 }
 
 // Stats returns a snapshot of the Locker's state and counters.
@@ -36,6 +40,7 @@ func (l *Locker) Stats() Stats {
 	l.mu.Unlock()
 	st.Batches = l.stats.batches.Load()
 	st.Requests = l.stats.requests.Load()
+	st.Pipelined = l.stats.pipelined.Load()
 	st.Contended = l.stats.contended.Load()
 	st.LostSessions = l.stats.lostSessions.Load()
 	st.Connects = l.stats.connects.Load()

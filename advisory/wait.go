@@ -84,6 +84,10 @@ func (l *Locker) waitOn(ctx context.Context, conn *pgx.Conn, pid int32, id lockI
 		closeConn(conn)
 		return nil, mapError("wait for lock", err)
 	}
+	if err := l.readyConn(ctx, conn); err != nil {
+		l.clearAndClose(conn, pid)
+		return nil, err
+	}
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()

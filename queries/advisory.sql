@@ -4,27 +4,12 @@
 -- proxy (PgBouncer) sent the statement to another backend, and nothing was
 -- locked or unlocked on that backend, which belongs to other clients.
 
--- name: AdvisoryOp :batchone
--- Every statement a multiplexed session sends, so that concurrent requests
--- can share one pipelined batch: op 0 ping, 1 try exclusive, 2 try shared,
--- 3 unlock exclusive, 4 unlock shared. Keys come in two spaces that
--- Postgres keeps apart: one bigint (key), or a pair of int4 (pair, hi, lo).
-SELECT (CASE
-            WHEN @op::int = 0 THEN true
-            WHEN @op::int = 1 AND @pair::bool THEN pg_try_advisory_lock(@hi::int4, @lo::int4)
-            WHEN @op::int = 1 THEN pg_try_advisory_lock(@key::int8)
-            WHEN @op::int = 2 AND @pair::bool THEN pg_try_advisory_lock_shared(@hi::int4, @lo::int4)
-            WHEN @op::int = 2 THEN pg_try_advisory_lock_shared(@key::int8)
-            WHEN @op::int = 3 AND @pair::bool THEN pg_advisory_unlock(@hi::int4, @lo::int4)
-            WHEN @op::int = 3 THEN pg_advisory_unlock(@key::int8)
-            WHEN @op::int = 4 AND @pair::bool THEN pg_advisory_unlock_shared(@hi::int4, @lo::int4)
-            WHEN @op::int = 4 THEN pg_advisory_unlock_shared(@key::int8)
-        END)::bool AS ok
- WHERE pg_backend_pid() = @pid::int4;
-
--- name: AdvisoryOpOne :one
--- AdvisoryOp for a batch of one: the plain extended protocol costs less
--- than a pipeline.
+-- name: AdvisoryOp :one
+-- Every request a multiplexed session sends that is not one of the two
+-- below: op 0 ping, 1 try exclusive, 2 try shared, 3 unlock exclusive,
+-- 4 unlock shared. Keys come in two spaces that Postgres keeps apart: one
+-- bigint (key), or a pair of int4 (pair, hi, lo). Sessions prepare these
+-- three statements by name and pipeline them (advisory/wire.go).
 SELECT (CASE
             WHEN @op::int = 0 THEN true
             WHEN @op::int = 1 AND @pair::bool THEN pg_try_advisory_lock(@hi::int4, @lo::int4)
@@ -39,7 +24,7 @@ SELECT (CASE
  WHERE pg_backend_pid() = @pid::int4;
 
 -- name: AdvisoryTryOne :one
--- The most common single requests, exclusive on a bigint key, without
+-- The most common requests, exclusive on a bigint key, without
 -- AdvisoryOp's branching.
 SELECT pg_try_advisory_lock(@key::int8) AS ok WHERE pg_backend_pid() = @pid::int4;
 

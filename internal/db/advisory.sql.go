@@ -92,7 +92,8 @@ func (q *Queries) AdvisoryLockShared(ctx context.Context, db DBTX, arg AdvisoryL
 	return result.RowsAffected(), nil
 }
 
-const advisoryOpOne = `-- name: AdvisoryOpOne :one
+const advisoryOp = `-- name: AdvisoryOp :one
+
 SELECT (CASE
             WHEN $1::int = 0 THEN true
             WHEN $1::int = 1 AND $2::bool THEN pg_try_advisory_lock($3::int4, $4::int4)
@@ -107,7 +108,7 @@ SELECT (CASE
  WHERE pg_backend_pid() = $6::int4
 `
 
-type AdvisoryOpOneParams struct {
+type AdvisoryOpParams struct {
 	Op   int32 `json:"op"`
 	Pair bool  `json:"pair"`
 	Hi   int32 `json:"hi"`
@@ -116,10 +117,18 @@ type AdvisoryOpOneParams struct {
 	Pid  int32 `json:"pid"`
 }
 
-// AdvisoryOp for a batch of one: the plain extended protocol costs less
-// than a pipeline.
-func (q *Queries) AdvisoryOpOne(ctx context.Context, db DBTX, arg AdvisoryOpOneParams) (bool, error) {
-	row := db.QueryRow(ctx, advisoryOpOne,
+// Every statement of a session carries the backend pid the session was
+// set up on and does its work only there ("WHERE pg_backend_pid() = @pid",
+// checked before the select list runs): no row means a transaction-pooling
+// proxy (PgBouncer) sent the statement to another backend, and nothing was
+// locked or unlocked on that backend, which belongs to other clients.
+// Every request a multiplexed session sends that is not one of the two
+// below: op 0 ping, 1 try exclusive, 2 try shared, 3 unlock exclusive,
+// 4 unlock shared. Keys come in two spaces that Postgres keeps apart: one
+// bigint (key), or a pair of int4 (pair, hi, lo). Sessions prepare these
+// three statements by name and pipeline them (advisory/wire.go).
+func (q *Queries) AdvisoryOp(ctx context.Context, db DBTX, arg AdvisoryOpParams) (bool, error) {
+	row := db.QueryRow(ctx, advisoryOp,
 		arg.Op,
 		arg.Pair,
 		arg.Hi,
@@ -216,7 +225,7 @@ type AdvisoryTryOneParams struct {
 	Pid int32 `json:"pid"`
 }
 
-// The most common single requests, exclusive on a bigint key, without
+// The most common requests, exclusive on a bigint key, without
 // AdvisoryOp's branching.
 func (q *Queries) AdvisoryTryOne(ctx context.Context, db DBTX, arg AdvisoryTryOneParams) (bool, error) {
 	row := db.QueryRow(ctx, advisoryTryOne, arg.Key, arg.Pid)
