@@ -44,12 +44,12 @@ func TestSmoke(t *testing.T) {
 	defer cancel()
 	var log strings.Builder
 	report, err := benchmark(ctx, os.Getenv("PGBATON_DSN"), options{
-		runs: 1, window: 50 * time.Millisecond, samples: 3, killRuns: 2, rows: 200, holds: "1,10",
+		runs: 1, window: 50 * time.Millisecond, samples: 3, killRuns: 2, rows: 200, backlog: 300, holds: "1,10",
 	}, &log)
 	if err != nil {
 		t.Fatalf("benchmark: %v\n%s", err, log.String())
 	}
-	e := &env{window: time.Millisecond, samples: 1, killRuns: 1, rows: 200, holds: []int{1, 10}}
+	e := &env{window: time.Millisecond, samples: 1, killRuns: 1, rows: 200, backlog: 300, holds: []int{1, 10}}
 	for _, sc := range e.scenarios() {
 		if !strings.Contains(report, "### "+sc.title+"\n") {
 			t.Errorf("report lacks %q", sc.title)

@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +22,9 @@ import (
 // implementation (River: MaxWorkers = claimWorkers × batch).
 const claimWorkers = 4
 
+// deepCap bounds a run on the deep queue.
+const deepCap = 20 * time.Second
+
 // gueSchema is gue v5's table (its migrations/schema.sql).
 const gueSchema = `
 CREATE TABLE IF NOT EXISTS gue_jobs (
@@ -33,31 +36,93 @@ CREATE INDEX IF NOT EXISTS idx_gue_jobs_selector ON gue_jobs (queue, run_at, pri
 func (e *env) claimScenarios() []*scenario {
 	var s []*scenario
 	for _, batch := range []int{1, 10, 100} {
-		s = append(s, e.claimScenario(batch))
+		s = append(s, e.claimScenario(batch, 0, nil))
+	}
+	if e.backlog > 0 {
+		deep := &backlogs{}
+		for _, batch := range []int{1, 10, 100} {
+			s = append(s, e.claimScenario(batch, e.backlog, deep))
+		}
 	}
 	return s
 }
 
-func (e *env) claimScenario(batch int) *scenario {
+// backlogs fills each implementation's deep queue once; the three batch
+// sizes then drain from it (every run adds what it takes).
+type backlogs struct {
+	pgbaton, raw, river, gue onceErr
+}
+
+type onceErr struct {
+	once sync.Once
+	err  error
+}
+
+func (o *onceErr) do(fn func() error) error {
+	o.once.Do(func() { o.err = fn() })
+	return o.err
+}
+
+// inChunks calls fn with consecutive ranges [from, to) covering n.
+func inChunks(n, size int, fn func(from, to int) error) error {
+	for from := 0; from < n; from += size {
+		if err := fn(from, min(from+size, n)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// claimScenario drains work items with claimWorkers workers, batch at a
+// time. With backlog 0 every run inserts e.rows items and drains them all;
+// otherwise the queue holds backlog items (filled once, shared by the
+// batch sizes through deep) and every run adds e.rows items and times the
+// completion of e.rows of them, whichever the implementation takes.
+func (e *env) claimScenario(batch, backlog int, deep *backlogs) *scenario {
 	sc := &scenario{
 		title: fmt.Sprintf("Work items: claim + complete, batch %d, %d rows", batch, e.rows),
-		note: fmt.Sprintf("%d rows are inserted (not timed), then %d workers drain them; items/s = rows ÷ time until "+
-			"the last is completed. pgbaton: Register, then Claim(group, %d) and Client.Complete of the batch (one round trip). raw pgx: "+
-			"pgbaton.claim and one pipelined batch of pgbaton.complete per claim. River: %d jobs inserted, a client with "+
-			"MaxWorkers %d and a no-op worker, FetchCooldown 1 ms, FetchPollInterval 10 ms; ends at the last "+
-			"JobCompleted event. gue: a WorkerPool of %d (one job per transaction, batch does not apply), "+
-			"poll interval 1 ms.", e.rows, claimWorkers, batch, e.rows, claimWorkers*batch, claimWorkers),
+		note: fmt.Sprintf("Every run starts on a clean table (not timed: VACUUM after the previous run's rows are "+
+			"gone; River's is truncated), then %d rows are inserted (not timed) and %d workers drain them; items/s = rows ÷ time until "+
+			"the last is completed. ", e.rows, claimWorkers),
 		metrics:  []metric{{name: "items/s", higherBetter: true}},
 		noWarmup: true, // every run inserts its own rows
 	}
-	// Lease names are global: each group gets its own.
-	itemNames := func(group string) []string {
-		names := make([]string, e.rows)
-		for i := range names {
-			names[i] = fmt.Sprintf("%s/%07d", group, i)
+	if backlog > 0 {
+		sc.title = fmt.Sprintf("Work items: claim + complete, batch %d, %d of %d queued rows", batch, e.rows, backlog+e.rows)
+		sc.note = fmt.Sprintf("The queue holds a backlog of %d rows (inserted once, not timed, shared by the three batch sizes). "+
+			"Every run adds %d rows (not timed), then %d workers complete %d items, whichever they get, or stop after %s; "+
+			"items/s = items completed ÷ time taken. ", backlog, e.rows, claimWorkers, e.rows, deepCap)
+	}
+	sc.note += fmt.Sprintf("pgbaton: Register, then Claim(group, %d) and Client.Complete of the batch (one round trip). raw pgx: "+
+		"pgbaton.claim and one pipelined batch of pgbaton.complete per claim. River: a client with "+
+		"MaxWorkers %d and a no-op worker, FetchCooldown 1 ms, FetchPollInterval 10 ms; ends at the %d-th "+
+		"JobCompleted event. gue: a WorkerPool of %d (one job per transaction, batch does not apply), "+
+		"poll interval 1 ms.", batch, claimWorkers*batch, e.rows, claimWorkers)
+	if deep == nil {
+		deep = &backlogs{}
+	}
+	// Lease names are global: each group and run gets its own.
+	var runNo atomic.Int64
+	itemNames := func(group string, from, to int, tag string) []string {
+		names := make([]string, 0, to-from)
+		for i := from; i < to; i++ {
+			names = append(names, fmt.Sprintf("%s/%s%07d", group, tag, i))
 		}
 		return names
 	}
+	runNames := func(group string) []string {
+		return itemNames(group, 0, e.rows, fmt.Sprintf("r%d-", runNo.Add(1)))
+	}
+	// until is when a run stops short of e.rows items: never for the
+	// 10k drains, which must finish, deepCap for the deep queue, where
+	// gue's claim query takes most of a second at 1M rows.
+	until := func(start time.Time) time.Time {
+		if backlog == 0 {
+			return start.Add(5 * time.Minute)
+		}
+		return start.Add(deepCap)
+	}
+	const chunk = 50000
 	var pool *pgxpool.Pool
 	setupPool := func(ctx context.Context) (err error) {
 		if pool == nil {
@@ -65,28 +130,53 @@ func (e *env) claimScenario(batch int) *scenario {
 		}
 		return err
 	}
+	// clean vacuums table before a 10k run (not timed), so that every
+	// implementation starts on a table without the dead rows of earlier
+	// runs, as River's, truncated, does; the deep queue is left as it
+	// grows, for everyone.
+	clean := func(ctx context.Context, table string) error {
+		if backlog > 0 {
+			return nil
+		}
+		_, err := pool.Exec(ctx, "VACUUM "+table)
+		return err
+	}
 
 	// pgbaton
 	{
 		var c *leasetable.Client
 		group := fmt.Sprintf("bench-claim-%d", batch)
+		if backlog > 0 {
+			group = "bench-claim-deep"
+		}
 		im := &impl{name: "pgbaton leasetable Claim"}
 		im.setup = func(ctx context.Context) (err error) {
 			if err = setupPool(ctx); err != nil {
 				return err
 			}
-			c, err = leasetable.New(ctx, pool, leasetable.Config{})
-			return err
+			if c, err = leasetable.New(ctx, pool, leasetable.Config{}); err != nil {
+				return err
+			}
+			return deep.pgbaton.do(func() error {
+				return inChunks(backlog, chunk, func(from, to int) error {
+					_, err := c.Register(ctx, group, itemNames(group, from, to, "b")...)
+					return err
+				})
+			})
 		}
 		im.teardown = func(ctx context.Context) error { return c.Close(ctx) }
 		im.run = func(ctx context.Context) (sample, error) {
-			if _, err := c.Register(ctx, group, itemNames(group)...); err != nil {
+			if err := clean(ctx, "pgbaton.lease"); err != nil {
+				return nil, err
+			}
+			if _, err := c.Register(ctx, group, runNames(group)...); err != nil {
 				return nil, err
 			}
 			var done atomic.Int64
 			start := time.Now()
+			stopAt := until(start)
 			err := parallel(claimWorkers, func(int) error {
-				for {
+				for done.Load() < int64(e.rows) && time.Now().Before(stopAt) {
 					ls, err := c.Claim(ctx, group, batch)
 					if err != nil || len(ls) == 0 {
 						return err
@@ -98,8 +188,9 @@ func (e *env) claimScenario(batch int) *scenario {
 					}
 					done.Add(int64(len(ls)))
 				}
+				return nil
 			})
-			return e.drained(start, done.Load(), err)
+			return e.drained(start, done.Load(), backlog > 0, err)
 		}
 		sc.impls = append(sc.impls, im)
 	}
@@ -107,18 +198,38 @@ func (e *env) claimScenario(batch int) *scenario {
 	// raw pgx: the same SQL functions.
 	{
 		group := fmt.Sprintf("bench-claim-raw-%d", batch)
+		if backlog > 0 {
+			group = "bench-claim-raw-deep"
+		}
+		register := func(ctx context.Context, names []string) error {
+			_, err := pool.Exec(ctx, "SELECT pgbaton.register($1, $2)", group, names)
+			return err
+		}
 		im := &impl{name: "raw pgx (same SQL functions)"}
-		im.setup = setupPool
+		im.setup = func(ctx context.Context) error {
+			if err := setupPool(ctx); err != nil {
+				return err
+			}
+			return deep.raw.do(func() error {
+				return inChunks(backlog, chunk, func(from, to int) error {
+					return register(ctx, itemNames(group, from, to, "b"))
+				})
+			})
+		}
 		im.run = func(ctx context.Context) (sample, error) {
-			if _, err := pool.Exec(ctx, "SELECT pgbaton.register($1, $2)", group, itemNames(group)); err != nil {
+			if err := clean(ctx, "pgbaton.lease"); err != nil {
+				return nil, err
+			}
+			if err := register(ctx, runNames(group)); err != nil {
 				return nil, err
 			}
 			var done atomic.Int64
 			start := time.Now()
+			stopAt := until(start)
 			err := parallel(claimWorkers, func(w int) error {
 				owner := fmt.Sprintf("bench-raw-claimer-%d", w)
 				return pool.AcquireFunc(ctx, func(c *pgxpool.Conn) error {
-					for {
+					for done.Load() < int64(e.rows) && time.Now().Before(stopAt) {
 						type item struct {
 							name  string
 							token int64
@@ -140,15 +251,23 @@ func (e *env) claimScenario(batch int) *scenario {
 						}
 						done.Add(int64(len(items)))
 					}
+					return nil
 				})
 			})
-			return e.drained(start, done.Load(), err)
+			return e.drained(start, done.Load(), backlog > 0, err)
 		}
 		sc.impls = append(sc.impls, im)
 	}
 
 	// River
 	{
+		noops := func(n int) []river.InsertManyParams {
+			params := make([]river.InsertManyParams, n)
+			for i := range params {
+				params[i] = river.InsertManyParams{Args: noopArgs{}}
+			}
+			return params
+		}
 		im := &impl{name: "River (riverpgxv5)"}
 		im.setup = func(ctx context.Context) error {
 			if err := setupPool(ctx); err != nil {
@@ -158,12 +277,28 @@ func (e *env) claimScenario(batch int) *scenario {
 			if err != nil {
 				return err
 			}
-			_, err = m.Migrate(ctx, rivermigrate.DirectionUp, nil)
-			return err
+			if _, err = m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+				return err
+			}
+			return deep.river.do(func() error {
+				if _, err := pool.Exec(ctx, "TRUNCATE river_job"); err != nil {
+					return err
+				}
+				inserter, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+				if err != nil {
+					return err
+				}
+				return inChunks(backlog, chunk, func(from, to int) error {
+					_, err := inserter.InsertManyFast(ctx, noops(to-from))
+					return err
+				})
+			})
 		}
 		im.run = func(ctx context.Context) (sample, error) {
-			if _, err := pool.Exec(ctx, "TRUNCATE river_job"); err != nil {
-				return nil, err
+			if backlog == 0 {
+				if _, err := pool.Exec(ctx, "TRUNCATE river_job"); err != nil {
+					return nil, err
+				}
 			}
 			workers := river.NewWorkers()
 			river.AddWorker(workers, &noopWorker{})
@@ -176,34 +311,33 @@ func (e *env) claimScenario(batch int) *scenario {
 			if err != nil {
 				return nil, err
 			}
-			params := make([]river.InsertManyParams, e.rows)
-			for i := range params {
-				params[i] = river.InsertManyParams{Args: noopArgs{}}
-			}
-			if _, err := client.InsertManyFast(ctx, params); err != nil {
+			if _, err := client.InsertManyFast(ctx, noops(e.rows)); err != nil {
 				return nil, err
 			}
-			events, cancel := client.SubscribeConfig(&river.SubscribeConfig{ChanSize: e.rows + 100,
+			events, cancel := client.SubscribeConfig(&river.SubscribeConfig{ChanSize: e.rows + claimWorkers*batch + 100,
 				Kinds: []river.EventKind{river.EventKindJobCompleted}})
 			defer cancel()
 			start := time.Now()
 			if err := client.Start(ctx); err != nil {
 				return nil, err
 			}
-			timeout := time.After(5 * time.Minute)
-			for n := 0; n < e.rows; n++ {
+			timeout := time.NewTimer(time.Until(until(start)))
+			defer timeout.Stop()
+			n := 0
+		wait:
+			for n < e.rows {
 				select {
 				case <-events:
-				case <-timeout:
-					_ = client.Stop(ctx)
-					return nil, fmt.Errorf("river: %d of %d completed in 5 minutes", n, e.rows)
+					n++
+				case <-timeout.C:
+					break wait
 				}
 			}
 			el := time.Since(start)
 			if err := client.Stop(ctx); err != nil {
 				return nil, err
 			}
-			return sample{"items/s": float64(e.rows) / el.Seconds()}, nil
+			return e.rate(int64(n), el, backlog > 0, nil)
 		}
 		sc.impls = append(sc.impls, im)
 	}
@@ -211,6 +345,15 @@ func (e *env) claimScenario(batch int) *scenario {
 	// gue
 	{
 		var gc *gue.Client
+		enqueue := func(ctx context.Context, n int) error {
+			return inChunks(n, 5000, func(from, to int) error { // one INSERT is limited to 65535 parameters
+				jobs := make([]*gue.Job, to-from)
+				for i := range jobs {
+					jobs[i] = &gue.Job{Type: "noop", Queue: "bench"}
+				}
+				return gc.EnqueueBatch(ctx, jobs)
+			})
+		}
 		im := &impl{name: "gue v5 (pgxv5)"}
 		im.setup = func(ctx context.Context) (err error) {
 			if err = setupPool(ctx); err != nil {
@@ -219,21 +362,27 @@ func (e *env) claimScenario(batch int) *scenario {
 			if _, err = pool.Exec(ctx, gueSchema); err != nil {
 				return err
 			}
-			gc, err = gue.NewClient(pgxv5.NewConnPool(pool))
-			return err
+			if gc, err = gue.NewClient(pgxv5.NewConnPool(pool)); err != nil {
+				return err
+			}
+			return deep.gue.do(func() error {
+				if _, err := pool.Exec(ctx, "DELETE FROM gue_jobs"); err != nil {
+					return err
+				}
+				return enqueue(ctx, backlog)
+			})
 		}
 		im.run = func(ctx context.Context) (sample, error) {
-			if _, err := pool.Exec(ctx, "DELETE FROM gue_jobs"); err != nil {
-				return nil, err
-			}
-			jobs := make([]*gue.Job, e.rows)
-			for i := range jobs {
-				jobs[i] = &gue.Job{Type: "noop", Queue: "bench"}
-			}
-			for i := 0; i < len(jobs); i += 5000 { // one INSERT is limited to 65535 parameters
-				if err := gc.EnqueueBatch(ctx, jobs[i:min(i+5000, len(jobs))]); err != nil {
+			if backlog == 0 {
+				if _, err := pool.Exec(ctx, "DELETE FROM gue_jobs"); err != nil {
 					return nil, err
 				}
+				if err := clean(ctx, "gue_jobs"); err != nil {
+					return nil, err
+				}
+			}
+			if err := enqueue(ctx, e.rows); err != nil {
+				return nil, err
 			}
 			var done atomic.Int64
 			all := make(chan struct{})
@@ -252,19 +401,19 @@ func (e *env) claimScenario(batch int) *scenario {
 			start := time.Now()
 			ran := make(chan error, 1)
 			go func() { ran <- wp.Run(runCtx) }()
+			timeout := time.NewTimer(time.Until(until(start)))
+			defer timeout.Stop()
 			select {
 			case <-all:
 			case err := <-ran:
 				return nil, fmt.Errorf("gue pool stopped: %v", err)
-			case <-time.After(5 * time.Minute):
-				return nil, errors.New("gue: not done in 5 minutes")
+			case <-timeout.C:
 			}
 			stop() // the last job's delete commits before Run returns
 			if err := <-ran; err != nil {
 				return nil, err
 			}
-			el := time.Since(start)
-			return sample{"items/s": float64(e.rows) / el.Seconds()}, nil
+			return e.drained(start, min(done.Load(), int64(e.rows)), backlog > 0, nil)
 		}
 		sc.impls = append(sc.impls, im)
 	}
@@ -278,14 +427,20 @@ func (e *env) claimScenario(batch int) *scenario {
 	return sc
 }
 
-// drained is the sample of a drain that started at start and completed n
+// drained is the sample of a run that started at start and completed n
 // items.
-func (e *env) drained(start time.Time, n int64, err error) (sample, error) {
-	el := time.Since(start)
-	if err == nil && n != int64(e.rows) {
+func (e *env) drained(start time.Time, n int64, mayStopShort bool, err error) (sample, error) {
+	return e.rate(n, time.Since(start), mayStopShort, err)
+}
+
+// rate is the sample of a run that completed n items in el: e.rows or
+// more, unless the run may stop short (the deep queue), where any
+// progress is a figure.
+func (e *env) rate(n int64, el time.Duration, mayStopShort bool, err error) (sample, error) {
+	if err == nil && (n < int64(e.rows) && !mayStopShort || n == 0) {
 		err = fmt.Errorf("completed %d of %d", n, e.rows)
 	}
-	return sample{"items/s": float64(e.rows) / el.Seconds()}, err
+	return sample{"items/s": float64(n) / el.Seconds()}, err
 }
 
 type noopArgs struct{}

@@ -32,6 +32,7 @@ type env struct {
 	samples  int           // latency samples per run
 	killRuns int           // SIGKILL samples per run
 	rows     int           // claim rows
+	backlog  int           // rows queued behind them in the deep claim scenarios (0: none)
 	holds    []int         // lock counts for the connections/memory scenario
 	self     string        // this binary, for child processes
 }
