@@ -135,12 +135,7 @@ LISTEN pgbaton_lease;
 -- name: LeaseCompleteMany :many
 -- Deletes the rows of finished work items in one round trip, each guarded
 -- by its (name, token) like pgbaton.complete; returns the names deleted.
--- Matching names and tokens as two sets is exact: every token is granted
--- to one row only, so no row has one lease's name and another's token.
-DELETE FROM pgbaton.lease l
- WHERE l.name = ANY (@names::text[]) AND l.token = ANY (@tokens::bigint[])
-   AND l.owner = @owner::text
-RETURNING l.name;
+SELECT name::text FROM pgbaton.complete_many(@names::text[], @tokens::bigint[], @owner::text) AS name;
 
 -- name: LeaseNotify :exec
 -- Client.Check sends its own payload on the release channel and waits for

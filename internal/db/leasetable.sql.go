@@ -336,10 +336,7 @@ func (q *Queries) LeaseComplete(ctx context.Context, db DBTX, arg LeaseCompleteP
 }
 
 const leaseCompleteMany = `-- name: LeaseCompleteMany :many
-DELETE FROM pgbaton.lease l
- WHERE l.name = ANY ($1::text[]) AND l.token = ANY ($2::bigint[])
-   AND l.owner = $3::text
-RETURNING l.name
+SELECT name::text FROM pgbaton.complete_many($1::text[], $2::bigint[], $3::text) AS name
 `
 
 type LeaseCompleteManyParams struct {
@@ -350,8 +347,6 @@ type LeaseCompleteManyParams struct {
 
 // Deletes the rows of finished work items in one round trip, each guarded
 // by its (name, token) like pgbaton.complete; returns the names deleted.
-// Matching names and tokens as two sets is exact: every token is granted
-// to one row only, so no row has one lease's name and another's token.
 func (q *Queries) LeaseCompleteMany(ctx context.Context, db DBTX, arg LeaseCompleteManyParams) ([]string, error) {
 	rows, err := db.Query(ctx, leaseCompleteMany, arg.Names, arg.Tokens, arg.Owner)
 	if err != nil {
