@@ -93,8 +93,8 @@ func (e *env) claimScenario(batch, backlog int, deep *backlogs) *scenario {
 			"Every run adds %d rows (not timed), then %d workers complete %d items, whichever they get, or stop after %s; "+
 			"items/s = items completed ÷ time taken. ", backlog, e.rows, claimWorkers, e.rows, deepCap)
 	}
-	sc.note += fmt.Sprintf("pgbaton: Register, then Claim(group, %d) and Client.Complete of the batch (one round trip). raw pgx: "+
-		"pgbaton.claim and one pipelined batch of pgbaton.complete per claim. River: a client with "+
+	sc.note += fmt.Sprintf("pgbaton: Register, Claim(group, %d), then CompleteAndClaim: the finished batch and the next claim in one "+
+		"round trip and one commit. raw pgx: the same, as one pipelined batch of pgbaton.complete per item and pgbaton.claim. River: a client with "+
 		"MaxWorkers %d and a no-op worker, FetchCooldown 1 ms, FetchPollInterval 10 ms; ends at the %d-th "+
 		"JobCompleted event. gue: a WorkerPool of %d (one job per transaction, batch does not apply), "+
 		"poll interval 1 ms.", batch, claimWorkers*batch, e.rows, claimWorkers)
@@ -176,19 +176,16 @@ func (e *env) claimScenario(batch, backlog int, deep *backlogs) *scenario {
 			start := time.Now()
 			stopAt := until(start)
 			err := parallel(claimWorkers, func(int) error {
-				for done.Load() < int64(e.rows) && time.Now().Before(stopAt) {
-					ls, err := c.Claim(ctx, group, batch)
-					if err != nil || len(ls) == 0 {
-						return err
+				ls, err := c.Claim(ctx, group, batch)
+				for err == nil && len(ls) > 0 {
+					if done.Add(int64(len(ls))) >= int64(e.rows) || !time.Now().Before(stopAt) {
+						return c.Complete(ctx, ls...)
 					}
-					// One round trip and one commit for the batch, as the
-					// raw variant's pipelined batch does.
-					if err := c.Complete(ctx, ls...); err != nil {
-						return err
-					}
-					done.Add(int64(len(ls)))
+					// The finished batch and the next claim: one round
+					// trip and one commit, as the raw variant's batch.
+					ls, err = c.CompleteAndClaim(ctx, group, batch, ls...)
 				}
-				return nil
+				return err
 			})
 			return e.drained(start, done.Load(), backlog > 0, err)
 		}
@@ -229,29 +226,40 @@ func (e *env) claimScenario(batch, backlog int, deep *backlogs) *scenario {
 			err := parallel(claimWorkers, func(w int) error {
 				owner := fmt.Sprintf("bench-raw-claimer-%d", w)
 				return pool.AcquireFunc(ctx, func(c *pgxpool.Conn) error {
-					for done.Load() < int64(e.rows) && time.Now().Before(stopAt) {
-						type item struct {
-							name  string
-							token int64
-						}
-						rows, _ := c.Query(ctx, "SELECT name, token FROM pgbaton.claim($1, $2, $3, $4)", group, owner, batch, 30000)
-						items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (it item, err error) {
+					type item struct {
+						name  string
+						token int64
+					}
+					const claimSQL = "SELECT name, token FROM pgbaton.claim($1, $2, $3, $4)"
+					scan := func(rows pgx.Rows) ([]item, error) {
+						return pgx.CollectRows(rows, func(r pgx.CollectableRow) (it item, err error) {
 							err = r.Scan(&it.name, &it.token)
 							return it, err
 						})
-						if err != nil || len(items) == 0 {
-							return err
-						}
+					}
+					rows, _ := c.Query(ctx, claimSQL, group, owner, batch, 30000)
+					items, err := scan(rows)
+					for err == nil && len(items) > 0 {
+						last := done.Add(int64(len(items))) >= int64(e.rows) || !time.Now().Before(stopAt)
+						// The finished items and the next claim in one
+						// pipelined batch: one round trip, one commit.
 						b := &pgx.Batch{}
 						for _, it := range items {
 							b.Queue("SELECT pgbaton.complete($1, $2, $3)", it.name, owner, it.token)
 						}
-						if err := c.SendBatch(ctx, b).Close(); err != nil {
+						var next []item
+						if !last {
+							b.Queue(claimSQL, group, owner, batch, 30000).Query(func(rows pgx.Rows) (err error) {
+								next, err = scan(rows)
+								return err
+							})
+						}
+						if err = c.SendBatch(ctx, b).Close(); last {
 							return err
 						}
-						done.Add(int64(len(items)))
+						items = next
 					}
-					return nil
+					return err
 				})
 			})
 			return e.drained(start, done.Load(), backlog > 0, err)

@@ -24,7 +24,10 @@
 //   - waits that wake on release (one LISTEN connection per Client, shared
 //     by all waiters) or at the holder's known expiry, never by polling;
 //   - claiming of shards and work items (Register, Claim) with FOR UPDATE
-//     SKIP LOCKED, semaphores, leader election with terms, job runs with
+//     SKIP LOCKED; a worker's loop completes the finished batch and claims
+//     the next in one round trip and one commit (CompleteAndClaim); the
+//     claim functions stay on their indexes however stale the table's
+//     statistics; semaphores, leader election with terms, job runs with
 //     checkpoints fenced in pgbaton.fenced_value (package fencedwrite), and
 //     cron slots claimed once across nodes;
 //   - observability: OpenTelemetry metrics (Config.MeterProvider: acquire

@@ -43,6 +43,37 @@ func ExampleClient_Claim() {
 	// worker-1 processes orders-1
 }
 
+// A worker drains a queue of work items: each round completes the batch
+// it finished and claims the next in one round trip and one commit.
+func ExampleClient_CompleteAndClaim() {
+	pool, done := examplePool()
+	defer done()
+	ctx := context.Background()
+	worker, err := leasetable.New(ctx, pool, leasetable.Config{Owner: "mailer-1"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer worker.Close(ctx)
+	if _, err := worker.Register(ctx, "mail", "mail-1", "mail-2", "mail-3"); err != nil {
+		log.Fatal(err)
+	}
+
+	batch, err := worker.Claim(ctx, "mail", 2)
+	for err == nil && len(batch) > 0 {
+		for _, l := range batch {
+			fmt.Println("send", l.Name())
+		}
+		batch, err = worker.CompleteAndClaim(ctx, "mail", 2, batch...)
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// send mail-1
+	// send mail-2
+	// send mail-3
+}
+
 // A semaphore lets at most N holders in at once.
 func ExampleClient_Semaphore() {
 	pool, done := examplePool()

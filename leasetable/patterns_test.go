@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/pgtest"
 	"github.com/pgbaton/pgbaton/leasetable"
 )
@@ -258,6 +259,86 @@ func TestClaimCompleteWorkItems(t *testing.T) {
 	for _, l := range append(la, lb...) {
 		assert.ErrorIs(t, l.Err(), leasetable.ErrReleased)
 	}
+}
+
+func TestCompleteAndClaim(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := ctxT(t, time.Minute)
+	a := newClient(t, pool, leasetable.Config{Owner: "a", TTL: time.Minute})
+	b := newClient(t, pool, leasetable.Config{Owner: "b", TTL: time.Minute})
+	items := make([]string, 10)
+	for i := range items {
+		items[i] = "item-" + strconv.Itoa(i)
+	}
+	_, err := a.Register(ctx, "queue", items...)
+	require.NoError(t, err)
+	count := func(where string) int {
+		t.Helper()
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pgbaton.lease WHERE lease_group = 'queue' AND "+where).Scan(&n))
+		return n
+	}
+
+	la, err := a.Claim(ctx, "queue", 3)
+	require.NoError(t, err)
+	lb, err := b.Claim(ctx, "queue", 1)
+	require.NoError(t, err)
+	// Bad input changes nothing: no lease ends, nothing is claimed.
+	_, err = a.CompleteAndClaim(ctx, "queue", 0, la...)
+	require.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
+	_, err = a.CompleteAndClaim(ctx, "", 1, la...)
+	require.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
+	_, err = a.CompleteAndClaim(ctx, "queue", 1, la[0], lb[0])
+	require.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
+	_, err = a.CompleteAndClaim(ctx, "queue", 1, nil)
+	require.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
+	for _, l := range append(la, lb...) {
+		require.NoError(t, l.Err())
+	}
+	assert.Equal(t, 4, count("owner IS NOT NULL"))
+
+	// One of a's items is taken over behind its back: the others are
+	// completed, the claim happens all the same, and the error says which.
+	_, err = pool.Exec(ctx, "UPDATE pgbaton.lease SET owner = 'thief', token = nextval('pgbaton.lease_token_seq') WHERE name = $1", la[1].Name())
+	require.NoError(t, err)
+	next, err := a.CompleteAndClaim(ctx, "queue", 4, la...)
+	require.ErrorIs(t, err, leasetable.ErrNotHeld)
+	assert.Contains(t, err.Error(), la[1].Name())
+	require.Len(t, next, 4)
+	for _, l := range la {
+		assert.ErrorIs(t, l.Err(), leasetable.ErrReleased)
+		for _, n := range next {
+			assert.NotEqual(t, l.Name(), n.Name())
+			assert.Greater(t, n.Token(), l.Token())
+		}
+	}
+	assert.Equal(t, 8, count("true"), "two completed")
+	assert.Equal(t, 4, count("owner = 'a'"))
+
+	// A worker's loop drains the rest; the last call claims nothing.
+	completed := 2
+	for len(next) > 0 {
+		done := len(next)
+		next, err = a.CompleteAndClaim(ctx, "queue", 4, next...)
+		require.NoError(t, err)
+		completed += done
+	}
+	require.NoError(t, b.Complete(ctx, lb...))
+	assert.Equal(t, 9, completed+1, "every item but the stolen one and b's")
+	assert.Equal(t, 1, count("true"), "only the stolen item is left")
+
+	// A round trip that fails does neither: the leases stay uncompleted.
+	_, err = a.Register(ctx, "queue", "late-0", "late-1")
+	require.NoError(t, err)
+	late, err := a.Claim(ctx, "queue", 1)
+	require.NoError(t, err)
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = a.CompleteAndClaim(cctx, "queue", 1, late...)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, 3, count("true"), "nothing deleted")
+	assert.Equal(t, 1, count("owner = 'a'"), "nothing claimed")
 }
 
 // childKeeper keeps up to args[2] leases of group args[1] and prints

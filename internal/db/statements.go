@@ -10,3 +10,10 @@ const (
 	AdvisoryTryOneSQL    = advisoryTryOne
 	AdvisoryUnlockOneSQL = advisoryUnlockOne
 )
+
+// The text of the statements leasetable's CompleteAndClaim sends in one
+// pgx batch (one round trip, one transaction).
+const (
+	LeaseCompleteManySQL = leaseCompleteMany
+	LeaseClaimSQL        = leaseClaim
+)
