@@ -179,8 +179,6 @@ func (c *Client) CompleteAndClaim(ctx context.Context, group string, n int, done
 // answered by the database.
 type completion struct {
 	leases []*Lease
-	names  []string
-	tokens []int64
 }
 
 // startCompletion checks leases and stops those not released or completed
@@ -191,24 +189,27 @@ func (c *Client) startCompletion(leases []*Lease) (*completion, error) {
 			return nil, invalid("Complete needs leases of this client")
 		}
 	}
-	cb := &completion{
-		leases: make([]*Lease, 0, len(leases)),
-		names:  make([]string, 0, len(leases)),
-		tokens: make([]int64, 0, len(leases)),
-	}
+	cb := &completion{leases: make([]*Lease, 0, len(leases))}
 	for _, l := range leases {
 		l.releaseOnce.Do(func() {
 			l.stop()
 			cb.leases = append(cb.leases, l)
-			cb.names = append(cb.names, l.name)
-			cb.tokens = append(cb.tokens, l.token)
 		})
 	}
 	return cb, nil
 }
 
+// params are the arguments of pgbaton.complete_many for cb's leases.
 func (cb *completion) params(c *Client) db.LeaseCompleteManyParams {
-	return db.LeaseCompleteManyParams{Names: cb.names, Tokens: cb.tokens, Owner: c.cfg.Owner}
+	p := db.LeaseCompleteManyParams{
+		Names:  make([]string, len(cb.leases)),
+		Tokens: make([]int64, len(cb.leases)),
+		Owner:  c.cfg.Owner,
+	}
+	for i, l := range cb.leases {
+		p.Names[i], p.Tokens[i] = l.name, l.token
+	}
+	return p
 }
 
 // finish records the outcome: deleted are the names whose rows went, err
