@@ -2,8 +2,10 @@ package advisory_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -11,7 +13,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/pgbaton/pgbaton/advisory"
-	"github.com/pgbaton/pgbaton/internal/pgtest"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 )
 
 // Benchmarks run against the test binary's throwaway cluster on loopback
@@ -260,4 +262,145 @@ func BenchmarkHandover(b *testing.B) {
 	b.ReportMetric(p(ours, 0.99), "p99-µs")
 	b.ReportMetric(p(raw, 0.5), "raw-p50-µs")
 	b.ReportMetric(p(raw, 0.99), "raw-p99-µs")
+}
+
+// BenchmarkContended8: 8 Lockers (each standing for a process of its own)
+// loop blocking Lock+Unlock on one key, versus 8 raw pgx connections
+// looping pg_advisory_lock+pg_advisory_unlock on another key, in
+// alternating rounds.
+func BenchmarkContended8(b *testing.B) {
+	const clients = 8
+	d := env.DB(b)
+	ctx := context.Background()
+	lockers := make([]*advisory.Locker, clients)
+	conns := make([]*pgx.Conn, clients)
+	for i := range clients {
+		lockers[i] = newLocker(b, d.Pool(b), advisory.Config{})
+		conns[i] = rawConn(b, d)
+	}
+	key := advisory.Int64(91)
+	run := func(n int, fn func(i int) error) time.Duration {
+		var wg sync.WaitGroup
+		start := time.Now()
+		for i := range clients {
+			wg.Go(func() {
+				for range n {
+					if err := fn(i); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return time.Since(start)
+	}
+	ours := func(i int) error {
+		lk, err := lockers[i].Lock(ctx, key)
+		if err != nil {
+			return err
+		}
+		return lk.Unlock(ctx)
+	}
+	raw := func(i int) error {
+		if _, err := conns[i].Exec(ctx, "SELECT pg_advisory_lock(92)"); err != nil {
+			return err
+		}
+		_, err := conns[i].Exec(ctx, "SELECT pg_advisory_unlock(92)")
+		return err
+	}
+	run(10, ours) // open the sessions and spares outside the timing
+	run(10, raw)
+	const rounds = 4
+	n := max(1, b.N/clients/rounds)
+	var tOurs, tRaw time.Duration
+	b.ResetTimer()
+	for r := range rounds {
+		if r%2 == 0 {
+			tOurs += run(n, ours)
+			b.StopTimer()
+			tRaw += run(n, raw)
+			b.StartTimer()
+		} else {
+			b.StopTimer()
+			tRaw += run(n, raw)
+			b.StartTimer()
+			tOurs += run(n, ours)
+		}
+	}
+	b.StopTimer()
+	total := n * rounds * clients
+	b.ReportMetric(perSecond(total, tOurs), "acq/s")
+	b.ReportMetric(perSecond(total, tRaw), "raw-acq/s")
+	b.ReportMetric(tRaw.Seconds()/tOurs.Seconds(), "x-raw")
+}
+
+// BenchmarkKillHandover: a child process holds the lock (through a Locker,
+// or on a raw pgx connection) and is SIGKILLed while this process waits
+// for it (a Locker, or a raw connection); latency from the kill to the
+// waiter holding the lock, p50, for both.
+func BenchmarkKillHandover(b *testing.B) {
+	d := env.DB(b)
+	ctx := context.Background()
+	admin := adminPool(b)
+	waiter := newLocker(b, d.Pool(b), advisory.Config{})
+	conn := rawConn(b, d)
+	sample := func(child string, lock func(name string) (func(), error)) time.Duration {
+		name := fmt.Sprintf("kill:%s", child)
+		holder := env.StartChild(b, child, d.URL, name)
+		holder.Expect(b, "locked", time.Minute)
+		got := make(chan time.Time, 1)
+		var unlock func()
+		go func() {
+			u, err := lock(name)
+			if err != nil {
+				b.Error(err)
+			}
+			unlock = u
+			got <- time.Now()
+		}()
+		eventuallyWaiting(b, admin, d, 1)
+		start := time.Now()
+		holder.Signal(b, syscall.SIGKILL)
+		at := <-got
+		if unlock != nil {
+			unlock()
+		}
+		_ = holder.Wait(b, time.Minute)
+		return at.Sub(start)
+	}
+	ours := func(name string) (func(), error) {
+		lk, err := waiter.Lock(ctx, advisory.Name(name))
+		if err != nil {
+			return nil, err
+		}
+		return func() { _ = lk.Unlock(ctx) }, nil
+	}
+	raw := func(name string) (func(), error) {
+		key, _ := advisory.NameKey("", name)
+		if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
+			return nil, err
+		}
+		return func() { _, _ = conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", key) }, nil
+	}
+	var lo, lr []time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		if i%2 == 0 {
+			lo = append(lo, sample("hold", ours))
+			lr = append(lr, sample("rawhold", raw))
+		} else {
+			lr = append(lr, sample("rawhold", raw))
+			lo = append(lo, sample("hold", ours))
+		}
+	}
+	b.StopTimer()
+	p50 := func(ds []time.Duration) float64 {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return float64(s[len(s)/2].Microseconds())
+	}
+	b.ReportMetric(p50(lo), "p50-µs")
+	b.ReportMetric(p50(lr), "raw-p50-µs")
+	b.ReportMetric(p50(lo)/p50(lr), "x-raw")
 }

@@ -21,7 +21,7 @@ func (l *Locker) Check(ctx context.Context) error {
 		return err
 	}
 	defer l.unreserve(s)
-	if _, err := s.doClaimed(ctx, opPing, lockID{}); err != nil {
+	if _, err := s.doClaimed(opPing, lockID{}); err != nil {
 		return fmt.Errorf("advisory: check: %w", err)
 	}
 	return nil

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"os"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -18,6 +20,27 @@ type Config struct {
 	// so that applications sharing a database cannot collide by accident.
 	// At most MaxNamespaceLen bytes, no "/". Default "" (none).
 	Namespace string
+
+	// Owner identifies this process on the server: every connection the
+	// Locker holds locks or waits on carries the application_name
+	// "pgbaton advisory <Owner>" (cut to the 63 bytes Postgres keeps), so
+	// pg_stat_activity and `pgbaton locks` show which process holds which
+	// lock. Printable ASCII, at most MaxOwnerLen bytes. Default
+	// "hostname:pid".
+	Owner string
+
+	// SessionPooler declares that the pool connects through a pooler in
+	// session mode (PgBouncer pool_mode = session, with its default
+	// server_reset_query DISCARD ALL, which releases a client's session
+	// locks when it leaves). A pooler shows itself by the cancel key it
+	// sends (its own, not the backend's), but not whether it lends
+	// backends per transaction, which would spread session locks over
+	// backends other clients use: without SessionPooler a Locker refuses
+	// any pooler with ErrSessionPooling. With it, the Locker still checks
+	// at every connection that no other client shares the backend, and
+	// every statement checks that it runs on the session's own backend.
+	// Default false.
+	SessionPooler bool
 
 	// MaxLocksPerSession caps the locks held on one session connection;
 	// beyond it the Locker opens another session. Every statement on a
@@ -77,6 +100,9 @@ type Config struct {
 	MetricNames bool
 }
 
+// MaxOwnerLen is the longest Config.Owner.
+const MaxOwnerLen = 128
+
 // Defaults.
 const (
 	DefaultMaxLocksPerSession   = 500
@@ -90,6 +116,12 @@ const (
 func (c Config) withDefaults() (Config, error) {
 	if err := validateNamespace(c.Namespace); err != nil {
 		return c, err
+	}
+	if c.Owner == "" {
+		c.Owner = defaultOwner()
+	}
+	if len(c.Owner) > MaxOwnerLen || strings.IndexFunc(c.Owner, func(r rune) bool { return r < ' ' || r > '~' }) >= 0 {
+		return c, fmt.Errorf("%w: Config.Owner must be printable ASCII of at most %d bytes", pgbaton.ErrInvalidArgument, MaxOwnerLen)
 	}
 	for _, d := range []struct {
 		name string
@@ -130,6 +162,29 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c, nil
+}
+
+// defaultOwner is "hostname:pid".
+func defaultOwner() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	owner := fmt.Sprintf("%s:%d", host, os.Getpid())
+	if strings.IndexFunc(owner, func(r rune) bool { return r < ' ' || r > '~' }) >= 0 {
+		owner = fmt.Sprintf("pid:%d", os.Getpid())
+	}
+	return owner
+}
+
+// applicationName is the application_name of the Locker's connections,
+// cut to what Postgres keeps (NAMEDATALEN - 1 bytes).
+func (c Config) applicationName() string {
+	name := "pgbaton advisory " + c.Owner
+	if len(name) > 63 {
+		name = name[:63]
+	}
+	return name
 }
 
 // giveUp is how long after its last answer a session is declared lost.

@@ -6,14 +6,17 @@
 // caller's pgxpool for good so that pool lifetime limits never drop them.
 // Many locks share one session; because Postgres advisory locks are
 // re-entrant within a session, the Locker's own bookkeeping keeps two
-// goroutines from both holding a key. Lock and unlock requests on a
-// session are pipelined: requests queued together go in one batch, and a
-// batch is sent while earlier ones are still on the wire, so eight
-// goroutines on one session outrun eight connections of their own. Under
-// heavier load (16 requests pending on every session) new locks go to a
-// second session (Config.MaxSessionsUnderLoad, default 2), which then
-// stays open. Past Config.MaxLocksPerSession locks a session is full and
-// another one opens.
+// goroutines from both holding a key. Each session's connection belongs
+// to one goroutine: lock and unlock calls hand it their requests and wait
+// for their answers; it sends whatever is queued as one batch, keeps the
+// next batches on the wire while earlier ones are answered (so eight
+// goroutines on one session outrun eight connections of their own),
+// pings the server when the session was idle, and, when the connection
+// fails, answers every pending call with the cause and cancels every lock
+// on the session. Under heavier load (16 requests pending on every
+// session) new locks go to a second session (Config.MaxSessionsUnderLoad,
+// default 2), which then stays open. Past Config.MaxLocksPerSession locks
+// a session is full and another one opens.
 //
 //	locker, err := advisory.New(pool, advisory.Config{})
 //	lk, err := locker.TryLock(ctx, advisory.Name("job:daily-export"))
@@ -27,13 +30,37 @@
 // the cancel arrives, the waiting connection releases whatever it holds
 // before it is closed. A granted wait's connection becomes a session, and
 // the connections of sessions that fall idle are kept (two at most) for
-// the next waits, so a contended lock does not open a backend per wait.
+// the next waits, so a contended lock does not open a backend per wait; a
+// Lock that finds such a connection waits on it straight away (granted
+// in one round trip if the key is free), as a plain pg_advisory_lock
+// would.
+//
+// Every connection a Locker holds locks on carries the application_name
+// "pgbaton advisory <Config.Owner>" (host:pid by default), so
+// pg_stat_activity and `pgbaton locks` show which process holds which
+// lock.
 //
 // RunExclusive runs a function under a lock (skip-if-held or wait) and
 // unlocks on every path. Elect and Campaign build leader election on an
 // exclusive lock. XactTryLock and XactLock take transaction-scoped locks
 // in the caller's pgx.Tx, which also work behind PgBouncer transaction
 // pooling.
+//
+// # Cron jobs
+//
+// A skip-if-held lock (TryLock, RunExclusive with the zero RunOptions)
+// gives mutual exclusion: no two nodes run the job at the same moment. It
+// does not give one run per scheduled time. Nodes whose tickers fire at
+// different moments (clock skew, start times, a GC pause, a loaded
+// machine) each find the lock free once the earlier node's run has ended,
+// and each run the same slot again: three nodes whose tickers fire a few
+// hundred milliseconds apart run a short job about three times per slot.
+// For a job that must run once per slot, claim the slot with
+// leasetable.Client.ClaimSlot(ctx, job, scheduledAt), passing the nominal
+// time of the slot (the tick truncated to the schedule), which is true
+// for exactly one caller per (job, slot) however skewed the tickers; take
+// an advisory lock inside it only if runs of one job must also never
+// overlap. Package gocronlock does both for gocron schedulers.
 //
 // # Keys
 //
@@ -46,10 +73,46 @@
 //	SELECT pg_try_advisory_lock(pgbaton.advisory_key('job:daily-export'));
 //
 // Every name locked through a Locker is recorded once per Locker in
-// pgbaton.advisory_name, so tools can show names instead of numbers; a
+// pgbaton.advisory_name (by transaction-scoped locks in the caller's
+// transaction, see below), so tools can show names instead of numbers; a
 // second name with the same key is refused with ErrKeyCollision. Int64 and
 // Pair keys are taken as given (Pair uses Postgres's separate int4-pair
 // key space) and need no pgbaton schema.
+//
+// # Transaction-scoped locks
+//
+// XactTryLock, XactLock, XactTryRLock and XactRLock take
+// pg_advisory_xact_lock in the caller's pgx.Tx. The lock is released when
+// the transaction commits or rolls back; there is no session to watch,
+// and a holder that dies takes its transaction, and the lock, with it.
+// Every statement runs in the caller's transaction, none on another
+// connection, so they work with a pool of one connection and behind
+// PgBouncer transaction pooling. A call is one statement, which also asks
+// pg_is_in_recovery(): on a standby, whose locks would exclude nobody on
+// the primary, they return pgbaton.ErrStandby and lock nothing, whatever
+// the key.
+//
+// A Name is recorded in the same transaction. The first lock of a name by
+// a Locker reads the recorded name in the statement that locks, and locks
+// only if the recorded name is this one or none, so a collision
+// (ErrKeyCollision) is refused before anything is locked. If none is
+// recorded, a second statement inserts it — only under an exclusive lock
+// in a read-write transaction, where no other transaction can be
+// inserting the same name, so the insert never waits; a shared lock or a
+// read-only transaction locks without recording. A transaction that rolls
+// back records nothing, and a later lock records the name. Once a Locker
+// has read the name back as recorded, each call is the one lock statement.
+//
+// ErrLocked (a try found the key held), ErrStandby and ErrKeyCollision
+// leave the transaction as it was: nothing was locked and it can go on.
+// Any other error comes from a failed statement (the wait cancelled when
+// ctx ended, the lock table full, pgbaton.ErrNotMigrated without the
+// schema) and, as after any failed statement, the transaction is aborted:
+// roll it back; its locks go with it. Recording the name is not wrapped
+// in a savepoint: the only ways it can fail are a missing schema or
+// privilege, which need fixing rather than working around, while a
+// savepoint would cost two more round trips and a subtransaction on the
+// first lock of every name.
 //
 // # Loss
 //
@@ -95,23 +158,45 @@
 //
 // # Unsafe setups
 //
-// A session that finds the server in recovery fails with pgbaton.ErrStandby.
-// A transaction-pooling proxy (PgBouncer) in between would take and
-// release session locks on whatever backend each statement lands on, and
-// leave them there for other clients: ErrSessionPooling, with the advice
-// to use XactLock or package leasetable. It is detected three ways: the
-// backend pid changes between the two statements that set a session up; a
-// second client connection from the pool is served by the session's
-// backend (only a pooler shares a backend between connections); and every
-// later session statement carries the session's pid and does nothing on
-// any other backend ("WHERE pg_backend_pid() = $pid"), so a move is
-// noticed at once and never locks or unlocks on a backend other clients
-// use. Locks taken before a late detection are released on the session's
-// backend if the pooler lets it be reached again. SQLSTATE 53200 (the server's shared lock
-// table is full) becomes ErrLockTableFull, and a Locker refuses to hold
-// more than Config.MaxLocks locks before that happens. Refusals are
-// logged to Config.Logger (Error; Warn for a full lock table) as well as
-// returned.
+// Every connection a Locker takes is probed before anything is set or
+// locked on it, with one statement sent in the simple protocol (no
+// prepared statement that a pooler could mix up between clients). A server
+// in recovery is refused with pgbaton.ErrStandby (and so is every
+// transaction-scoped lock there). A server that only
+// looks like PostgreSQL is refused with pgbaton.ErrUnsupportedServer:
+// CockroachDB (its pg_advisory_lock locks nothing) and YugabyteDB, told by
+// the startup parameters they send and by version().
+//
+// A transaction-pooling proxy (PgBouncer in transaction or statement
+// mode) in between would take and release session locks on whatever
+// backend each statement lands on, and leave them there for other
+// clients: such setups are refused with ErrSessionPooling, with the advice
+// to use XactLock or package leasetable. A pooler shows itself for sure:
+// the cancel key it sends at startup is its own, not the backend's pid.
+// Whether it lends backends per transaction cannot be told for sure from
+// a client, so a pooler is refused unless Config.SessionPooler declares
+// that it runs in session mode; the refusal comes before any lock, on
+// every attempt, whatever the pool size or traffic. A connection counts as
+// direct only when the cancel key is the backend's and the server sees
+// this very socket's address and port. Anything in between that is not
+// such a pooler (a TCP proxy, NAT, a declared session pooler) is checked
+// further: the backend must hold no advisory locks already, the session's
+// statements must stay on one backend, and a second client connection,
+// asked right after, must not be served by the session's backend
+// (a transaction pooler hands out the server connection released last).
+//
+// After that, every session statement carries a random token that the
+// session set on its backend and does nothing on a backend without it
+// ("WHERE current_setting('pgbaton.session_token', true) = $token"): a
+// statement that a pooler moves to another backend, or a backend that a
+// pooler lent to another session since, is noticed at once and never
+// locks or unlocks anything there, so two Lockers can never hold one key
+// through one shared backend. Locks taken before such a late detection are
+// released on the session's backend if the pooler lets it be reached
+// again. SQLSTATE 53200 (the server's shared lock table is full) becomes
+// ErrLockTableFull, and a Locker refuses to hold more than
+// Config.MaxLocks locks before that happens. Refusals are logged to
+// Config.Logger (Error; Warn for a full lock table) as well as returned.
 //
 // # Metrics and logs
 //
@@ -119,10 +204,11 @@
 // instruments that package leasetable records too, with attribute
 // pgbaton.layer = "advisory":
 //
-//	pgbaton.acquire.attempts       counter, pgbaton.result = acquired | held | error
-//	pgbaton.acquire.wait.duration  histogram (s), same attributes
+//	pgbaton.acquire.attempts       counter, pgbaton.result = acquired | held | error,
+//	                               error.type on errors (a SQLSTATE, timeout, canceled, standby, connection, ...)
+//	pgbaton.acquire.wait.duration  histogram (s, buckets 100 µs to 10 min), same attributes
 //	pgbaton.held                   up-down counter of Locks held now
-//	pgbaton.hold.duration          histogram (s), recorded at Unlock or loss
+//	pgbaton.hold.duration          histogram (s, buckets 1 ms to 1 h), recorded at Unlock or loss
 //	pgbaton.lost                   counter, pgbaton.cause = session | pooling | closed
 //	pgbaton.renew.failures         counter: session pings that failed
 //	pgbaton.sessions               up-down counter of session connections

@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"time"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/election"
 )
 
 // Leadership is won by Elect: this process leads while it holds the
@@ -39,25 +38,20 @@ func (ld *Leadership) Err() error { return ld.lock.Err() }
 // Resign gives up leadership, letting another candidate win.
 func (ld *Leadership) Resign(ctx context.Context) error { return ld.lock.Unlock(ctx) }
 
-// Callbacks are Campaign's hooks.
-type Callbacks struct {
-	// OnStartedLeading runs, on Campaign's goroutine, each time this
-	// process becomes leader. Its context is cancelled when leadership is lost or
-	// Campaign's context ends. Leadership is kept until it returns (or is
-	// lost), then resigned. Required.
-	OnStartedLeading func(ctx context.Context)
-	// OnStoppedLeading runs after each term, once OnStartedLeading has
-	// returned and leadership was resigned or lost. Optional.
-	OnStoppedLeading func()
-}
+// Callbacks are Campaign's hooks, the same for both lock layers: term is
+// always 0 here (advisory locks have no fencing token; use leases for
+// fenced terms).
+type Callbacks = pgbaton.Callbacks
 
 // Campaign campaigns for key until ctx ends: it waits to become leader,
 // runs OnStartedLeading for the term, and after the term ends (lost or
-// OnStartedLeading returned) campaigns again after Config.RetryDelay
-// (jittered), the same pause as after errors. Terms in this process never overlap: OnStoppedLeading has
-// run before the next OnStartedLeading. It returns the context's cause
-// when ctx ends, or at once for errors retrying cannot fix (bad input,
-// Locker closed, standby, transaction pooling, name collision).
+// OnStartedLeading returned) campaigns again after a pause of about 100 ms
+// (after Config.RetryDelay when the election failed). Terms in this process never
+// overlap: OnStoppedLeading has run before the next OnStartedLeading. It
+// returns the context's cause when ctx ends, or at once for errors
+// retrying cannot fix (bad input, Locker closed, standby, transaction
+// pooling, name collision). The loop is the one leasetable's Campaign
+// runs.
 func (l *Locker) Campaign(ctx context.Context, key Key, cb Callbacks) error {
 	if ctx == nil || cb.OnStartedLeading == nil {
 		return fmt.Errorf("%w: Campaign needs a context and Callbacks.OnStartedLeading", pgbaton.ErrInvalidArgument)
@@ -65,67 +59,34 @@ func (l *Locker) Campaign(ctx context.Context, key Key, cb Callbacks) error {
 	if _, err := key.resolve(l.cfg.Namespace); err != nil {
 		return err
 	}
-	for {
-		ld, err := l.Elect(ctx, key)
-		switch {
-		case ctx.Err() != nil:
-			if ld != nil {
-				_ = ld.Resign(context.WithoutCancel(ctx))
-			}
-			return context.Cause(ctx)
-		case err != nil && permanent(err):
-			return err
-		case err != nil:
-			l.cfg.Logger.Warn("advisory: campaign: election failed; retrying", "key", key.String(), "err", err)
-			if !sleep(ctx, jitter(l.cfg.RetryDelay)) {
-				return context.Cause(ctx)
-			}
-			continue
-		}
-		l.term(ctx, ld, cb)
-		// Pause before the next campaign, lost or not: a leader whose
-		// OnStartedLeading returns at once must not spin, and others get
-		// their chance.
-		if ctx.Err() != nil || !sleep(ctx, jitter(l.cfg.RetryDelay)) {
-			return context.Cause(ctx)
-		}
-	}
+	return election.Campaign(ctx, elector{l, key}, cb, election.Config{
+		Retry: l.cfg.RetryDelay, Permanent: permanent, Logger: l.cfg.Logger, What: key.String(),
+	})
 }
 
-func (l *Locker) term(ctx context.Context, ld *Leadership, cb Callbacks) {
-	tctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(ld.Context(), func() { cancel(context.Cause(ld.Context())) })
-	defer func() {
-		stop()
-		cancel(nil)
-		_ = ld.Resign(context.WithoutCancel(ctx))
-		if cb.OnStoppedLeading != nil {
-			cb.OnStoppedLeading()
-		}
-	}()
-	cb.OnStartedLeading(tctx)
+// elector is a Locker electing on one key, for the shared campaign loop.
+type elector struct {
+	l   *Locker
+	key Key
 }
+
+func (e elector) Elect(ctx context.Context) (election.Term, error) {
+	ld, err := e.l.Elect(ctx, e.key)
+	if err != nil {
+		return nil, err
+	}
+	return term{ld}, nil
+}
+
+type term struct{ *Leadership }
+
+func (term) Number() int64 { return 0 }
 
 func permanent(err error) bool {
-	for _, p := range []error{pgbaton.ErrInvalidArgument, pgbaton.ErrClosed, pgbaton.ErrStandby, ErrSessionPooling, ErrKeyCollision, pgbaton.ErrNotMigrated} {
+	for _, p := range []error{pgbaton.ErrInvalidArgument, pgbaton.ErrClosed, pgbaton.ErrStandby, ErrSessionPooling, ErrKeyCollision, pgbaton.ErrNotMigrated, pgbaton.ErrUnsupportedServer} {
 		if errors.Is(err, p) {
 			return true
 		}
 	}
 	return false
-}
-
-func jitter(d time.Duration) time.Duration {
-	return d*3/4 + rand.N(d/2+1)
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgbaton/pgbaton"
@@ -52,16 +53,16 @@ var (
 )
 
 const (
-	sqlstateOutOfSharedMemory = "53200"
-	sqlstateUndefinedTable    = "42P01"
-	sqlstateUndefinedFunction = "42883"
-	sqlstateInvalidSchema     = "3F000"
-	sqlstateQueryCanceled     = "57014"
+	sqlstateOutOfSharedMemory = pgerrcode.OutOfMemory
+	sqlstateUndefinedTable    = pgerrcode.UndefinedTable
+	sqlstateUndefinedFunction = pgerrcode.UndefinedFunction
+	sqlstateInvalidSchema     = pgerrcode.InvalidSchemaName
+	sqlstateQueryCanceled     = pgerrcode.QueryCanceled
 	// A statement prepared on the session is gone: the next statement ran
 	// on another backend (a transaction-pooling proxy).
-	sqlstateInvalidStatementName = "26000"
+	sqlstateInvalidStatementName = pgerrcode.InvalidSQLStatementName
 	// A standby refuses writes with this one.
-	sqlstateReadOnlyTransaction = "25006"
+	sqlstateReadOnlyTransaction = pgerrcode.ReadOnlySQLTransaction
 )
 
 func pgCode(err error) string {
@@ -92,7 +93,7 @@ func mapError(op string, err error) error {
 // table is full (Warn). Other errors are the caller's to report.
 func (l *Locker) logRefusal(op string, err error) {
 	switch {
-	case errors.Is(err, pgbaton.ErrStandby), errors.Is(err, ErrSessionPooling),
+	case errors.Is(err, pgbaton.ErrStandby), errors.Is(err, ErrSessionPooling), errors.Is(err, pgbaton.ErrUnsupportedServer),
 		errors.Is(err, pgbaton.ErrNotMigrated), errors.Is(err, ErrKeyCollision):
 		l.cfg.Logger.Error("advisory: refused", "op", op, "err", err)
 	case errors.Is(err, ErrLockTableFull):

@@ -55,7 +55,7 @@ func ExampleLocker_Campaign() {
 
 	cctx, stop := context.WithCancel(ctx)
 	err = locker.Campaign(cctx, advisory.Name("leader:scheduler"), advisory.Callbacks{
-		OnStartedLeading: func(ctx context.Context) {
+		OnStartedLeading: func(ctx context.Context, _ int64) {
 			fmt.Println("started leading")
 			stop() // a real leader works until ctx ends
 			<-ctx.Done()

@@ -11,8 +11,9 @@ import (
 	"github.com/pgbaton/pgbaton/advisory"
 )
 
-// A cron job that runs on every node but must run on one at a time:
-// TryLock, and skip the run when another node has it.
+// Work that every node attempts but that must never run on two at once:
+// TryLock, and skip when another node has it. (A cron job that must run
+// once per scheduled slot needs more: see Example_cron.)
 func ExampleLocker_TryLock() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, databaseURL())

@@ -3,8 +3,6 @@ package advisory
 import (
 	"context"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // SessionSettingsForTest reads the TCP settings from the Locker's first
@@ -19,7 +17,8 @@ func SessionSettingsForTest(t testing.TB, l *Locker) map[string]string {
 	defer l.unreserve(s)
 	got := map[string]string{}
 
-	s.withConn(func(conn *pgx.Conn) {
+	s.withConn(func(oc *ownedConn) {
+		conn := oc.conn
 		for _, name := range []string{"tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count", "tcp_user_timeout"} {
 			var v string
 			if err = conn.QueryRow(context.Background(), "SELECT current_setting($1)", name).Scan(&v); err != nil {

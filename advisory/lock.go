@@ -67,7 +67,8 @@ func (lk *Lock) Err() error {
 // PingTimeout): such a lock must not look held.
 func (lk *Lock) checkExpiry() {
 	if lk.ctx.Err() == nil && lk.sess.expired() {
-		lk.sess.end(fmt.Errorf("%w: session (backend pid %d) unanswered for more than PingInterval + PingTimeout (%s)", ErrLockLost, lk.sess.pid, lk.l.cfg.giveUp()))
+		lk.sess.abort(lk.sess.lostErr())
+		<-lk.sess.exited // the Locker has cancelled the session's locks
 	}
 }
 
@@ -112,7 +113,7 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 		op = opUnlockShared
 	}
 	s := lk.sess
-	ok, err := s.do(context.WithoutCancel(ctx), op, lk.id)
+	ok, err := s.do(op, lk.id)
 
 	l.mu.Lock()
 	e.busy = false

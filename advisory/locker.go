@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgbaton/pgbaton"
@@ -33,7 +32,7 @@ type Locker struct {
 	total    int                 // locks held or being taken: the MaxLocks budget
 	names    map[string]struct{} // names recorded in the registry
 	bg       sync.WaitGroup      // blocking waits and retiring sessions
-	spares   []spareConn         // idle connections kept for waits
+	spares   []*ownedConn        // idle connections kept for waits
 	spreadAt time.Duration       // l.since() before which no session opens to spread load
 
 	stats   counters
@@ -135,126 +134,182 @@ func (l *Locker) RLock(ctx context.Context, key Key) (*Lock, error) {
 }
 
 func (l *Locker) acquire(ctx context.Context, key Key, shared, wait bool) (*Lock, error) {
-	at := attempt{start: l.metrics.start()}
-	lk, err := l.acquireKey(ctx, key, shared, wait, &at)
-	if !at.recorded {
-		l.metrics.attempt(key, at.start, err, at.contended)
-	}
+	start := l.metrics.start()
+	lk, contended, err := l.acquireKey(ctx, key, shared, wait)
+	l.metrics.attempt(key, start, err, contended)
 	if err != nil {
 		l.logRefusal("lock "+key.String(), err)
+		return nil, err
 	}
-	return lk, err
+	if ctx.Err() != nil {
+		// Taken, but the caller gave up meanwhile: do not hand out a lock
+		// nobody will unlock. The metrics counted it as acquired, and the
+		// Unlock ends its hold, so pgbaton.held stays balanced.
+		_ = lk.Unlock(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("advisory: lock %s: %w", key, context.Cause(ctx))
+	}
+	return lk, nil
 }
 
-// attempt is what acquire's metrics need to know about one call.
-type attempt struct {
-	start     time.Time
-	contended bool // the key was found held
-	recorded  bool // acquireKey recorded the attempt itself
+// acquireKey takes key in three steps: resolve it (and record its name),
+// take this Locker's turn for it among its own goroutines (Postgres
+// advisory locks are re-entrant per session, so exclusion between
+// goroutines is ours to keep), and take it from the server. contended
+// tells the metrics the key was found held.
+func (l *Locker) acquireKey(ctx context.Context, key Key, shared, wait bool) (_ *Lock, contended bool, _ error) {
+	id, err := l.resolve(ctx, key)
+	if err != nil {
+		return nil, false, err
+	}
+	for {
+		turn := l.enter(key, id, shared, wait)
+		switch {
+		case turn.err != nil:
+			return nil, contended || turn.contended, turn.err
+		case turn.joined != nil:
+			return turn.joined, contended, nil
+		case turn.after != nil:
+			contended = true
+			if err := l.awaitTurn(ctx, key, turn.after); err != nil {
+				return nil, contended, err
+			}
+			continue
+		}
+		s, err := l.take(ctx, key, id, shared, wait, turn.entry, &contended)
+		lk, err := l.settleTurn(key, id, shared, turn.entry, s, err)
+		return lk, contended, err
+	}
 }
 
-// acquireKey is acquire without the metrics.
-func (l *Locker) acquireKey(ctx context.Context, key Key, shared, wait bool, at *attempt) (*Lock, error) {
+// resolve checks ctx and key, maps the key to its lock id and, for a
+// name, records it in the registry.
+func (l *Locker) resolve(ctx context.Context, key Key) (lockID, error) {
 	if ctx == nil {
-		return nil, fmt.Errorf("%w: nil context", pgbaton.ErrInvalidArgument)
+		return lockID{}, fmt.Errorf("%w: nil context", pgbaton.ErrInvalidArgument)
 	}
 	id, err := key.resolve(l.cfg.Namespace)
 	if err != nil {
-		return nil, err
+		return lockID{}, err
 	}
 	if key.kind == kindName {
 		if err := l.register(ctx, key.name, id.id); err != nil {
-			return nil, err
+			// Behind a transaction pooler the registry's upsert through the
+			// pool can fail in ways that say nothing of the pooler (another
+			// client's prepared statement on the same backend): then the
+			// pooler is what to report.
+			if serr := l.sessionCheck(ctx); errors.Is(serr, ErrSessionPooling) {
+				return lockID{}, serr
+			}
+			return lockID{}, err
 		}
 	}
-	for {
-		l.mu.Lock()
-		if l.closed {
-			l.mu.Unlock()
-			return nil, fmt.Errorf("advisory: lock %s: %w", key, pgbaton.ErrClosed)
-		}
-		e := l.entries[id]
-		if e != nil {
-			// Another goroutine of this Locker holds or is taking the key.
-			if !e.busy && shared && e.shared && e.sess.alive() {
-				lk := l.newLock(key, id, true, e.sess)
-				e.locks[lk] = struct{}{}
-				l.mu.Unlock()
-				return lk, nil
-			}
-			if !wait && (!e.busy || e.waiting) {
-				l.mu.Unlock()
-				l.stats.contended.Add(1)
-				return nil, fmt.Errorf("%w: %s is held in this process", ErrLocked, key)
-			}
-			at.contended = true
-			ch := e.wait()
-			l.mu.Unlock()
-			select {
-			case <-ch:
-				continue
-			case <-ctx.Done():
-				return nil, fmt.Errorf("advisory: lock %s: %w", key, context.Cause(ctx))
-			case <-l.ctx.Done():
-				return nil, fmt.Errorf("advisory: lock %s: %w", key, pgbaton.ErrClosed)
-			}
-		}
-		if l.total >= l.cfg.MaxLocks {
-			l.mu.Unlock()
-			return nil, fmt.Errorf("%w: this Locker holds Config.MaxLocks = %d locks already", ErrLockTableFull, l.cfg.MaxLocks)
-		}
-		e = &entry{shared: shared, busy: true, locks: make(map[*Lock]struct{}, 1)}
-		l.entries[id] = e
-		l.total++
-		l.mu.Unlock()
+	return id, nil
+}
 
-		s, err := l.take(ctx, key, id, shared, wait, e, &at.contended)
+// turn is the outcome of entering the Locker's bookkeeping for a key:
+// exactly one field is set. entry: the key is ours to take from the
+// server; joined: a shared lock joined another goroutine's; after: wait
+// for this channel, then enter again; err: give up.
+type turn struct {
+	entry     *entry
+	joined    *Lock
+	after     <-chan struct{}
+	err       error
+	contended bool
+}
 
-		l.mu.Lock()
-		e.busy, e.waiting = false, false
-		e.notify()
-		if err == nil && l.closed {
-			err = fmt.Errorf("advisory: lock %s: %w", key, pgbaton.ErrClosed)
-		}
-		if err == nil {
-			select {
-			case <-s.done: // lost since: its locks went with it
-				err = fmt.Errorf("advisory: lock %s: %w", key, s.cause)
-			default:
-			}
-		}
-		if err != nil {
-			delete(l.entries, id)
-			l.total--
-			if s != nil {
-				s.count--
-			}
-			l.mu.Unlock()
-			return nil, err
-		}
-		lk := l.newLock(key, id, shared, s)
-		e.sess = s
-		e.locks[lk] = struct{}{}
-		l.mu.Unlock()
-		if ctx.Err() != nil {
-			// Taken, but the caller gave up meanwhile: do not hand out a
-			// lock nobody will unlock. The metrics count it as acquired,
-			// and the Unlock below ends its hold, so pgbaton.held stays
-			// balanced.
-			l.metrics.attempt(key, at.start, nil, false)
-			at.recorded = true
-			_ = lk.Unlock(context.WithoutCancel(ctx))
-			return nil, fmt.Errorf("advisory: lock %s: %w", key, context.Cause(ctx))
-		}
-		return lk, nil
+// enter takes this goroutine's turn for key in the Locker's bookkeeping.
+func (l *Locker) enter(key Key, id lockID, shared, wait bool) turn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return turn{err: fmt.Errorf("advisory: lock %s: %w", key, pgbaton.ErrClosed)}
 	}
+	if e := l.entries[id]; e != nil {
+		// Another goroutine of this Locker holds or is taking the key.
+		if !e.busy && shared && e.shared && e.sess.alive() {
+			lk := l.newLock(key, id, true, e.sess)
+			e.locks[lk] = struct{}{}
+			return turn{joined: lk}
+		}
+		if !wait && (!e.busy || e.waiting) {
+			l.stats.contended.Add(1)
+			return turn{err: fmt.Errorf("%w: %s is held in this process", ErrLocked, key), contended: true}
+		}
+		return turn{after: e.wait()}
+	}
+	if l.total >= l.cfg.MaxLocks {
+		return turn{err: fmt.Errorf("%w: this Locker holds Config.MaxLocks = %d locks already", ErrLockTableFull, l.cfg.MaxLocks)}
+	}
+	e := &entry{shared: shared, busy: true, locks: make(map[*Lock]struct{}, 1)}
+	l.entries[id] = e
+	l.total++
+	return turn{entry: e}
+}
+
+// awaitTurn waits for another goroutine's turn for key to end.
+func (l *Locker) awaitTurn(ctx context.Context, key Key, after <-chan struct{}) error {
+	select {
+	case <-after:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("advisory: lock %s: %w", key, context.Cause(ctx))
+	case <-l.ctx.Done():
+		return fmt.Errorf("advisory: lock %s: %w", key, pgbaton.ErrClosed)
+	}
+}
+
+// settleTurn ends this goroutine's turn for key after take: on success
+// the lock is recorded on its session; on failure (or a session lost or a
+// Locker closed meanwhile) the entry goes. Either way goroutines waiting
+// for the turn are woken.
+func (l *Locker) settleTurn(key Key, id lockID, shared bool, e *entry, s *session, err error) (*Lock, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e.busy, e.waiting = false, false
+	e.notify()
+	if err == nil && l.closed {
+		err = fmt.Errorf("advisory: lock %s: %w", key, pgbaton.ErrClosed)
+	}
+	if err == nil {
+		select {
+		case <-s.dead: // lost since: its locks went with it
+			err = fmt.Errorf("advisory: lock %s: %w", key, s.cause)
+		default:
+		}
+	}
+	if err != nil {
+		delete(l.entries, id)
+		l.total--
+		if s != nil {
+			s.count--
+		}
+		return nil, err
+	}
+	lk := l.newLock(key, id, shared, s)
+	e.sess = s
+	e.locks[lk] = struct{}{}
+	return lk, nil
 }
 
 // take gets the lock from the server: first with a try on a shared
 // session, then, for a waiting call, with a blocking wait on a connection
-// of its own that becomes a session once the lock is granted. On success
-// the returned session's count includes the lock.
+// of its own that becomes a session once the lock is granted. A waiting
+// call that finds a spare connection at hand (kept from an earlier wait)
+// waits on it at once: the wait is granted at once if the key is free,
+// in one round trip like a try, and a contended key costs no try first.
+// On success the returned session's count includes the lock.
 func (l *Locker) take(ctx context.Context, key Key, id lockID, shared, wait bool, e *entry, contended *bool) (*session, error) {
+	if wait {
+		if oc, ok := l.takeSpare(); ok {
+			l.markWaiting(e)
+			s, err := l.wait(ctx, id, shared, oc, contended)
+			if err != nil {
+				return nil, fmt.Errorf("advisory: lock %s: %w", key, err)
+			}
+			return s, nil
+		}
+	}
 	s, err := l.reserveSession(ctx)
 	if err != nil {
 		return nil, err
@@ -263,7 +318,7 @@ func (l *Locker) take(ctx context.Context, key Key, id lockID, shared, wait bool
 	if shared {
 		op = opTryShared
 	}
-	ok, err := s.doClaimed(ctx, op, id)
+	ok, err := s.doClaimed(op, id)
 	if err == nil && ok {
 		return s, nil
 	}
@@ -276,15 +331,32 @@ func (l *Locker) take(ctx context.Context, key Key, id lockID, shared, wait bool
 	if !wait {
 		return nil, fmt.Errorf("%w: %s", ErrLocked, key)
 	}
-	l.mu.Lock()
-	e.waiting = true
-	e.notify() // try-lockers waiting on the outcome can give up now
-	l.mu.Unlock()
-	s, err = l.wait(ctx, id, shared)
+	l.markWaiting(e)
+	s, err = l.wait(ctx, id, shared, nil, contended)
 	if err != nil {
 		return nil, fmt.Errorf("advisory: lock %s: %w", key, err)
 	}
 	return s, nil
+}
+
+// markWaiting records that a blocking wait for e's key is under way, so
+// that try-lockers waiting on the outcome can give up now.
+func (l *Locker) markWaiting(e *entry) {
+	l.mu.Lock()
+	e.waiting = true
+	e.notify()
+	l.mu.Unlock()
+}
+
+// sessionCheck opens a session if none is open, or fails why it cannot.
+func (l *Locker) sessionCheck(ctx context.Context) error {
+	s, err := l.reserveSession(ctx)
+	if err != nil {
+		return err
+	}
+	s.pending.Add(-1) // no request follows
+	l.unreserve(s)
+	return nil
 }
 
 // reserveSession returns a live session with room for one more lock and
@@ -321,17 +393,17 @@ func (l *Locker) reserveSession(ctx context.Context) (*session, error) {
 	if s != nil || err != nil {
 		return s, err
 	}
-	conn, pid, err := l.openConn(ctx)
+	oc, err := l.openConn(ctx)
 	if err != nil {
 		return nil, err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		closeConn(conn)
+		closeConn(oc.conn)
 		return nil, pgbaton.ErrClosed
 	}
-	s = l.newSession(conn, pid)
+	s = l.newSession(oc)
 	s.shared = true
 	s.count++
 	s.pending.Add(1)
@@ -394,7 +466,7 @@ func (l *Locker) spreadLocked() {
 	go func() {
 		defer l.bg.Done()
 		defer func() { <-l.opening }()
-		conn, pid, err := l.spareOrConn(l.ctx)
+		oc, err := l.spareOrConn(l.ctx)
 		l.mu.Lock()
 		if err != nil {
 			l.spreadAt = l.since() + l.cfg.RetryDelay
@@ -406,10 +478,10 @@ func (l *Locker) spreadLocked() {
 		}
 		if l.closed {
 			l.mu.Unlock()
-			closeConn(conn)
+			closeConn(oc.conn)
 			return
 		}
-		s := l.newSession(conn, pid)
+		s := l.newSession(oc)
 		s.shared = true
 		l.sessions = append(l.sessions, s)
 		l.mu.Unlock()
@@ -418,71 +490,75 @@ func (l *Locker) spreadLocked() {
 
 // spareOrConn returns a kept spare connection that still answers, or a
 // new one.
-func (l *Locker) spareOrConn(ctx context.Context) (*pgx.Conn, int32, error) {
+func (l *Locker) spareOrConn(ctx context.Context) (*ownedConn, error) {
 	for {
-		sp, ok := l.takeSpare()
+		oc, ok := l.takeSpare()
 		if !ok {
 			return l.openConn(ctx)
 		}
 		pctx, cancel := context.WithTimeout(ctx, l.cfg.PingTimeout)
-		err := sp.conn.Ping(pctx)
+		err := oc.conn.Ping(pctx)
 		cancel()
 		if err == nil {
-			err = l.readyConn(ctx, sp.conn)
+			return oc, nil
 		}
-		if err == nil {
-			return sp.conn, sp.pid, nil
-		}
-		closeConn(sp.conn)
+		closeConn(oc.conn)
 	}
 }
 
 // unreserve gives back a lock counted in by reserveSession or held on s.
+// A session that falls idle may retire: its connection becomes a spare.
+// That is a hand-over between goroutines, without a round trip, unless an
+// unlock found the backend holding less than it should (then everything
+// is released first, in the background).
 func (l *Locker) unreserve(s *session) {
 	l.mu.Lock()
 	s.count--
 	retire := l.retireLocked(s)
 	l.mu.Unlock()
-	if retire {
-		go func() {
-			defer l.bg.Done()
-			if conn := s.park(); conn != nil {
-				l.addSpare(conn, s.pid)
-			}
-		}()
+	if !retire {
+		return
+	}
+	if !s.dirty.Load() {
+		l.parkSession(s)
+		return
+	}
+	go l.parkSession(s)
+}
+
+// parkSession stops s and keeps its connection as a spare.
+func (l *Locker) parkSession(s *session) {
+	defer l.bg.Done()
+	if oc := s.park(); oc != nil {
+		l.addSpare(oc)
 	}
 }
 
 // maxSpares bounds the idle connections kept for blocking waits.
 const maxSpares = 2
 
-type spareConn struct {
-	conn *pgx.Conn
-	pid  int32
-}
-
-// addSpare keeps conn, set up and holding no locks, for a later wait.
-func (l *Locker) addSpare(conn *pgx.Conn, pid int32) {
+// addSpare keeps oc, holding no locks, for a later wait.
+func (l *Locker) addSpare(oc *ownedConn) {
 	l.mu.Lock()
 	if l.closed || len(l.spares) >= maxSpares {
 		l.mu.Unlock()
-		closeConn(conn)
+		closeConn(oc.conn)
 		return
 	}
-	l.spares = append(l.spares, spareConn{conn, pid})
+	l.spares = append(l.spares, oc)
 	l.mu.Unlock()
 }
 
 // takeSpare returns a kept connection, or ok false.
-func (l *Locker) takeSpare() (spareConn, bool) {
+func (l *Locker) takeSpare() (*ownedConn, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.spares) == 0 {
-		return spareConn{}, false
+		return nil, false
 	}
-	sp := l.spares[len(l.spares)-1]
+	oc := l.spares[len(l.spares)-1]
 	l.spares = l.spares[:len(l.spares)-1]
-	return sp, true
+	return oc, true
 }
 
 // retireLocked decides, with l.mu held, whether an idle session should be
@@ -523,9 +599,9 @@ func (l *Locker) removeSession(s *session) {
 	}
 }
 
-// sessionEnded runs once when s is lost or closed: every lock on it is
-// cancelled with the cause, and its keys are free to be taken again (on
-// another session).
+// sessionEnded runs once when s is lost, closed or parked, from its
+// goroutine: every lock on it is cancelled with the cause, and its keys
+// are free to be taken again (on another session).
 func (l *Locker) sessionEnded(s *session, cause error) (lost int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -533,6 +609,9 @@ func (l *Locker) sessionEnded(s *session, cause error) (lost int) {
 	if !errors.Is(cause, pgbaton.ErrClosed) {
 		l.stats.lostSessions.Add(1)
 		l.reopen.Store(true)
+	}
+	if s.count == 0 {
+		return 0 // no lock held or being taken here (a parked session)
 	}
 	metricCause := lossCause(cause)
 	if !errors.Is(cause, ErrLockLost) {
@@ -595,8 +674,8 @@ func (l *Locker) Close(ctx context.Context) error {
 	spares := l.spares
 	l.spares = nil
 	l.mu.Unlock()
-	for _, sp := range spares {
-		closeConn(sp.conn)
+	for _, oc := range spares {
+		closeConn(oc.conn)
 	}
 	return errors.Join(errs...)
 }

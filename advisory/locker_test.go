@@ -3,6 +3,8 @@ package advisory_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -284,7 +286,7 @@ func TestBadInput(t *testing.T) {
 		require.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
 		_, err = l.Elect(ctx, key)
 		require.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
-		err = l.Campaign(ctx, key, advisory.Callbacks{OnStartedLeading: func(context.Context) {}})
+		err = l.Campaign(ctx, key, advisory.Callbacks{OnStartedLeading: func(context.Context, int64) {}})
 		require.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
 	}
 	//lint:ignore SA1012 nil context on purpose
@@ -487,7 +489,7 @@ func TestCampaign(t *testing.T) {
 	campaign := make(chan error, 1)
 	go func() {
 		campaign <- a.Campaign(ctx, key, advisory.Callbacks{
-			OnStartedLeading: func(ctx context.Context) {
+			OnStartedLeading: func(ctx context.Context, _ int64) {
 				started <- ctx
 				<-ctx.Done()
 			},
@@ -608,4 +610,47 @@ func TestWaitsReuseConnections(t *testing.T) {
 		require.LessOrEqual(t, st.Connects, int64(4), "%+v", st)
 	}
 	t.Logf("connects: %d and %d for %d waits", a.Stats().Connects, b.Stats().Connects, rounds)
+}
+
+// Every connection a Locker holds locks on names pgbaton and the owner in
+// application_name, so pg_stat_activity (and `pgbaton locks`) shows which
+// process holds which lock; the default owner is host:pid.
+func TestApplicationNameShowsOwner(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	admin := adminPool(t)
+	ctx := ctxT(t)
+	appName := func(pid uint32) string {
+		var name string
+		require.NoError(t, admin.QueryRow(ctx, "SELECT application_name FROM pg_stat_activity WHERE pid = $1", int32(pid)).Scan(&name))
+		return name
+	}
+	l := newLocker(t, pool, advisory.Config{Owner: "billing-worker-7"})
+	lk, err := l.TryLock(ctx, advisory.Int64(61))
+	require.NoError(t, err)
+	require.Equal(t, "pgbaton advisory billing-worker-7", appName(holderPID(t, admin, d, 61)))
+
+	// A lock granted after a wait is on the wait's connection: named too.
+	def := newLocker(t, pool, advisory.Config{})
+	got := make(chan *advisory.Lock, 1)
+	go func() {
+		lk, err := def.Lock(ctx, advisory.Int64(61))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- lk
+	}()
+	eventuallyWaiting(t, admin, d, 1)
+	require.NoError(t, lk.Unlock(ctx))
+	waited := <-got
+	require.NotNil(t, waited)
+	host, err := os.Hostname()
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf("pgbaton advisory %s:%d", host, os.Getpid()), appName(holderPID(t, admin, d, 61)))
+	require.NoError(t, waited.Unlock(ctx))
+
+	for _, bad := range []string{"tab\there", string(make([]byte, 200))} {
+		_, err := advisory.New(pool, advisory.Config{Owner: bad})
+		require.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
+	}
 }

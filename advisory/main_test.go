@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbaton/pgbaton/advisory"
-	"github.com/pgbaton/pgbaton/internal/pgtest"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 )
 
 var env *pgtest.Env
@@ -20,6 +21,7 @@ var env *pgtest.Env
 func TestMain(m *testing.M) {
 	env = pgtest.Setup(pgtest.Options{Children: map[string]pgtest.ChildFunc{
 		"hold":    childHold,
+		"rawhold": childRawHold,
 		"counter": childCounter,
 		"watch":   childWatch,
 	}})
@@ -38,6 +40,24 @@ func childHold(ctx context.Context, args []string) error {
 		return err
 	}
 	if _, err := l.Lock(ctx, advisory.Name(args[1])); err != nil {
+		return err
+	}
+	pgtest.Printf("locked")
+	select {}
+}
+
+// childRawHold is childHold on a raw pgx connection: the baseline of
+// BenchmarkKillHandover.
+func childRawHold(ctx context.Context, args []string) error {
+	conn, err := pgx.Connect(ctx, args[0])
+	if err != nil {
+		return err
+	}
+	key, err := advisory.NameKey("", args[1])
+	if err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
 		return err
 	}
 	pgtest.Printf("locked")

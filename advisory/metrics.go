@@ -90,7 +90,8 @@ func (m *metrics) attempt(key Key, start time.Time, err error, contended bool) {
 	case errors.Is(err, ErrLocked), contended:
 		result = telemetry.Held
 	default:
-		result = telemetry.Error
+		m.tel.AttemptFailed(context.Background(), m.name(key), err, time.Since(start))
+		return
 	}
 	m.tel.Attempt(context.Background(), m.name(key), result, time.Since(start))
 }
@@ -110,7 +111,7 @@ func (m *metrics) renewFailed(n int) {
 		return
 	}
 	for range n {
-		m.tel.RenewFailed(context.Background(), "")
+		m.tel.RenewFailed(context.Background(), "", nil) // no error at hand here: no error.type
 	}
 }
 

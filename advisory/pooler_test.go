@@ -12,8 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/advisory"
-	"github.com/pgbaton/pgbaton/internal/pgtest"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 )
 
 // stmtPooler imitates PgBouncer in transaction mode, as far as a session
@@ -230,4 +231,30 @@ func TestSessionPoolingDetected(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, l2.XactTryLock(ctx, tx, advisory.Int64(4)))
 	require.NoError(t, tx.Rollback(ctx))
+}
+
+// A server that only looks like PostgreSQL (here a protocol-level fake
+// that answers like CockroachDB, whose pg_advisory_lock locks nothing) is
+// refused with pgbaton.ErrUnsupportedServer before anything is locked.
+func TestUnsupportedServerRefused(t *testing.T) {
+	ctx := ctxT(t)
+	const crdb = "CockroachDB CCL v23.1.11 (x86_64-pc-linux-gnu, built 2023/09/27 01:53:43, go1.19.10)"
+	for _, params := range []map[string]string{
+		{"server_version": "13.0.0", "crdb_version": crdb},
+		{"server_version": "13.0.0"}, // a proxy that hid crdb_version: version() tells
+	} {
+		fake := pgtest.StartFakeServer(t, crdb, params)
+		rec := &logRecorder{}
+		l := newLocker(t, pgtest.Pool(t, fake.URL()), advisory.Config{Logger: rec.logger()})
+		_, err := l.TryLock(ctx, advisory.Int64(1))
+		require.ErrorIs(t, err, pgbaton.ErrUnsupportedServer)
+		require.ErrorContains(t, err, "CockroachDB")
+		_, err = l.Lock(ctx, advisory.Int64(1))
+		require.ErrorIs(t, err, pgbaton.ErrUnsupportedServer)
+		require.ErrorIs(t, l.Check(ctx), pgbaton.ErrUnsupportedServer)
+		rec.requireLogged(t, slog.LevelError, "refused")
+		for _, q := range fake.Queries() {
+			require.NotRegexp(t, `pg_(try_)?advisory_(xact_)?lock`, q, "no lock statement reached the server")
+		}
+	}
 }

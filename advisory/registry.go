@@ -4,13 +4,25 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pgerrcode"
+
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
 )
 
-// register records name in pgbaton.advisory_name, once per Locker and
-// name, and reports a collision: another name stored with the same key.
-// It also checks that Go and SQL agree on the key.
+// registerLockTimeout bounds how long register waits for a transaction
+// that is recording the same name (XactLock records a name in the
+// caller's transaction, which may stay open for long): past it, register
+// leaves the name to that transaction instead of waiting for it.
+const registerLockTimeout = "100ms"
+
+// sqlstateLockNotAvailable is lock_timeout expiring (lock_not_available).
+const sqlstateLockNotAvailable = pgerrcode.LockNotAvailable
+
+// register records name in pgbaton.advisory_name for session locks, once
+// per Locker and name, and reports a collision: another name stored with
+// the same key. It also checks that Go and SQL agree on the key. It runs
+// on the pool.
 func (l *Locker) register(ctx context.Context, name string, key int64) error {
 	l.mu.Lock()
 	_, done := l.names[name]
@@ -19,25 +31,46 @@ func (l *Locker) register(ctx context.Context, name string, key int64) error {
 		return nil
 	}
 	ns := l.cfg.Namespace
-	row, err := db.New().AdvisoryRegisterName(ctx, l.pool, db.AdvisoryRegisterNameParams{Name: name, Namespace: ns})
-	switch pgCode(err) {
-	case "":
-	case sqlstateReadOnlyTransaction:
-		return fmt.Errorf("advisory: record lock name %q: %w: %w", name, pgbaton.ErrStandby, err)
-	case sqlstateUndefinedTable, sqlstateUndefinedFunction, sqlstateInvalidSchema:
-		return fmt.Errorf("%w: advisory lock names need pgbaton.advisory_name (migration 2): run `pgbaton migrate up` or migrations.Up: %w", pgbaton.ErrNotMigrated, err)
+	row, err := db.New().AdvisoryRegisterName(ctx, l.pool, db.AdvisoryRegisterNameParams{
+		Name: name, Namespace: ns, LockTimeout: registerLockTimeout,
+	})
+	if pgCode(err) == sqlstateLockNotAvailable {
+		// An open transaction is recording this key; it checked for
+		// collisions itself. Try again at the next lock.
+		return nil
 	}
 	if err != nil {
-		return mapError(fmt.Sprintf("record lock name %q", name), err)
+		return registryError(fmt.Sprintf("record lock name %q", name), err)
 	}
 	if row.Name != name || row.Namespace != ns {
-		return fmt.Errorf("%w: %q (namespace %q) and %q (namespace %q) both map to key %d; rename one", ErrKeyCollision, name, ns, row.Name, row.Namespace, key)
+		return collision(name, ns, row.Name, row.Namespace, key)
 	}
 	if row.Key != key {
 		return fmt.Errorf("advisory: pgbaton.advisory_key(%q) = %d in SQL but %d in Go; the function was changed", name, row.Key, key)
 	}
+	l.remember(name)
+	return nil
+}
+
+// remember notes that name is recorded, so this Locker does not record it
+// again.
+func (l *Locker) remember(name string) {
 	l.mu.Lock()
 	l.names[name] = struct{}{}
 	l.mu.Unlock()
-	return nil
+}
+
+func collision(name, ns, otherName, otherNS string, key int64) error {
+	return fmt.Errorf("%w: %q (namespace %q) and %q (namespace %q) both map to key %d; rename one", ErrKeyCollision, name, ns, otherName, otherNS, key)
+}
+
+// registryError maps an error from a statement on pgbaton.advisory_name.
+func registryError(op string, err error) error {
+	switch pgCode(err) {
+	case sqlstateReadOnlyTransaction:
+		return fmt.Errorf("advisory: %s: %w: %w", op, pgbaton.ErrStandby, err)
+	case sqlstateUndefinedTable, sqlstateUndefinedFunction, sqlstateInvalidSchema:
+		return fmt.Errorf("%w: advisory lock names need pgbaton.advisory_name (migration 2): run `pgbaton migrate up` or migrations.Up: %w", pgbaton.ErrNotMigrated, err)
+	}
+	return mapError(op, err)
 }

@@ -11,8 +11,11 @@ import (
 // RunOptions configures RunExclusive.
 type RunOptions struct {
 	// Wait makes RunExclusive wait for the lock (until ctx ends) instead of
-	// returning ErrLocked when it is held. Default false: skip if held,
-	// the usual choice for a cron job that runs on every node.
+	// returning ErrLocked when it is held. Default false: skip if held, so
+	// that no two nodes run fn at once. That alone does not run a cron job
+	// once per scheduled slot: a node whose ticker fires after another
+	// node's run has ended runs the slot again. Claim the slot with
+	// leasetable.Client.ClaimSlot first (package doc, "Cron jobs").
 	Wait bool
 	// Shared takes the lock in shared mode (readers), default exclusive.
 	Shared bool

@@ -5,14 +5,13 @@ import (
 	"errors"
 	"log/slog"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/advisory"
-	"github.com/pgbaton/pgbaton/internal/pgcluster"
-	"github.com/pgbaton/pgbaton/internal/pgtest"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgcluster"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 )
 
 // SQLSTATE 53200: a server whose shared lock table is tiny fills up; the
@@ -78,31 +77,18 @@ func TestMaxLocks(t *testing.T) {
 }
 
 func TestStandby(t *testing.T) {
-	if env.Cluster() == nil {
-		t.Skip("needs the throwaway cluster") // only with PGBATON_TEST_DSN
-	}
-	d := env.DB(t)
-	// pg_basebackup waits for a spread checkpoint; one done now leaves it
-	// almost nothing to write.
-	_, err := env.AdminPool().Exec(ctxT(t), "CHECKPOINT")
-	require.NoError(t, err)
-	standby := pgtest.NewStandby(t, env.Cluster())
-	pool := pgtest.Pool(t, standby.URL(d.Name))
+	pool := standbyPool(t)
 	ctx := ctxT(t)
-	pgtest.Eventually(t, 30*time.Second, func() (bool, error) {
-		err := pool.Ping(ctx)
-		return err == nil, nil
-	}, "standby accepts connections to %s", d.Name)
 	rec := &logRecorder{}
 	l := newLocker(t, pool, advisory.Config{Logger: rec.logger()})
-	_, err = l.TryLock(ctx, advisory.Int64(1))
+	_, err := l.TryLock(ctx, advisory.Int64(1))
 	require.ErrorIs(t, err, pgbaton.ErrStandby)
 	rec.requireLogged(t, slog.LevelError, "refused")
 	_, err = l.Lock(ctx, advisory.Int64(1))
 	require.ErrorIs(t, err, pgbaton.ErrStandby)
 	_, err = l.TryLock(ctx, advisory.Name("x"))
 	require.ErrorIs(t, err, pgbaton.ErrStandby)
-	err = l.Campaign(ctx, advisory.Int64(1), advisory.Callbacks{OnStartedLeading: func(context.Context) {}})
+	err = l.Campaign(ctx, advisory.Int64(1), advisory.Callbacks{OnStartedLeading: func(context.Context, int64) {}})
 	require.ErrorIs(t, err, pgbaton.ErrStandby, "Campaign gives up at once")
 	require.False(t, errors.Is(err, context.Canceled))
 }

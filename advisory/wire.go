@@ -6,96 +6,129 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgbaton/pgbaton/internal/db"
 )
 
-// Names of the statements every session connection prepares (readyConn).
-const (
-	stmtOp     = "pgbaton_advisory_op"
-	stmtTry    = "pgbaton_advisory_try"
-	stmtUnlock = "pgbaton_advisory_unlock"
-)
+// stmtNames are the names a connection prepares the session statements
+// under. They carry the connection's token, so that they can never clash
+// with statements a previous client left on a backend a pooler hands on.
+type stmtNames struct{ op, try, unlock string }
 
-// readyConn prepares conn to serve as a session: the session statements
-// are prepared by name (pgx remembers them, so a connection that was a
-// session before costs no round trip) and pgx's read buffers are drained
-// so that the session's wire can use the socket directly.
-func (l *Locker) readyConn(ctx context.Context, conn *pgx.Conn) error {
-	ctx, cancel := context.WithTimeout(ctx, l.cfg.PingTimeout)
-	defer cancel()
-	for _, st := range [...]struct{ name, sql string }{
-		{stmtOp, db.AdvisoryOpSQL},
-		{stmtTry, db.AdvisoryTryOneSQL},
-		{stmtUnlock, db.AdvisoryUnlockOneSQL},
-	} {
-		if _, err := conn.Prepare(ctx, st.name, st.sql); err != nil {
-			return mapError("prepare session statements", err)
-		}
-	}
-	if err := conn.PgConn().SyncConn(ctx); err != nil {
-		return mapError("prepare session", err)
-	}
-	return nil
+func namesFor(token string) stmtNames {
+	return stmtNames{op: "pgbaton_op_" + token, try: "pgbaton_try_" + token, unlock: "pgbaton_unlock_" + token}
 }
 
-// statement is the prepared statement that runs r, on the wire and
-// through pgx alike: the two most common requests have their own, without
-// the general one's branching. stmtOp takes (op, pair, hi, lo, key, pid),
-// the others (key, pid).
-func statement(r *request) string {
+// statement is the prepared statement that runs r: the two most common
+// requests have their own, without the general one's branching. op takes
+// (op, pair, hi, lo, key, token), the others (key, token).
+func (n *stmtNames) statement(r *request) string {
 	switch {
 	case r.op == opTry && !r.id.pair:
-		return stmtTry
+		return n.try
 	case r.op == opUnlock && !r.id.pair:
-		return stmtUnlock
+		return n.unlock
 	}
-	return stmtOp
+	return n.op
 }
 
-// wire speaks the extended query protocol on a session's socket itself.
-// pgx, like libpq, lets one goroutine at a time use a connection, so a
-// batch could only be sent once the previous one was answered: a session
-// had one round trip in flight. On the wire one goroutine sends a batch
-// (holding the session's write token) while another reads the results of
-// earlier ones (holding the read token); the server always has the next
-// batch waiting. pgx keeps the connection and is used again, after the
-// wire is drained, for what is rare: releasing everything, parking.
-//
-// Message framing is pgproto3's; the three statements are prepared by
-// readyConn, so a request is a Bind and an Execute, and a batch ends with
-// one Sync (one implicit transaction: a failed statement makes the server
-// skip the rest of its batch, which the session sends again).
+// readyConn makes a probed connection the Locker's, in one round trip:
+// the TCP settings, application_name and token are set (see
+// queries/advisory.sql), and the session statements are prepared. It
+// speaks the protocol through the connection's own pgproto3.Frontend, so
+// pgx's view of the connection stays exact.
+func (l *Locker) readyConn(ctx context.Context, oc *ownedConn) error {
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.PingTimeout)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	pc := oc.conn.PgConn()
+	nc := pc.Conn()
+	st := l.cfg.serverTimeouts()
+	settings := [][]byte{
+		[]byte(strconv.Itoa(st.keepalivesIdle)), []byte(strconv.Itoa(st.keepalivesInterval)),
+		[]byte(strconv.Itoa(st.keepalivesCount)), []byte(strconv.Itoa(st.userTimeout)),
+		[]byte(l.cfg.applicationName()), []byte(oc.token),
+	}
+	var buf []byte
+	for _, p := range []pgproto3.Parse{
+		{Name: oc.names.op, Query: db.AdvisoryOpSQL},
+		{Name: oc.names.try, Query: db.AdvisoryTryOneSQL},
+		{Name: oc.names.unlock, Query: db.AdvisoryUnlockOneSQL},
+		{Query: db.AdvisorySessionReadySQL},
+	} {
+		buf, _ = p.Encode(buf)
+	}
+	buf, _ = (&pgproto3.Bind{Parameters: settings}).Encode(buf)
+	buf, _ = (&pgproto3.Execute{}).Encode(buf)
+	buf, _ = (&pgproto3.Sync{}).Encode(buf)
+	_ = nc.SetDeadline(deadline)
+	defer func() { _ = nc.SetDeadline(time.Time{}) }()
+	if _, err := nc.Write(buf); err != nil {
+		return fmt.Errorf("advisory: prepare session: %w", err)
+	}
+	var failed *pgconn.PgError
+	for {
+		msg, err := pc.Frontend().Receive()
+		if err != nil {
+			return fmt.Errorf("advisory: prepare session: %w", err)
+		}
+		switch msg := msg.(type) {
+		case *pgproto3.ErrorResponse:
+			if failed == nil {
+				failed = pgconn.ErrorResponseToPgError(msg)
+			}
+		case *pgproto3.ReadyForQuery:
+			if failed != nil {
+				return mapError("prepare session", failed)
+			}
+			return nil
+		}
+	}
+}
+
+// wire speaks the extended query protocol on a session's connection for
+// the session's goroutine: it encodes a batch of requests (a Bind and an
+// Execute of a statement prepared by readyConn each, and one Sync) and
+// reads the answers. pgx, like libpq, waits for each answer before it
+// sends more, and pays for generality the session does not need; the
+// session keeps batches on the wire back to back instead. Answers are
+// read through the connection's own pgproto3.Frontend, whose buffer pgx
+// shares, so pgx can be used again on the connection between batches (to
+// release everything, to park it).
 type wire struct {
-	nc  net.Conn
-	rd  *pgproto3.Frontend // reading only; guarded by the read token
-	buf []byte             // encoding buffer; guarded by the write token
-	par [6][]byte          // Bind parameters; guarded by the write token
-	raw [6][8]byte         // their bytes
+	nc    net.Conn
+	fe    *pgproto3.Frontend
+	names stmtNames
+	token []byte
+	buf   []byte    // encoding buffer
+	par   [6][]byte // Bind parameters
+	raw   [6][8]byte
 }
 
 var binaryFormat = []int16{1}
 
-func newWire(conn *pgx.Conn) *wire {
-	nc := conn.PgConn().Conn()
-	return &wire{nc: nc, rd: pgproto3.NewFrontend(nc, nil)}
+func newWire(oc *ownedConn) wire {
+	pc := oc.conn.PgConn()
+	return wire{nc: pc.Conn(), fe: pc.Frontend(), names: oc.names, token: []byte(oc.token)}
 }
 
-// encode appends a batch of requests for the backend pid, and a Sync.
-func (w *wire) encode(pid int32, batch []*request) []byte {
+// encode lays out a batch of requests and a Sync. The batch is one
+// implicit transaction: a statement that fails makes the server skip the
+// rest of the batch, which the session sends again.
+func (w *wire) encode(batch []*request) []byte {
 	buf := w.buf[:0]
 	for _, r := range batch {
-		bind := pgproto3.Bind{PreparedStatement: statement(r)}
-		if bind.PreparedStatement == stmtOp {
+		bind := pgproto3.Bind{PreparedStatement: w.names.statement(r)}
+		if bind.PreparedStatement == w.names.op {
 			bind.Parameters = w.params(int4Param(r.op), boolParam(r.id.pair), int4Param(r.id.hi),
-				int4Param(r.id.lo), int8Param(r.id.id), int4Param(pid))
+				int4Param(r.id.lo), int8Param(r.id.id))
 		} else {
-			bind.Parameters = w.params(int8Param(r.id.id), int4Param(pid))
+			bind.Parameters = w.params(int8Param(r.id.id))
 		}
 		bind.ParameterFormatCodes = binaryFormat
 		bind.ResultFormatCodes = binaryFormat
@@ -123,7 +156,8 @@ func boolParam(v bool) param {
 	return param{1, 0}
 }
 
-// params lays ps out in the wire's scratch space (Bind.Encode copies them).
+// params lays ps out in the wire's scratch space, followed by the token
+// every statement takes last (Bind.Encode copies them).
 func (w *wire) params(ps ...param) [][]byte {
 	for i, p := range ps {
 		b := w.raw[i][:p.n]
@@ -137,10 +171,11 @@ func (w *wire) params(ps ...param) [][]byte {
 		}
 		w.par[i] = b
 	}
-	return w.par[:len(ps)]
+	w.par[len(ps)] = w.token
+	return w.par[:len(ps)+1]
 }
 
-// write sends buf; the caller holds the write token.
+// write sends buf.
 func (w *wire) write(buf []byte, timeout time.Duration) error {
 	_ = w.nc.SetWriteDeadline(time.Now().Add(timeout))
 	_, err := w.nc.Write(buf)
@@ -153,7 +188,7 @@ type batchOutcome struct {
 	ok       []bool
 	failedAt int             // index of the statement that failed, or -1
 	pgErr    *pgconn.PgError // its error
-	noRow    bool            // a statement's pid guard did not match
+	noRow    bool            // a statement's token guard did not match
 }
 
 // errFatal marks a FATAL server error: the backend is gone (terminated,
@@ -162,14 +197,14 @@ var errFatal = errors.New("the server ended the session")
 
 // read reads the answer to a batch of n requests, up to its
 // ReadyForQuery. An error means the connection cannot be used any more;
-// statement errors are in the outcome. The caller holds the read token.
+// statement errors are in the outcome.
 func (w *wire) read(n int, deadline time.Time) (batchOutcome, error) {
 	_ = w.nc.SetReadDeadline(deadline)
 	defer func() { _ = w.nc.SetReadDeadline(time.Time{}) }()
 	out := batchOutcome{ok: make([]bool, n), failedAt: -1}
 	i, rowSeen := 0, false
 	for {
-		msg, err := w.rd.Receive()
+		msg, err := w.fe.Receive()
 		if err != nil {
 			return out, err
 		}

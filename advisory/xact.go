@@ -14,7 +14,9 @@ import (
 // caller's transaction, without waiting: ErrLocked when it is held. The
 // lock is released when tx commits or rolls back, so it works behind
 // PgBouncer transaction pooling, where session locks do not. The Locker's
-// namespace and name registry apply; no session connection is used.
+// namespace and name registry apply; every statement runs in tx, none on
+// another connection (see the package documentation, "Transaction-scoped
+// locks").
 func (l *Locker) XactTryLock(ctx context.Context, tx pgx.Tx, key Key) error {
 	return l.xact(ctx, tx, key, false, false)
 }
@@ -49,35 +51,81 @@ func (l *Locker) xact(ctx context.Context, tx pgx.Tx, key Key, shared, wait bool
 	}
 	l.mu.Lock()
 	closed := l.closed
+	_, recorded := l.names[key.name]
 	l.mu.Unlock()
 	if closed {
 		return fmt.Errorf("advisory: lock %s: %w", key, pgbaton.ErrClosed)
 	}
-	if key.kind == kindName {
-		if err := l.register(ctx, key.name, id.id); err != nil {
-			return err
-		}
+	op := "transaction lock " + key.String()
+	if key.kind == kindName && !recorded {
+		err = l.xactName(ctx, tx, key, id.id, shared, wait)
+	} else {
+		err = l.xactKey(ctx, tx, key, id, shared, wait)
 	}
+	if err != nil {
+		l.logRefusal(op, err)
+	}
+	return err
+}
+
+// xactKey takes the lock in one statement, which also refuses a standby.
+func (l *Locker) xactKey(ctx context.Context, tx pgx.Tx, key Key, id lockID, shared, wait bool) error {
+	op := "transaction lock " + key.String()
+	row, err := db.New().AdvisoryXactLock(ctx, tx, db.AdvisoryXactLockParams{
+		Wait: wait, Shared: shared, Pair: id.pair, Hi: id.hi, Lo: id.lo, Key: id.id,
+	})
+	switch {
+	case err != nil:
+		return mapError(op, err)
+	case row.Standby:
+		return fmt.Errorf("advisory: %s: %w", op, pgbaton.ErrStandby)
+	case !row.Ok:
+		return fmt.Errorf("%w: %s", ErrLocked, key)
+	}
+	return nil
+}
+
+// xactName locks a name this Locker has not yet seen recorded in
+// pgbaton.advisory_name, and records it, all in tx. One statement reads
+// the recorded name and locks only if it is this one or none, so a
+// collision is refused before anything is locked. A name not yet recorded
+// is then inserted in tx, but only under an exclusive lock: no other
+// transaction can then be inserting it, so the insert never waits, and an
+// insert that conflicts does nothing and locks no row that later lockers
+// would wait for. Under a shared lock, or in a read-only transaction, the
+// name is left for a later exclusive or session lock to record.
+//
+// The Locker remembers a name once it reads it back as recorded, never
+// right after inserting it: the caller may still roll back.
+func (l *Locker) xactName(ctx context.Context, tx pgx.Tx, key Key, id int64, shared, wait bool) error {
+	op := "transaction lock " + key.String()
+	ns := l.cfg.Namespace
 	q := db.New()
-	if !wait {
-		ok, err := q.AdvisoryXactTry(ctx, tx, db.AdvisoryXactTryParams{Shared: shared, Pair: id.pair, Hi: id.hi, Lo: id.lo, Key: id.id})
-		if err != nil {
-			return mapError("transaction lock "+key.String(), err)
-		}
-		if !ok {
-			return fmt.Errorf("%w: %s", ErrLocked, key)
-		}
+	row, err := q.AdvisoryXactLockName(ctx, tx, db.AdvisoryXactLockNameParams{
+		Wait: wait, Shared: shared, Key: id, Name: key.name, Namespace: ns,
+	})
+	switch {
+	case err != nil:
+		return registryError(op, err)
+	case row.Standby:
+		return fmt.Errorf("advisory: %s: %w", op, pgbaton.ErrStandby)
+	case row.RecordedName != "" && (row.RecordedName != key.name || row.RecordedNamespace != ns):
+		return collision(key.name, ns, row.RecordedName, row.RecordedNamespace, id)
+	case !row.Ok:
+		return fmt.Errorf("%w: %s", ErrLocked, key)
+	case row.RecordedName != "":
+		l.remember(key.name)
+		return nil
+	case shared || row.ReadOnly:
 		return nil
 	}
-	switch {
-	case id.pair && shared:
-		err = q.AdvisoryXactLockPairShared(ctx, tx, db.AdvisoryXactLockPairSharedParams{Hi: id.hi, Lo: id.lo})
-	case id.pair:
-		err = q.AdvisoryXactLockPair(ctx, tx, db.AdvisoryXactLockPairParams{Hi: id.hi, Lo: id.lo})
-	case shared:
-		err = q.AdvisoryXactLockShared(ctx, tx, id.id)
-	default:
-		err = q.AdvisoryXactLock(ctx, tx, id.id)
+	keys, err := q.AdvisoryXactRecordName(ctx, tx, db.AdvisoryXactRecordNameParams{Name: key.name, Namespace: ns})
+	if err != nil {
+		// tx is aborted, as by any failed statement; its lock goes with it.
+		return registryError(fmt.Sprintf("record lock name %q", key.name), err)
 	}
-	return mapError("transaction lock "+key.String(), err)
+	if len(keys) == 1 && keys[0] != id {
+		return fmt.Errorf("advisory: pgbaton.advisory_key(%q) = %d in SQL but %d in Go; the function was changed", key.name, keys[0], id)
+	}
+	return nil
 }

@@ -1,0 +1,201 @@
+package advisory
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/serverkind"
+)
+
+// ownedConn is a connection the Locker took out of the pool for good and
+// made its own: probed (server kind, standby, pooler), tagged
+// (application_name, token) and with the session statements prepared.
+// Sessions and blocking waits run on ownedConns; idle ones are kept as
+// spares.
+type ownedConn struct {
+	conn  *pgx.Conn
+	pid   int32
+	token string // set on the backend; every session statement checks it
+	names stmtNames
+}
+
+// openConn takes a connection out of the pool for good (Hijack: the pool
+// forgets it, so MaxConnLifetime and health checks never touch it) and
+// makes it the Locker's.
+func (l *Locker) openConn(ctx context.Context) (*ownedConn, error) {
+	l.stats.connects.Add(1)
+	pc, err := l.pool.Acquire(ctx)
+	if err != nil {
+		return nil, mapError("open session", err)
+	}
+	conn := pc.Hijack()
+	oc, err := l.setupConn(ctx, conn)
+	if err != nil {
+		closeConn(conn)
+		return nil, err
+	}
+	return oc, nil
+}
+
+// setupConn refuses a connection that cannot hold session locks safely,
+// before anything is changed on its backend, and readies the others.
+func (l *Locker) setupConn(ctx context.Context, conn *pgx.Conn) (*ownedConn, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.PingTimeout)
+	defer cancel()
+	if k := serverkind.FromParams(conn); k != serverkind.PostgreSQL {
+		return nil, fmt.Errorf("advisory: %w", k.Err(conn.PgConn().ParameterStatus("crdb_version")))
+	}
+	row, err := db.New().AdvisorySessionProbe(ctx, simpleProtocol{conn})
+	if err != nil {
+		// A server that only looks like PostgreSQL may not know what the
+		// probe asks: say what it is rather than what it did not know.
+		if kerr := serverkind.CheckConn(ctx, conn); errors.Is(kerr, pgbaton.ErrUnsupportedServer) {
+			return nil, fmt.Errorf("advisory: %w", kerr)
+		}
+		return nil, mapError("set up session", err)
+	}
+	if err := serverkind.Classify(row.Version, conn.PgConn().ParameterStatus).Err(row.Version); err != nil {
+		return nil, fmt.Errorf("advisory: %w", err)
+	}
+	if row.InRecovery {
+		return nil, fmt.Errorf("advisory: %w", pgbaton.ErrStandby)
+	}
+	if conn.PgConn().PID() != uint32(row.Pid) && !l.cfg.SessionPooler {
+		// The cancel key the server sent at startup is not the backend's:
+		// a pooler made it up, as it must when one client connection may
+		// be served by many backends. Whether this one lends backends per
+		// transaction cannot be told for sure from a client, so only a
+		// pooler declared to run in session mode is used.
+		return nil, fmt.Errorf("%w (a pooler is in between: its cancel key %d is not backend %d; if it runs in session mode, set Config.SessionPooler)",
+			ErrSessionPooling, conn.PgConn().PID(), row.Pid)
+	}
+	if !direct(conn, row) {
+		if err := l.checkProxy(ctx, conn, row); err != nil {
+			return nil, err
+		}
+	}
+	oc := &ownedConn{conn: conn, pid: row.Pid, token: newToken()}
+	oc.names = namesFor(oc.token)
+	if err := l.readyConn(ctx, oc); err != nil {
+		return nil, err
+	}
+	return oc, nil
+}
+
+// direct reports whether the connection demonstrably reaches its backend
+// with nothing in between, so that the backend is this connection's
+// alone. Two things must agree with what the backend says of itself: the
+// process id the server sent at startup (for cancel requests; a pooler
+// such as PgBouncer sends one of its own, as one client connection maps to
+// many backends), and, over TCP, the client address and port the server
+// sees, which must be this socket's own (any proxy, NAT aside, shows its
+// own). Over a unix socket the first has to do.
+func direct(conn *pgx.Conn, row db.AdvisorySessionProbeRow) bool {
+	if conn.PgConn().PID() != uint32(row.Pid) {
+		return false
+	}
+	switch local := conn.PgConn().Conn().LocalAddr().(type) {
+	case *net.UnixAddr:
+		return row.ClientPort == -1 // the server sees a unix socket too
+	case *net.TCPAddr:
+		ip := net.ParseIP(row.ClientAddr)
+		return ip != nil && ip.Equal(local.IP) && int(row.ClientPort) == local.Port
+	}
+	return false
+}
+
+// proxyRounds is how many times checkProxy looks for a shared backend.
+const proxyRounds = 5
+
+// checkProxy tells a proxy that gives each client connection a backend of
+// its own (a session-mode pooler, a TCP proxy) from one that lends
+// backends per transaction or statement, which would take and release
+// session locks on backends other clients use. Three signs, looked for a
+// few times over, before anything is set on the backend:
+//
+//   - the backend already holds advisory locks: another client's, on a
+//     backend shared with it;
+//   - the session's next statement runs on another backend;
+//   - a second client connection, asked right after the session's
+//     statement, is served by the session's backend. A transaction pooler
+//     hands out the server connection released last (PgBouncer's default
+//     is LIFO), so with no other traffic it is always caught this way;
+//     under traffic the session's own statements move instead.
+//
+// A pooler that slips through all three still cannot make two sessions
+// share locks: every session statement checks the backend's token, which
+// the last session set up there owns (queries/advisory.sql).
+func (l *Locker) checkProxy(ctx context.Context, conn *pgx.Conn, row db.AdvisorySessionProbeRow) error {
+	if row.AdvisoryLocks > 0 {
+		return fmt.Errorf("%w (backend %d already holds %d advisory locks of another client)", ErrSessionPooling, row.Pid, row.AdvisoryLocks)
+	}
+	probe, err := l.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("advisory: a proxy is in between, and no second connection could be had to check that it does not pool transactions: %w", err)
+	}
+	defer probe.Release()
+	q := db.New()
+	for range proxyRounds {
+		pid, err := q.AdvisoryBackendPID(ctx, simpleProtocol{conn})
+		if err != nil {
+			return mapError("set up session", err)
+		}
+		if pid != row.Pid {
+			return fmt.Errorf("%w (pids %d then %d)", ErrSessionPooling, row.Pid, pid)
+		}
+		other, err := q.AdvisoryBackendPID(ctx, simpleProtocol{probe.Conn()})
+		if err != nil {
+			return mapError("set up session", err)
+		}
+		if other == row.Pid {
+			return fmt.Errorf("%w (two client connections were served by backend %d)", ErrSessionPooling, row.Pid)
+		}
+	}
+	return nil
+}
+
+// newToken is a random session token: 128 bits in hex.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
+}
+
+// simpleProtocol runs the generated queries with the simple protocol: no
+// statement is prepared on the backend, so a pooler can neither refuse it
+// nor mix it up with another client's (pgx names its cached statements
+// after their text, so two clients on one backend would collide with
+// "prepared statement already exists").
+type simpleProtocol struct{ c *pgx.Conn }
+
+func (s simpleProtocol) args(args []any) []any {
+	return append([]any{pgx.QueryExecModeSimpleProtocol}, args...)
+}
+
+func (s simpleProtocol) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return s.c.Exec(ctx, sql, s.args(args)...)
+}
+
+func (s simpleProtocol) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return s.c.Query(ctx, sql, s.args(args)...)
+}
+
+func (s simpleProtocol) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return s.c.QueryRow(ctx, sql, s.args(args)...)
+}
+
+func closeConn(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
+}
