@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/pgbaton/pgbaton"
-	"github.com/pgbaton/pgbaton/migrations"
+	"github.com/pgbaton/pgbaton/internal/schema"
 )
 
 // Check reports whether the client is healthy, for readiness probes (it
@@ -20,7 +20,9 @@ import (
 // lease is overdue for renewal: its last successful acquire or renewal was
 // sent more than RenewInterval + RenewInterval/2 ago, so renewals are
 // failing or hanging and the lease will be lost at its local deadline
-// unless one succeeds. Otherwise the error says what is wrong; several
+// unless one succeeds. A primary whose standbys are all asynchronous does
+// not fail Check, but is logged (Warn) when Check or New first sees it
+// (see Client.Replication). Otherwise the error says what is wrong; several
 // problems are joined. A database or LISTEN connection that does not
 // answer makes Check wait as long as ctx allows, and at most the TTL when
 // ctx has no deadline.
@@ -41,10 +43,12 @@ func (c *Client) Check(ctx context.Context) error {
 	case info.InRecovery:
 		errs = append(errs, fmt.Errorf("%w: leasetable: the database is in recovery (failed over?); connect to the primary", pgbaton.ErrStandby))
 	default:
-		if err := migrations.Check(ctx, c.pool); err != nil && !errors.Is(err, pgbaton.ErrSchemaTooNew) {
+		if err := schema.Check(ctx, c.pool); err != nil && !errors.Is(err, pgbaton.ErrSchemaTooNew) {
 			errs = append(errs, err)
 			break
 		}
+		// Logged, not failed: see ReplicationStatus.Err.
+		c.repl.observe(ctx, c)
 		// A ping that failed would fail the notification too: say it once.
 		probe := c.waiterPrefix + "check/" + strconv.FormatInt(c.waiterSeq.Add(1), 10)
 		if err := c.ln.check(ctx, probe); err != nil {
@@ -58,35 +62,28 @@ func (c *Client) Check(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// overdue describes the held leases whose last successful renewal is
+// overdue describes the held leases whose last successful keep-alive is
 // older than RenewInterval and half of it again: how many, and at most 5
 // of them.
 func (c *Client) overdue() (int, []string) {
 	c.mu.Lock()
-	held := make([]*Lease, 0, len(c.leases))
-	for l := range c.leases {
-		held = append(held, l)
-	}
+	s := c.sess
 	c.mu.Unlock()
-	limit := c.cfg.RenewInterval + c.cfg.RenewInterval/2
+	if s == nil {
+		return 0, nil
+	}
+	late, since := s.overdue(c.cfg.RenewInterval + c.cfg.RenewInterval/2)
+	if !late {
+		return 0, nil
+	}
+	leases := s.bound()
 	var out []string
-	n := 0
-	for _, l := range held {
-		l.mu.Lock()
-		since := time.Since(l.deadline.Add(-(c.cfg.TTL - c.cfg.SafetyMargin)))
-		ended, left := l.ended, time.Until(l.deadline)
-		l.mu.Unlock()
-		if ended || since <= limit {
-			continue
-		}
-		n++
-		if len(out) < 5 {
-			out = append(out, fmt.Sprintf("%q token %d (last renewed %s ago, lost in %s)", l.name, l.token,
-				since.Round(time.Millisecond), max(left, 0).Round(time.Millisecond)))
-		}
+	for _, l := range leases[:min(len(leases), 5)] {
+		out = append(out, fmt.Sprintf("%q token %d (last kept alive %s ago, lost in %s)", l.name, l.token,
+			since.Round(time.Millisecond), max(time.Until(l.Deadline()), 0).Round(time.Millisecond)))
 	}
-	if n > len(out) {
-		out = append(out, fmt.Sprintf("and %d more", n-len(out)))
+	if len(leases) > len(out) {
+		out = append(out, fmt.Sprintf("and %d more", len(leases)-len(out)))
 	}
-	return n, out
+	return len(leases), out
 }

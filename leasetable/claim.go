@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
@@ -35,7 +37,11 @@ func (c *Client) Register(ctx context.Context, group string, names ...string) (i
 	if err := c.checkOpen(); err != nil {
 		return 0, err
 	}
-	n, err := c.q.LeaseRegister(ctx, c.pool, db.LeaseRegisterParams{LeaseGroup: group, Names: names})
+	var n int32
+	err := c.retry(ctx, false, func(ctx context.Context) (err error) {
+		n, err = c.q.LeaseRegister(ctx, c.pool, db.LeaseRegisterParams{LeaseGroup: group, Names: names})
+		return err
+	})
 	if err != nil {
 		return 0, c.dbError("register in "+group, err)
 	}
@@ -77,26 +83,61 @@ func (c *Client) checkClaim(group string, n int) error {
 // acquired attempt that began at waitStart.
 func (c *Client) claim(ctx context.Context, group string, n int, waitStart time.Time) ([]*Lease, error) {
 	start := time.Now()
-	rows, err := c.q.LeaseClaim(ctx, c.pool, db.LeaseClaimParams{LeaseGroup: group, Owner: c.cfg.Owner, N: int32(n), TtlMs: c.ttlMs})
+	s, err := c.sessionFor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Sent again after a broken connection with Retry set, the claim
+	// returns what the first one granted instead of claiming more.
+	p := db.LeaseClaimParams{LeaseGroup: group, Owner: c.cfg.Owner, N: int32(n), TtlMs: c.ttlMs, Session: s.param(), Ref: newRef()}
+	rows, err := inFlight(c, ctx, func(ctx context.Context) (rows []db.LeaseClaimRow, err error) {
+		err = c.retry(ctx, true, func(ctx context.Context) (err error) {
+			rows, err = c.q.LeaseClaim(ctx, c.pool, p)
+			p.Retry = true
+			return err
+		})
+		return rows, err
+	}, func(ctx context.Context, rows []db.LeaseClaimRow, err error) {
+		if err == nil {
+			c.releaseClaimed(ctx, rows)
+		} else {
+			c.releaseRef(ctx, s, p.Ref)
+		}
+	})
+	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		if f, _ := classify(context.Background(), err); f == ambiguous {
+			c.goBackground(func(ctx context.Context) { c.releaseRef(ctx, s, p.Ref) })
+		}
+	}
 	if err != nil {
 		return nil, c.dbError("claim from "+group, err)
 	}
-	return c.trackClaimed(ctx, group, rows, start, waitStart)
+	return c.trackClaimed(ctx, group, rows, s, start, waitStart)
+}
+
+// releaseClaimed gives back claimed rows nobody took.
+func (c *Client) releaseClaimed(ctx context.Context, rows []db.LeaseClaimRow) {
+	names, tokens := make([]string, len(rows)), make([]int64, len(rows))
+	for i, r := range rows {
+		names[i], tokens[i] = r.Name, r.Token
+	}
+	c.releaseGrants(ctx, names, tokens)
 }
 
 // trackClaimed turns claimed rows into kept leases. If the client closed
 // meanwhile, every one of them is given back.
-func (c *Client) trackClaimed(ctx context.Context, group string, rows []db.LeaseClaimRow, start, waitStart time.Time) ([]*Lease, error) {
+func (c *Client) trackClaimed(ctx context.Context, group string, rows []db.LeaseClaimRow, s *session, start, waitStart time.Time) ([]*Lease, error) {
 	leases := make([]*Lease, 0, len(rows))
-	for _, r := range rows {
-		l, err := c.track(r.Name, group, r.Token, r.ExpiresAt, start, waitStart)
+	for i, r := range rows {
+		l, err := c.track(r.Name, group, r.Token, s, r.ExpiresAt, start, waitStart)
 		if err != nil {
-			// Closed meanwhile: track gave this one back; give back the rest.
-			for _, r := range rows[len(leases)+1:] {
-				_, _ = c.q.LeaseRelease(ctx, c.pool, db.LeaseReleaseParams{Name: r.Name, Owner: c.cfg.Owner, Token: r.Token})
-			}
+			// Closed meanwhile: track gave this one back; give back the
+			// rest, and the ones tracked already.
+			cctx, cancel := c.cleanupContext(ctx)
+			defer cancel()
+			c.releaseClaimed(cctx, rows[i+1:])
 			for _, l := range leases {
-				_ = l.Release(ctx)
+				_ = l.Release(cctx)
 			}
 			return nil, err
 		}
@@ -107,17 +148,32 @@ func (c *Client) trackClaimed(ctx context.Context, group string, rows []db.Lease
 
 // Complete ends leases and deletes their rows in one round trip: the work
 // items are done and will not be claimed again. Each is guarded by its
-// token like Lease.Complete; those taken over meanwhile are left alone and
-// reported in an error wrapping ErrNotHeld. Leases already released or
-// completed are skipped.
+// token like Lease.Complete, and sent like it when ctx has ended. Leases
+// that were released or lost before, or taken over meanwhile, are not
+// completed (the others are) and the error, wrapping ErrNotHeld, names
+// them. Leases completed before are skipped.
 func (c *Client) Complete(ctx context.Context, leases ...*Lease) error {
 	cb, err := c.startCompletion(leases)
-	if err != nil || len(cb.leases) == 0 {
+	if err != nil {
 		return err
 	}
-	deleted, err := c.q.LeaseCompleteMany(ctx, c.pool, cb.params(c))
+	if len(cb.leases) == 0 {
+		return cb.finish(nil, nil)
+	}
+	cctx, cancel := c.cleanupContext(ctx)
+	defer cancel()
+	// Not repeated after a broken connection: a second answer would call
+	// the items the first one completed taken over.
+	var deleted []string
+	err = c.retry(cctx, false, func(ctx context.Context) (err error) {
+		deleted, err = c.q.LeaseCompleteMany(ctx, c.pool, cb.params(c))
+		return err
+	})
 	if err != nil {
 		err = c.dbError("complete", err)
+		for _, l := range cb.leases {
+			c.remember(l)
+		}
 	}
 	return cb.finish(deleted, err)
 }
@@ -127,9 +183,14 @@ func (c *Client) Complete(ctx context.Context, leases ...*Lease) error {
 // loop pays one commit per batch instead of two. If the round trip fails,
 // neither happened: done stay uncompleted, their rows expire at their TTL
 // and are claimed again, as after a failed Complete. If some of done were
-// taken over meanwhile, the error wraps ErrNotHeld and the claimed leases
-// are returned all the same: they are held and must be completed or
-// released.
+// not completed (released, lost or taken over before), the error wraps
+// ErrNotHeld and the claimed leases are returned all the same: they are
+// held and must be completed or released.
+//
+// The effects of done were committed before this call: a worker killed
+// between that commit and this one has its items done again by another
+// worker. For exactly-once effects complete each item in the transaction
+// of its effects with CompleteTx.
 func (c *Client) CompleteAndClaim(ctx context.Context, group string, n int, done ...*Lease) ([]*Lease, error) {
 	if err := c.checkClaim(group, n); err != nil {
 		return nil, err
@@ -139,33 +200,47 @@ func (c *Client) CompleteAndClaim(ctx context.Context, group string, n int, done
 		return nil, err
 	}
 	if len(cb.leases) == 0 {
-		return c.Claim(ctx, group, n)
+		doneErr := cb.finish(nil, nil)
+		leases, err := c.Claim(ctx, group, n)
+		return leases, errors.Join(doneErr, err)
 	}
 	start := time.Now()
-	var deleted []string
-	var claimed []db.LeaseClaimRow
-	b := &pgx.Batch{}
+	s, err := c.sessionFor(ctx)
+	if err != nil {
+		return nil, err
+	}
 	p := cb.params(c)
-	b.Queue(db.LeaseCompleteManySQL, p.Names, p.Tokens, p.Owner).Query(func(rows pgx.Rows) error {
-		var err error
-		deleted, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		return err
+	ref := newRef()
+	r, err := inFlight(c, ctx, func(ctx context.Context) (r completeAndClaimReply, err error) {
+		err = c.retry(ctx, false, func(ctx context.Context) error {
+			r, err = c.completeAndClaim(ctx, p, group, n, s, ref)
+			return err
+		})
+		return r, err
+	}, func(ctx context.Context, r completeAndClaimReply, err error) {
+		if err != nil {
+			_ = cb.finish(nil, c.dbError("complete and claim from "+group, err))
+			c.releaseRef(ctx, s, ref)
+			return
+		}
+		_ = cb.finish(r.deleted, nil)
+		c.releaseClaimed(ctx, r.claimed)
 	})
-	b.Queue(db.LeaseClaimSQL, group, c.cfg.Owner, int32(n), c.ttlMs).Query(func(rows pgx.Rows) error {
-		var err error
-		claimed, err = pgx.CollectRows(rows, pgx.RowToStructByPos[db.LeaseClaimRow])
-		return err
-	})
-	// One implicit transaction up to the batch's Sync: a failed claim
-	// undoes the completions.
-	err = c.pool.SendBatch(ctx, b).Close()
 	if err != nil {
 		err = c.dbError("complete and claim from "+group, err)
 		c.attemptFailed(ctx, group, err, start)
-		return nil, cb.finish(nil, err)
+		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			if f, _ := classify(context.Background(), err); f == ambiguous {
+				// The claim may have landed: give it back by its request id.
+				c.goBackground(func(ctx context.Context) { c.releaseRef(ctx, s, ref) })
+			}
+			return nil, cb.finish(nil, err)
+		}
+		// Abandoned in flight: the reply, when it comes, settles done.
+		return nil, err
 	}
-	doneErr := cb.finish(deleted, nil)
-	leases, err := c.trackClaimed(ctx, group, claimed, start, start)
+	doneErr := cb.finish(r.deleted, nil)
+	leases, err := c.trackClaimed(ctx, group, r.claimed, s, start, start)
 	if err != nil {
 		return nil, errors.Join(doneErr, err)
 	}
@@ -175,10 +250,133 @@ func (c *Client) CompleteAndClaim(ctx context.Context, group string, n int, done
 	return leases, doneErr
 }
 
+// completeAndClaimReply is what CompleteAndClaim's round trip returns.
+type completeAndClaimReply struct {
+	deleted []string
+	claimed []db.LeaseClaimRow
+}
+
+// completeAndClaim sends complete_many and claim in one batch: one round
+// trip, one implicit transaction up to the batch's Sync, so a failed claim
+// undoes the completions.
+func (c *Client) completeAndClaim(ctx context.Context, p db.LeaseCompleteManyParams, group string, n int, s *session, ref pgtype.UUID) (completeAndClaimReply, error) {
+	var r completeAndClaimReply
+	b := &pgx.Batch{}
+	b.Queue(db.LeaseCompleteManySQL, p.Names, p.Tokens, p.Owner).Query(func(rows pgx.Rows) error {
+		var err error
+		r.deleted, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	b.Queue(db.LeaseClaimSQL, group, c.cfg.Owner, int32(n), c.ttlMs, s.param(), ref, false).Query(func(rows pgx.Rows) error {
+		var err error
+		r.claimed, err = pgx.CollectRows(rows, pgx.RowToStructByPos[db.LeaseClaimRow])
+		return err
+	})
+	return r, c.pool.SendBatch(ctx, b).Close()
+}
+
+// CompleteTx completes leases inside tx, the caller's transaction that
+// holds the work's effects: the effects and the completions commit
+// together or not at all, so a worker killed at any instant never leaves
+// an item done but not completed (done twice) nor completed but not done.
+//
+// Each lease is guarded by its token: if any of them was taken over,
+// released, completed or lost, nothing is completed, the error wraps
+// ErrNotHeld and names them, and tx is aborted (PostgreSQL refuses its
+// further statements and turns COMMIT into ROLLBACK), so the effects
+// cannot commit without their completion.
+//
+// The leases stay open while tx runs, so a transaction run under
+// Lease.Context can still commit; the deleted rows stay locked by tx until
+// it ends, so nobody can claim them meanwhile. Once tx has ended the
+// client learns how, in the background: each lease ends with cause
+// ErrReleased, and if tx rolled back its item is released and claimable
+// again at once. tx must be a transaction on this client's database; it
+// runs in whatever isolation level tx has.
+func (c *Client) CompleteTx(ctx context.Context, tx pgx.Tx, leases ...*Lease) error {
+	if tx == nil {
+		return invalid("CompleteTx needs the caller's transaction")
+	}
+	if len(leases) == 0 {
+		return invalid("CompleteTx needs at least one lease")
+	}
+	seen := make(map[*Lease]bool, len(leases))
+	for _, l := range leases {
+		if l == nil || l.c != c {
+			return invalid("CompleteTx needs leases of this client")
+		}
+		if seen[l] {
+			return invalid("CompleteTx got lease %q twice", l.name)
+		}
+		seen[l] = true
+	}
+	if err := c.checkOpen(); err != nil {
+		return err
+	}
+	p := db.LeaseCompleteTxParams{Names: make([]string, len(leases)), Tokens: make([]int64, len(leases)), Owner: c.cfg.Owner}
+	var handed []*Lease
+	var unheld []string
+	for i, l := range leases {
+		p.Names[i] = l.name
+		if _, proceed := l.beginFinish(finishedCompleteTx); proceed {
+			p.Tokens[i] = l.token
+			handed = append(handed, l)
+		} else {
+			// Token 0 matches no row: the statement fails and aborts tx,
+			// as for a lease taken over.
+			unheld = append(unheld, l.name)
+		}
+	}
+	err := c.q.LeaseCompleteTx(ctx, tx, p)
+	// Whatever the outcome, the rows this statement locked stay locked
+	// until tx ends; then settle learns whether it committed.
+	defer c.settleLater(handed)
+	if err == nil {
+		for _, l := range handed {
+			l.recordReleased(false)
+		}
+		return nil
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != sqlstateStaleToken {
+		// tx cannot commit a completion that failed; the rows expire at
+		// their TTL unless released.
+		return c.dbError("complete in transaction", err)
+	}
+	// Tell the leases taken over (lost) from those merely rolled back with
+	// the rest. tx is aborted, so ask through the pool.
+	if len(handed) > 0 {
+		names, tokens := grants(handed)
+		cctx, cancel := c.cleanupContext(ctx)
+		defer cancel()
+		still, qerr := c.q.LeaseStillHeld(cctx, c.pool, db.LeaseStillHeldParams{Names: names, Tokens: tokens, Owner: c.cfg.Owner})
+		if qerr == nil {
+			held := make(map[string]bool, len(still))
+			for _, n := range still {
+				held[n] = true
+			}
+			for _, l := range handed {
+				if !held[l.name] {
+					unheld = append(unheld, l.name)
+					l.mu.Lock()
+					l.endLocked(fmt.Errorf("%w: %w: %q token %d was taken over before completion", ErrLeaseLost, ErrNotHeld, l.name, l.token), CauseSuperseded)
+					l.mu.Unlock()
+				}
+			}
+		}
+	}
+	if len(unheld) == 0 {
+		return fmt.Errorf("%w: leasetable: complete in transaction: %w", ErrNotHeld, err)
+	}
+	return fmt.Errorf("%w: leasetable: not completed, the transaction is aborted: %s no longer held with their tokens (taken over, released, completed or lost)",
+		ErrNotHeld, quoteNames(unheld, 10))
+}
+
 // completion is a Complete in progress: leases stopped and not yet
-// answered by the database.
+// answered by the database, and those that could not be completed.
 type completion struct {
 	leases []*Lease
+	unheld []string // released, lost or handed to a transaction before
 }
 
 // startCompletion checks leases and stops those not released or completed
@@ -191,25 +389,28 @@ func (c *Client) startCompletion(leases []*Lease) (*completion, error) {
 	}
 	cb := &completion{leases: make([]*Lease, 0, len(leases))}
 	for _, l := range leases {
-		l.releaseOnce.Do(func() {
-			l.stop()
+		first, proceed := l.beginFinish(finishedComplete)
+		switch {
+		case proceed:
 			cb.leases = append(cb.leases, l)
-		})
+		case first: // lost before
+			cb.unheld = append(cb.unheld, l.name)
+		default:
+			l.mu.Lock()
+			as, err := l.finishedAs, l.releaseErr
+			l.mu.Unlock()
+			if as == finishedRelease || (as == finishedComplete && errors.Is(err, ErrNotHeld)) {
+				cb.unheld = append(cb.unheld, l.name)
+			}
+		}
 	}
 	return cb, nil
 }
 
 // params are the arguments of pgbaton.complete_many for cb's leases.
 func (cb *completion) params(c *Client) db.LeaseCompleteManyParams {
-	p := db.LeaseCompleteManyParams{
-		Names:  make([]string, len(cb.leases)),
-		Tokens: make([]int64, len(cb.leases)),
-		Owner:  c.cfg.Owner,
-	}
-	for i, l := range cb.leases {
-		p.Names[i], p.Tokens[i] = l.name, l.token
-	}
-	return p
+	names, tokens := grants(cb.leases)
+	return db.LeaseCompleteManyParams{Names: names, Tokens: tokens, Owner: c.cfg.Owner}
 }
 
 // finish records the outcome: deleted are the names whose rows went, err
@@ -226,16 +427,16 @@ func (cb *completion) finish(deleted []string, err error) error {
 	for _, n := range deleted {
 		gone[n] = true
 	}
-	var missing []string
+	missing := cb.unheld
 	for _, l := range cb.leases {
 		l.recordReleased(!gone[l.name])
 		if !gone[l.name] {
 			missing = append(missing, l.name)
-			l.setReleaseErr(fmt.Errorf("%w: %q token %d was taken over before completion", ErrNotHeld, l.name, l.token))
+			l.setReleaseErr(fmt.Errorf("%w: %q token %d was taken over before completion; the item was not completed", ErrNotHeld, l.name, l.token))
 		}
 	}
 	if len(missing) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: taken over before completion: %v", ErrNotHeld, missing)
+	return fmt.Errorf("%w: not completed (released, lost or taken over before): %s", ErrNotHeld, quoteNames(missing, 10))
 }

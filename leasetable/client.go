@@ -14,8 +14,9 @@ import (
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/schema"
+	"github.com/pgbaton/pgbaton/internal/serverkind"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
-	"github.com/pgbaton/pgbaton/migrations"
 )
 
 // Client takes leases for one owner through a pool. It is safe for
@@ -28,6 +29,7 @@ type Client struct {
 	log   *slog.Logger
 	ln    *listener
 	tel   *telemetry.Instruments // nil without a MeterProvider
+	repl  replicationLog
 
 	// bg parents renewals; cancelled by Close.
 	bg       context.Context
@@ -45,6 +47,19 @@ type Client struct {
 	closed bool
 	leases map[*Lease]struct{}
 	sems   map[string]int // semaphores registered by this client: name -> slots
+	// unreturned are leases whose release or completion could not reach
+	// the database; Close tries again.
+	unreturned map[*Lease]struct{}
+	// handedOff are leases completed in a caller's transaction
+	// (CompleteTx), until settle learns how that transaction ended.
+	handedOff map[*Lease]struct{}
+	toSettle  map[*Lease]struct{} // handed off and their complete_tx sent
+	settling  bool                // a settle loop runs
+
+	// sess is the lease session new grants bind to (nil: none yet, or the
+	// last one died); sessMu serialises opening one.
+	sess   *session
+	sessMu sync.Mutex
 }
 
 // New returns a client for the pgbaton schema behind pool. It refuses a
@@ -58,6 +73,15 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Servers that speak the protocol but not its semantics: BIGSERIAL
+	// tokens must grow across connections, which YugabyteDB's per-connection
+	// sequence caches break.
+	if err := serverkind.Check(ctx, pool); err != nil {
+		if errors.Is(err, pgbaton.ErrUnsupportedServer) {
+			cfg.Logger.Error("pgbaton: leasetable refused the server", "error", err)
+		}
+		return nil, err
+	}
 	q := db.New()
 	info, err := q.ServerInfo(ctx, pool)
 	if err != nil {
@@ -67,7 +91,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		cfg.Logger.Error("pgbaton: leasetable refused a standby; connect to the primary")
 		return nil, fmt.Errorf("%w: leasetable: the server is in recovery; connect to the primary", pgbaton.ErrStandby)
 	}
-	if err := migrations.Check(ctx, pool); err != nil && !errors.Is(err, pgbaton.ErrSchemaTooNew) {
+	if err := schema.Check(ctx, pool); err != nil && !errors.Is(err, pgbaton.ErrSchemaTooNew) {
 		// A newer schema keeps the lease protocol compatible; an older one
 		// may lack it.
 		if errors.Is(err, pgbaton.ErrNotMigrated) {
@@ -79,8 +103,11 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	c := &Client{
 		pool: pool, cfg: cfg, ttlMs: cfg.ttlMs(), q: q, log: cfg.Logger,
 		bg: bg, bgCancel: cancel,
-		leases: make(map[*Lease]struct{}),
-		sems:   make(map[string]int),
+		leases:     make(map[*Lease]struct{}),
+		sems:       make(map[string]int),
+		unreturned: make(map[*Lease]struct{}),
+		handedOff:  make(map[*Lease]struct{}),
+		toSettle:   make(map[*Lease]struct{}),
 	}
 	// Room for a slash and 20 digits; cut on a character boundary.
 	if cfg.MeterProvider != nil {
@@ -88,6 +115,10 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	}
 	c.waiterPrefix = strings.ToValidUTF8(cfg.Owner[:min(len(cfg.Owner), MaxNameLen-21)], "") + "/"
 	c.ln = newListener(c)
+	c.repl.observe(ctx, c)
+	if !cfg.Retention.Disabled {
+		c.goBackground(c.pruneLoop)
+	}
 	return c, nil
 }
 
@@ -98,9 +129,12 @@ func (c *Client) Owner() string { return c.cfg.Owner }
 func (c *Client) Config() Config { return c.cfg }
 
 // Close releases every lease the client still holds (their contexts end
-// with ErrReleased), stops the LISTEN connection and makes further calls
-// return pgbaton.ErrClosed. Releases that fail leave rows to expire at
-// their TTL; their errors are returned, joined.
+// with ErrReleased) in one round trip, tries again to give back leases
+// whose Release or Complete could not reach the database, stops the LISTEN
+// connection and makes further calls return pgbaton.ErrClosed. Like
+// Release it sends even when ctx has ended, bounded by
+// Config.ReleaseTimeout (or ctx's deadline, if later). Leases it could not
+// give back stay held until their TTL; its error names them.
 func (c *Client) Close(ctx context.Context) error {
 	c.mu.Lock()
 	if c.closed {
@@ -112,38 +146,78 @@ func (c *Client) Close(ctx context.Context) error {
 	for l := range c.leases {
 		held = append(held, l)
 	}
+	retry := make([]*Lease, 0, len(c.unreturned))
+	for l := range c.unreturned {
+		retry = append(retry, l)
+	}
+	handed := make([]*Lease, 0, len(c.handedOff))
+	for l := range c.handedOff {
+		handed = append(handed, l)
+	}
 	c.mu.Unlock()
 	var errs []error
+	giveBack := retry
 	for _, l := range held {
-		if err := l.Release(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
-			errs = append(errs, err)
+		if _, proceed := l.beginFinish(finishedRelease); proceed {
+			giveBack = append(giveBack, l)
 		}
+	}
+	if err := c.releaseAll(ctx, giveBack); err != nil {
+		errs = append(errs, err)
+	}
+	for _, l := range handed {
+		l.endHandedOff("client closed")
+	}
+	if err := c.closeSession(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	c.ln.close()
 	// Background work (releasing lost leases, removing waiter
-	// registrations) is best effort; do not let it hold Close up.
+	// registrations) is best effort; do not let it hold Close up. Grants
+	// still in flight for callers that gave up finish and are given back.
 	c.bgCancel()
 	c.background.Wait()
 	// Registrations whose removal was skipped because Close had begun.
-	if err := c.q.LeaseStopWaitingAll(ctx, c.pool, c.waiterPrefix[:len(c.waiterPrefix)-1]); err != nil {
+	cctx, cancel := c.cleanupContext(ctx)
+	defer cancel()
+	if err := c.q.LeaseStopWaitingAll(cctx, c.pool, c.waiterPrefix[:len(c.waiterPrefix)-1]); err != nil {
 		errs = append(errs, c.dbError("remove waiter registrations", err))
 	}
 	return errors.Join(errs...)
 }
 
+// cleanupContext is the context a release or completion is sent on: it
+// does not end with ctx, so a caller that gave up still gives back what it
+// held, and lasts Config.ReleaseTimeout, or until ctx's deadline if that is
+// later.
+func (c *Client) cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := c.cfg.ReleaseTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		d = max(d, time.Until(dl))
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
+}
+
 // goBackground runs fn on its own goroutine, which Close waits for. After
 // Close has begun it does nothing.
 func (c *Client) goBackground(fn func(ctx context.Context)) {
+	c.spawn(func() { fn(c.bg) })
+}
+
+// spawn runs fn on a goroutine Close waits for, and reports whether it
+// did: not after Close has begun.
+func (c *Client) spawn(fn func()) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return
+		return false
 	}
 	c.background.Add(1)
 	go func() {
 		defer c.background.Done()
-		fn(c.bg)
+		fn()
 	}()
+	return true
 }
 
 func (c *Client) checkOpen() error {
@@ -153,68 +227,4 @@ func (c *Client) checkOpen() error {
 		return pgbaton.ErrClosed
 	}
 	return nil
-}
-
-// TryAcquire takes the lease name if nobody holds a live grant of it, in
-// one round trip. When someone does, it returns a *HeldError (errors.Is
-// ErrHeld) naming the holder and the grant's expiry.
-func (c *Client) TryAcquire(ctx context.Context, name string) (*Lease, error) {
-	if err := checkName("lease name", name); err != nil {
-		return nil, err
-	}
-	if err := c.checkOpen(); err != nil {
-		return nil, err
-	}
-	start := time.Now()
-	l, err := c.attempt(ctx, name, nil, start)
-	if err != nil {
-		c.attemptFailed(ctx, name, err, start)
-	}
-	return l, err
-}
-
-// attempt tries once to take name. waitStart is when the caller began
-// asking, for the wait-duration metric of a grant.
-func (c *Client) attempt(ctx context.Context, name string, metadata []byte, waitStart time.Time) (*Lease, error) {
-	// The local deadline counts from before the request is sent: the
-	// database's expiry can only be later.
-	start := time.Now()
-	row, err := c.q.LeaseAttempt(ctx, c.pool, db.LeaseAttemptParams{
-		Name: name, Owner: c.cfg.Owner, TtlMs: c.ttlMs, Metadata: metadata,
-	})
-	if err != nil {
-		return nil, c.dbError("acquire "+name, err)
-	}
-	if !row.Acquired {
-		return nil, &HeldError{Name: name, Holder: row.Holder, Token: row.Token, Expiry: row.ExpiresAt,
-			remaining: row.ExpiresAt.Sub(row.DbNow)}
-	}
-	return c.track(name, "", row.Token, row.ExpiresAt, start, waitStart)
-}
-
-// track creates the Lease for a grant, records the granted attempt and
-// starts keeping the lease alive.
-func (c *Client) track(name, group string, token int64, expires, start, waitStart time.Time) (*Lease, error) {
-	l := newLease(c, name, group, token, expires, start)
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		// Closed while the grant was in flight: give it back at once.
-		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.TTL)
-		defer cancel()
-		_ = l.Release(ctx)
-		return nil, pgbaton.ErrClosed
-	}
-	c.leases[l] = struct{}{}
-	l.counted = true // before anything can end it: Close needs c.mu
-	c.mu.Unlock()
-	c.attempted(context.Background(), l.metricName(), telemetry.Acquired, waitStart)
-	l.start()
-	return l, nil
-}
-
-func (c *Client) untrack(l *Lease) {
-	c.mu.Lock()
-	delete(c.leases, l)
-	c.mu.Unlock()
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/metric"
 )
 
@@ -27,9 +28,10 @@ type Config struct {
 	// clock. Sent as whole milliseconds (rounded up). Default 15s.
 	TTL time.Duration
 
-	// RenewInterval is how often a held lease is renewed. Default TTL/3.
-	// It must be shorter than TTL - SafetyMargin, or the local deadline
-	// would pass before the first renewal.
+	// RenewInterval is how often the client's lease session is kept
+	// alive: one statement for all the leases it holds. Default TTL/3. It
+	// must be shorter than TTL - SafetyMargin, or the local deadline would
+	// pass before the first keep-alive.
 	RenewInterval time.Duration
 
 	// SafetyMargin is taken off the TTL for the local deadline, to cover
@@ -38,7 +40,8 @@ type Config struct {
 	// last successful acquire or renew was sent. Default TTL/10.
 	SafetyMargin time.Duration
 
-	// Logger receives lost leases and renewal failures (Warn), reconnects
+	// Logger receives lost leases and sessions and keep-alive failures
+	// (Warn), reconnects
 	// of the LISTEN connection (Warn when it fails, Info when it is back),
 	// refusals of a standby or an unmigrated database (Error), and waits
 	// (Debug). Default: silent.
@@ -50,7 +53,8 @@ type Config struct {
 	// by pgbaton.result ("acquired", "held": somebody else held it, also
 	// for a wait that gave up; "error"), pgbaton.held (leases held now),
 	// pgbaton.hold.duration, pgbaton.lost by pgbaton.cause (CauseExpired,
-	// CauseRenew, CauseSuperseded) and pgbaton.renew.failures. Claim
+	// CauseRenew, CauseSuperseded) and pgbaton.renew.failures (failed
+	// keep-alives, which carry no lease name, and explicit Renews). Claim
 	// counts one acquired attempt per lease it returns, one held attempt
 	// when it returns none. Default: none (no-op).
 	MeterProvider metric.MeterProvider
@@ -59,6 +63,42 @@ type Config struct {
 	// group) as the attribute pgbaton.name. Off by default, because names
 	// can be unbounded (one per work item) and every name makes a series.
 	MetricNames bool
+
+	// ListenDSN, when set, is the connection string of the client's
+	// LISTEN connection, which waiters wake on when a lease is released.
+	// By default that connection is taken out of the pool; behind a
+	// transaction pooler (PgBouncer pool_mode=transaction, Supavisor, RDS
+	// Proxy) notifications are not delivered on it, so point ListenDSN at
+	// the server itself (or at a session-mode pool).
+	ListenDSN string
+
+	// NoListen makes waiters poll instead of listening: no connection is
+	// held for notifications, and a waiter looks again at the holder's
+	// known expiry, at most every PollInterval. For fleets where
+	// connections are scarce. When the LISTEN connection does not deliver
+	// notifications (a transaction pooler and no ListenDSN), the client
+	// falls back to the same polling by itself.
+	NoListen bool
+
+	// PollInterval bounds how long a waiter sleeps between looks when
+	// notifications are not used (NoListen, or not delivered). Default 1s.
+	PollInterval time.Duration
+
+	// Retention says how long the rows that pile up with use (cron slots,
+	// job runs, the audit log, fenced values, names, dead sessions...) are
+	// kept, and how this client prunes them in the background: once per
+	// Retention.Interval one client of all those sharing the database takes
+	// the lease RetentionLease and deletes old rows in small batches. The
+	// zero value prunes with the documented defaults.
+	Retention Retention
+
+	// ReleaseTimeout bounds how long a release or completion may take
+	// once the caller's context has ended, or when it has none: Release,
+	// Complete and Close give leases back on a context of their own, so a
+	// cancelled request still frees what it held, and a grant whose caller
+	// gave up while it was in flight is given back the same way. Default
+	// 5s.
+	ReleaseTimeout time.Duration
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -86,6 +126,31 @@ func (c Config) withDefaults() (Config, error) {
 	if c.RenewInterval <= 0 || c.RenewInterval >= c.TTL-c.SafetyMargin {
 		return c, invalid("RenewInterval must be positive and shorter than TTL - SafetyMargin (%s), got %s",
 			c.TTL-c.SafetyMargin, c.RenewInterval)
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = time.Second
+	}
+	if c.PollInterval < 0 {
+		return c, invalid("PollInterval must be positive, got %s", c.PollInterval)
+	}
+	if c.NoListen && c.ListenDSN != "" {
+		return c, invalid("NoListen and ListenDSN exclude each other")
+	}
+	if c.ListenDSN != "" {
+		if _, err := pgx.ParseConfig(c.ListenDSN); err != nil {
+			return c, invalid("ListenDSN: %v", err)
+		}
+	}
+	r, err := c.Retention.withDefaults()
+	if err != nil {
+		return c, err
+	}
+	c.Retention = r
+	if c.ReleaseTimeout == 0 {
+		c.ReleaseTimeout = 5 * time.Second
+	}
+	if c.ReleaseTimeout < 0 {
+		return c, invalid("ReleaseTimeout must be positive, got %s", c.ReleaseTimeout)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -10,22 +10,31 @@
 // rejected; a lease alone only prevents wasted duplicate work.
 //
 // The protocol is SQL functions in the pgbaton schema (lease_attempt,
-// try_acquire, renew, release, complete, register, claim, wait_for,
-// stop_waiting), so psql or any other client can take part: a waiter
+// try_acquire, renew, release, release_many, complete, complete_many,
+// complete_tx, register, claim, wait_for, stop_waiting, and the session
+// functions session_open, session_keepalive, session_close), so psql or any other client can take part: a waiter
 // LISTENs on channel pgbaton_lease, registers with wait_for, and looks
 // again on every notification or at the holder's expiry. This package calls them and adds:
 //
-//   - automatic renewal at Config.RenewInterval with retries;
-//   - a local deadline on the monotonic clock, started before the acquire
-//     or renew was sent and shortened by Config.SafetyMargin, at which the
-//     lease counts as lost unless a renewal succeeded: the holder learns of
-//     the loss before the database lets anyone else take the lease
-//     (Lease.Done, Lease.Context with cause ErrLeaseLost);
+//   - keep-alive of all of a client's leases with one statement per
+//     Config.RenewInterval, whatever it holds (a lease session, below);
+//   - a local deadline on the monotonic clock, started before the acquire,
+//     renew or keep-alive was sent and shortened by Config.SafetyMargin, at
+//     which the lease counts as lost unless a keep-alive succeeded: the
+//     holder learns of the loss before the database lets anyone else take
+//     the lease (Lease.Done, Lease.Context with cause ErrLeaseLost);
 //   - waits that wake on release (one LISTEN connection per Client, shared
-//     by all waiters) or at the holder's known expiry, never by polling;
+//     by all waiters and named in application_name) or at the holder's
+//     known expiry; behind a transaction pooler, where notifications are
+//     not delivered, waiters poll every Config.PollInterval instead (Check
+//     reports it, wrapping pgbaton.ErrDegraded) unless Config.ListenDSN
+//     gives a direct connection; Config.NoListen polls by choice, for
+//     fleets short of connections;
 //   - claiming of shards and work items (Register, Claim) with FOR UPDATE
-//     SKIP LOCKED; a worker's loop completes the finished batch and claims
-//     the next in one round trip and one commit (CompleteAndClaim); the
+//     SKIP LOCKED, oldest first; exactly-once effects by completing items
+//     in the transaction of their effects (CompleteTx), or, for idempotent
+//     effects, completing the finished batch and claiming the next in one
+//     round trip and one commit (CompleteAndClaim); the
 //     claim functions stay on their indexes however stale the table's
 //     statistics; semaphores, leader election with terms, job runs with
 //     checkpoints fenced in pgbaton.fenced_value (package fencedwrite), and
@@ -35,6 +44,127 @@
 //     renewal failures; lease names only with Config.MetricNames), log/slog
 //     messages (Config.Logger) and Client.Check for readiness probes.
 //
+// # Where things are
+//
+// The Client's methods by what they are for, file by file:
+//
+//   - acquire: TryAcquire and Acquire (acquire.go), Do (do.go),
+//     Semaphore (semaphore.go);
+//   - claim: Register, Claim, Complete, CompleteAndClaim, CompleteTx
+//     (claim.go), Keep (keep.go);
+//   - run: RunJob and job runs (jobrun.go), ClaimSlot (cronslot.go);
+//   - elect: Elect, Campaign, Leader (election.go);
+//   - operate: New, Close (client.go), Info (info.go), Check (check.go),
+//     Replication (replication.go), Prune and background retention
+//     (retention.go).
+//
+// The machinery under them: a Lease and its deadline (lease.go), the
+// keep-alive session (session.go), waits and the LISTEN connection
+// (wait.go, listener.go), giving leases back (release.go), completions in
+// callers' transactions (settle.go), retries after failovers (retry.go).
+//
+// # Keep-alive sessions
+//
+// Renewing every lease on its own would cost a statement and a commit per
+// lease per interval: a client holding 10,000 leases at TTL 3s would need
+// more commits than a small server can do. Instead each Client keeps one
+// row of pgbaton.lease_session alive — one statement per RenewInterval,
+// however many leases it holds (measured: 20,000 leases at TTL 3s, one
+// write transaction per second) — and binds every grant to it. The
+// database counts a lease bound to a session as valid while
+//
+//	greatest(lease.expires_at, lease_session.expires_at) > clock_timestamp()
+//
+// (pgbaton.lease_expiry; the view pgbaton.lease_status shows it). Why this
+// is safe:
+//
+//   - Each lease's local deadline is the later of the send time of its
+//     grant (or of its last explicit Renew) and the send time of its
+//     session's last successful keep-alive, plus TTL - SafetyMargin. Both
+//     requests were sent before the database took the time their expiry
+//     counts from, so the local deadline comes before the database's
+//     expiry: the holder still learns of a loss first.
+//   - A keep-alive extends only a session that has not expired; it never
+//     revives one. A client paused past its TTL cannot bring back leases
+//     the database already let go, and opens a new session for new
+//     grants.
+//   - While a session lives, the database lets none of its leases go, so
+//     nobody can take them over. The one exception, an operator's forced
+//     release (pgbaton.force_release_lease), bumps the session's revoked
+//     counter; the next keep-alive returns it and the client ends exactly
+//     the leases that were taken, in one query.
+//   - When keep-alives fail or hang, every lease of the session ends at its
+//     own deadline — a lease granted after the last successful keep-alive
+//     later than the others — and never later.
+//
+// Every lease keeps its own token, Done, Err, release and loss. A session
+// with no lease for a TTL lapses (an idle client writes nothing), and
+// Close deletes it. Clients of the SQL protocol that renew leases one by
+// one (try_acquire + renew) are unaffected; they may also use sessions
+// (session_open, session_keepalive, session_close, and the p_session
+// argument of lease_attempt and claim).
+//
+// # Work loops that cannot go wrong
+//
+// The safe worker loop claims items and completes each one inside the
+// transaction that holds its effects (CompleteTx): the effect and the
+// completion commit together, so a worker killed at any instant leaves an
+// item either done and completed or neither, and a worker whose lease was
+// taken over cannot commit its effect at all (see ExampleClient_CompleteTx).
+// Complete and CompleteAndClaim commit separately from the effects: use
+// them when effects are idempotent or outside the database.
+//
+// Claim hands out the oldest available item first — never held, released
+// or expired alike, in the order the items were registered — so a crashed
+// worker's items are retried when their TTL runs out, ahead of the items
+// nobody has claimed yet.
+//
+// Cancellation and cleanup follow what users of River and etcd's
+// concurrency package expect:
+//
+//   - A call that may grant leases (TryAcquire, Acquire, Claim,
+//     CompleteAndClaim, Semaphore, Keep) returns as soon as its context
+//     ends. If the grant was already on its way, it is given back as soon
+//     as the reply arrives: the caller either gets the lease or holds
+//     nothing.
+//   - Release, Complete and Close give leases back even when their context
+//     has ended, on a context of their own bounded by Config.ReleaseTimeout.
+//     A release that cannot reach the database is tried again by Close,
+//     whose error names the leases it could not give back (they expire at
+//     their TTL).
+//   - Complete after Release, or after the lease was lost, fails with
+//     ErrNotHeld: the item was not completed and will be claimed again.
+//     Completing twice, or releasing after completing, returns the first
+//     result.
+//   - Err, Done and Context report a loss from the instant the monotonic
+//     clock passes Deadline, without waiting for the deadline timer.
+//
+// # Retention
+//
+// Rows that pile up with use (cron slots, job runs, the audit log, waiter
+// registrations, fenced values, advisory names, processed-message records,
+// named leases nobody uses, dead sessions) are pruned in the background by
+// one Client at a time, which holds RetentionLease while it deletes old
+// rows in small batches (Config.Retention, Prune; the rules are in
+// migration 0013).
+//
 // Times inside the database come from clock_timestamp(), so calls made
 // inside a caller's long transaction still use the current time.
+//
+// # Failover
+//
+// Leases are rows, so they survive a failover that loses no commit. A
+// token is epoch * 2^40 + a sequence value (pgbaton.next_token), and the
+// epoch grows on the first token drawn on a new timeline, so every token
+// drawn after a promotion, a point-in-time recovery or a restore is larger
+// than every token drawn before it, even when asynchronous replication
+// lost the last grants; fenced writes compare them as plain int64s. A
+// grant commits with at least synchronous_commit = local, so a crash never
+// hands an acknowledged token out again. Waiters register again when their
+// LISTEN connection comes back: a crash or a failover empties the unlogged
+// table of registrations. With asynchronous standbys, grants acknowledged
+// just before a failover can still be lost (the lease looks free or older
+// on the new primary while its holder works on until its local deadline);
+// New and Check log a warning then, and Client.Replication reports it
+// (ErrNoSyncStandby). Use synchronous replication.
 package leasetable

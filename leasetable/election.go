@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/election"
 )
 
 // Leadership is won by Elect: this client leads while it holds the
@@ -78,25 +79,19 @@ func (c *Client) Leader(ctx context.Context, name string) (Leader, error) {
 	return Leader{Owner: in.Owner, Value: meta.Value, Term: in.Token, Remaining: in.Remaining}, nil
 }
 
-// Callbacks are Campaign's hooks.
-type Callbacks struct {
-	// OnStartedLeading runs, on Campaign's goroutine, each time this client
-	// becomes leader, with the term's fencing token. Its context is
-	// cancelled when leadership is lost or Campaign's context ends.
-	// Leadership is kept until it returns (or is lost), then resigned.
-	// Required.
-	OnStartedLeading func(ctx context.Context, term int64)
-	// OnStoppedLeading runs after each term, once OnStartedLeading has
-	// returned and leadership was resigned or lost. Optional.
-	OnStoppedLeading func()
-}
+// Callbacks are Campaign's hooks, the same for both lock layers: term is
+// the leadership's fencing token.
+type Callbacks = pgbaton.Callbacks
 
 // Campaign campaigns for election name until ctx ends: it waits to become
-// leader, runs OnStartedLeading for the term, and after the term ends
-// campaigns again. Terms in this client never overlap. It returns the
-// context's cause when ctx ends, or at once for errors retrying cannot fix
-// (bad input, client closed, schema, standby); other errors are retried
-// after about a renew interval.
+// leader, runs OnStartedLeading with the term (the lease token) for the
+// term, and after the term ends (lost or OnStartedLeading returned)
+// campaigns again after a pause of about 100 ms (after about RenewInterval
+// when the election failed). Terms in this client never overlap: OnStoppedLeading has run
+// before the next OnStartedLeading. It returns the context's cause when
+// ctx ends, or at once for errors retrying cannot fix (bad input, client
+// closed, schema, standby, unsupported server). The loop is the one
+// advisory's Campaign runs.
 func (c *Client) Campaign(ctx context.Context, name, value string, cb Callbacks) error {
 	if ctx == nil || cb.OnStartedLeading == nil {
 		return invalid("Campaign needs a context and Callbacks.OnStartedLeading")
@@ -104,43 +99,32 @@ func (c *Client) Campaign(ctx context.Context, name, value string, cb Callbacks)
 	if err := checkName("election name", name); err != nil {
 		return err
 	}
-	for {
-		ld, err := c.Elect(ctx, name, value)
-		switch {
-		case ctx.Err() != nil:
-			if ld != nil {
-				_ = ld.Resign(context.WithoutCancel(ctx))
-			}
-			return context.Cause(ctx)
-		case err != nil && permanent(err):
-			return err
-		case err != nil:
-			c.log.Warn("pgbaton: campaign: election failed; retrying", "election", name, "error", err)
-			t := time.NewTimer(c.cfg.RenewInterval + jitter(c.cfg.TTL))
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return context.Cause(ctx)
-			}
-			continue
-		}
-		_ = c.runUnder(ctx, ld.lease, func(ctx context.Context) error {
-			cb.OnStartedLeading(ctx, ld.Term())
-			return nil
-		})
-		if cb.OnStoppedLeading != nil {
-			cb.OnStoppedLeading()
-		}
-		if ctx.Err() != nil {
-			return context.Cause(ctx)
-		}
-	}
+	return election.Campaign(ctx, elector{c, name, value}, cb, election.Config{
+		Retry: c.cfg.RenewInterval, Permanent: permanent, Logger: c.log, What: name,
+	})
 }
+
+// elector is a Client electing on one name, for the shared campaign loop.
+type elector struct {
+	c           *Client
+	name, value string
+}
+
+func (e elector) Elect(ctx context.Context) (election.Term, error) {
+	ld, err := e.c.Elect(ctx, e.name, e.value)
+	if err != nil {
+		return nil, err
+	}
+	return term{ld}, nil
+}
+
+type term struct{ *Leadership }
+
+func (t term) Number() int64 { return t.Term() }
 
 func permanent(err error) bool {
 	for _, e := range []error{pgbaton.ErrInvalidArgument, pgbaton.ErrClosed, pgbaton.ErrNotMigrated,
-		pgbaton.ErrSchemaTooNew, pgbaton.ErrStandby} {
+		pgbaton.ErrSchemaTooNew, pgbaton.ErrStandby, pgbaton.ErrUnsupportedServer} {
 		if errors.Is(err, e) {
 			return true
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgbaton/pgbaton"
@@ -73,13 +74,17 @@ func mapDBError(op string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
-		case "22023", "23514": // invalid_parameter_value, check_violation
+		case pgerrcode.InvalidParameterValue, pgerrcode.CheckViolation:
 			return fmt.Errorf("%w: leasetable: %s: %w", pgbaton.ErrInvalidArgument, op, err)
-		case "3F000", "42883", "42P01": // schema, function or table missing
+		case pgerrcode.InvalidSchemaName, pgerrcode.UndefinedFunction, pgerrcode.UndefinedTable:
 			return fmt.Errorf("%w: leasetable: %s: %w; run `pgbaton migrate up` or migrations.Up", pgbaton.ErrNotMigrated, op, err)
-		case "25006": // read_only_sql_transaction
+		case pgerrcode.ReadOnlySQLTransaction:
 			return fmt.Errorf("%w: leasetable: %s: %w", pgbaton.ErrStandby, op, err)
 		}
 	}
 	return fmt.Errorf("leasetable: %s: %w", op, err)
 }
+
+// sqlstateStaleToken is pgbaton's own SQLSTATE for a stale fencing token
+// (fencedwrite.SQLState), which complete_tx raises too.
+const sqlstateStaleToken = "PB001"

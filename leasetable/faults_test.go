@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pgbaton/pgbaton/internal/faultproxy"
-	"github.com/pgbaton/pgbaton/internal/pgcluster"
-	"github.com/pgbaton/pgbaton/internal/pgtest"
+	"github.com/pgbaton/pgbaton/internal/testkit/faultproxy"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgcluster"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 	"github.com/pgbaton/pgbaton/leasetable"
 	"github.com/pgbaton/pgbaton/migrations"
 )
@@ -116,11 +116,19 @@ func TestSIGKILLHolderTakenOverWithinTTL(t *testing.T) {
 	assert.Less(t, took, shortTTL+100*time.Millisecond)
 }
 
-// childClaimer claims up to args[2] leases of group args[1], prints
-// "claimed a,b,c" and holds them until killed.
+// childClaimer claims up to args[2] leases of group args[1], with TTL
+// args[3] if given (else shortTTL), prints "claimed a,b,c" and holds them
+// until killed.
 func childClaimer(ctx context.Context, args []string) error {
 	n, _ := strconv.Atoi(args[2])
-	c, closeFn, err := childClient(ctx, args[0], shortTTL)
+	ttl := shortTTL
+	if len(args) > 3 {
+		var err error
+		if ttl, err = time.ParseDuration(args[3]); err != nil {
+			return err
+		}
+	}
+	c, closeFn, err := childClient(ctx, args[0], ttl)
 	if err != nil {
 		return err
 	}
@@ -289,7 +297,7 @@ func TestLeaseSurvivesServerCrash(t *testing.T) {
 }
 
 // proxiedPool is a pool on d whose connections pass through a fault proxy.
-func proxiedPool(t *testing.T, d *pgtest.DB) (*pgxpool.Pool, *faultproxy.Proxy) {
+func proxiedPool(t *testing.T, d *pgtest.DB, configure ...func(*pgxpool.Config)) (*pgxpool.Pool, *faultproxy.Proxy) {
 	t.Helper()
 	proxy, err := faultproxy.New(fmt.Sprintf("127.0.0.1:%d", env.Cluster().Port()))
 	require.NoError(t, err)
@@ -297,6 +305,9 @@ func proxiedPool(t *testing.T, d *pgtest.DB) (*pgxpool.Pool, *faultproxy.Proxy) 
 	pool := pgtest.Pool(t, d.URL, func(cfg *pgxpool.Config) {
 		cfg.ConnConfig.Host = "127.0.0.1"
 		cfg.ConnConfig.Port = uint16(proxy.Port())
+		for _, f := range configure {
+			f(cfg)
+		}
 	})
 	return pool, proxy
 }

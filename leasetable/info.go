@@ -23,8 +23,8 @@ func (c *Client) Info(ctx context.Context, name string) (Info, error) {
 	}
 	in := Info{Name: row.Name, Group: row.LeaseGroup.String, Owner: row.Owner.String, Token: row.Token.Int64,
 		Metadata: row.Metadata}
-	if row.ExpiresAt != nil {
-		in.ExpiresAt = *row.ExpiresAt
+	if row.HasExpiry {
+		in.ExpiresAt = row.ExpiresAt
 		in.Held = row.Owner.Valid && row.ExpiresAt.After(row.DbNow)
 		in.Remaining = row.ExpiresAt.Sub(row.DbNow)
 	}

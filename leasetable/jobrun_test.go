@@ -15,7 +15,7 @@ import (
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/fencedwrite"
-	"github.com/pgbaton/pgbaton/internal/pgtest"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 	"github.com/pgbaton/pgbaton/leasetable"
 )
 
@@ -92,13 +92,10 @@ func TestRunJobLostLeaseFencesCheckpoint(t *testing.T) {
 		require.NoError(t, r.Checkpoint(fnCtx, progress{Done: 1}))
 		// Renewals are blocked until the grant expires; then another
 		// holder takes over.
-		tx, err := pool.Begin(ctx)
-		require.NoError(t, err)
-		_, err = tx.Exec(ctx, "SELECT 1 FROM pgbaton.lease WHERE name = 'fenced' FOR UPDATE")
-		require.NoError(t, err)
+		unblock := blockKeepalives(t, pool, "slow")
 		<-fnCtx.Done()
 		assert.ErrorIs(t, context.Cause(fnCtx), leasetable.ErrLeaseLost)
-		require.NoError(t, tx.Rollback(ctx))
+		unblock()
 		thief := newClient(t, pool, leasetable.Config{Owner: "thief"})
 		tl, err := thief.Acquire(ctx, "fenced")
 		require.NoError(t, err)
@@ -205,8 +202,10 @@ func TestCheckpointInFencedValue(t *testing.T) {
 	assert.Equal(t, rs.Token(), v.Token)
 	assert.JSONEq(t, `{"Done":1}`, string(v.Data))
 
-	// The grant expires by the database clock; the holder does not know.
-	_, err = pool.Exec(ctx, "UPDATE pgbaton.lease SET expires_at = clock_timestamp() WHERE name = 'ck'")
+	// The grant and its session expire by the database clock; the holder
+	// does not know (its own deadline is a minute away).
+	_, err = pool.Exec(ctx, `UPDATE pgbaton.lease SET expires_at = clock_timestamp() WHERE name = 'ck';
+UPDATE pgbaton.lease_session SET expires_at = clock_timestamp() WHERE owner = 'stale'`)
 	require.NoError(t, err)
 	stop := errors.New("stop before done")
 	err = fresh.RunJob(ctx, "ck", func(ctx context.Context, r *leasetable.Run) error {

@@ -12,53 +12,79 @@ import (
 	"github.com/pgbaton/pgbaton/internal/db"
 )
 
-// Lease is one grant of a named lease. The client renews it in the
-// background until Release, Complete, Client.Close or loss. Its methods are
-// safe for concurrent use.
+// Lease is one grant of a named lease. The client keeps it alive in the
+// background — with the keep-alive of its lease session, one statement per
+// renew interval for all its leases — until Release, Complete,
+// Client.Close or loss. Its methods are safe for concurrent use.
 type Lease struct {
 	c     *Client
 	name  string
 	group string
 	token int64
+	sess  *session // the session keeping it alive, or nil
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	mu         sync.Mutex
-	expiresAt  time.Time // database clock
-	deadline   time.Time // local, monotonic: lost at this instant unless renewed
-	renewT     *time.Timer
-	deadlineT  *time.Timer
-	inflight   chan struct{} // closed when the running automatic renewal ends
-	stopRenew  context.CancelFunc
+	mu sync.Mutex
+	// expiresAt and own are the grant's own expiry (database clock) and
+	// local deadline (monotonic clock), moved only by an explicit Renew.
+	// While its session carries it, the lease lasts until the session's
+	// deadline if that is later.
+	expiresAt  time.Time
+	own        time.Time
+	deadlineT  *time.Timer // at own; idle while the session carries the lease
+	onSession  bool        // own passed while the session was alive
 	ended      bool
 	err        error
 	afterRenew func(context.Context) // job runs heartbeat here
 
 	releaseOnce sync.Once
-	releaseErr  error // guarded by mu
+	finishedAs  finishKind // how releaseOnce ended it, guarded by mu
+	releaseErr  error      // guarded by mu
+	handedOff   bool       // completed in a transaction (CompleteTx), guarded by mu
 
-	// For metrics and Client.Check, guarded by mu.
-	grantedAt    time.Time // when the acquire was sent
-	renewFailing bool      // the last renewal attempt failed
-	counted      bool      // the grant was recorded as acquired (set by track)
-	recorded     bool      // its end was recorded
+	// For metrics, guarded by mu.
+	grantedAt time.Time // when the acquire was sent
+	counted   bool      // the grant was recorded as acquired (set by track)
+	recorded  bool      // its end was recorded
 }
 
-func newLease(c *Client, name, group string, token int64, expires, start time.Time) *Lease {
+// finishKind is how a lease was given back: the first of Release,
+// Complete, Client.Complete or CompleteTx decides, and the later calls
+// answer accordingly.
+type finishKind int8
+
+const (
+	notFinished finishKind = iota
+	finishedRelease
+	finishedComplete
+	finishedCompleteTx
+)
+
+func newLease(c *Client, name, group string, token int64, sess *session, expires, start time.Time) *Lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Lease{c: c, name: name, group: group, token: token, ctx: ctx, cancel: cancel,
-		expiresAt: expires, deadline: start.Add(c.cfg.TTL - c.cfg.SafetyMargin), grantedAt: start}
+	return &Lease{c: c, name: name, group: group, token: token, sess: sess, ctx: ctx, cancel: cancel,
+		expiresAt: expires, own: start.Add(c.cfg.TTL - c.cfg.SafetyMargin), grantedAt: start}
 }
 
+// start binds the lease to its session and arms its deadline timer.
 func (l *Lease) start() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ended { // Client.Close got to it first
 		return
 	}
-	l.deadlineT = time.AfterFunc(time.Until(l.deadline), l.checkDeadline)
-	l.renewT = time.AfterFunc(l.c.cfg.RenewInterval, l.autoRenew)
+	if l.sess != nil {
+		l.sess.bind(l)
+		if l.sess.dead.Load() {
+			// The session died between the grant and now; the lease holds
+			// by its own deadline, as in the database.
+			l.sess.unbind(l)
+			l.sess = nil
+		}
+	}
+	l.deadlineT = time.AfterFunc(time.Until(l.own), l.checkDeadline)
 }
 
 // Name is the lease's name.
@@ -72,55 +98,113 @@ func (l *Lease) Group() string { return l.group }
 // sequence). Pass it to fenced writes.
 func (l *Lease) Token() int64 { return l.token }
 
-// ExpiresAt is when the grant expires by the database clock, as of the
-// last successful acquire or renew.
+// ExpiresAt is when the grant expires by the database clock unless kept
+// alive further, as of the last successful acquire, renew or keep-alive.
 func (l *Lease) ExpiresAt() time.Time {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.expiresAt
+	exp := l.expiresAt
+	l.mu.Unlock()
+	if s := l.sess; s != nil && s.carries(time.Now()) {
+		s.mu.Lock()
+		if s.expiresAt.After(exp) {
+			exp = s.expiresAt
+		}
+		s.mu.Unlock()
+	}
+	return exp
 }
 
 // Deadline is the local instant (monotonic clock) at which the holder
-// counts the lease lost unless a renewal succeeds first; always before the
-// database's expiry.
+// counts the lease lost unless a keep-alive or renewal succeeds first;
+// always before the database's expiry.
 func (l *Lease) Deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.deadline
+	return l.deadlineLocked(time.Now())
 }
 
-// Done is closed when the lease ends: lost, released or completed.
-func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
+// deadlineLocked is the later of the lease's own deadline and, while it
+// carries the lease, its session's.
+func (l *Lease) deadlineLocked(now time.Time) time.Time {
+	d := l.own
+	if s := l.sess; s != nil && s.carries(now) {
+		if sd := s.until(); sd.After(d) {
+			d = sd
+		}
+	}
+	return d
+}
+
+// Done is closed when the lease ends: lost, released or completed. Once
+// the monotonic clock has passed Deadline without a successful renewal, it
+// is closed by the time Done returns, whether or not the deadline timer has
+// run yet.
+func (l *Lease) Done() <-chan struct{} {
+	l.expireIfPast()
+	return l.ctx.Done()
+}
 
 // Err is nil while the lease is held, then an error wrapping ErrLeaseLost
-// or ErrReleased.
+// or ErrReleased. It is non-nil from the instant the monotonic clock
+// passes Deadline without a successful renewal: a holder that checks Err
+// before a write is never told it holds a lease it has lost locally.
 func (l *Lease) Err() error {
 	if l.ctx.Err() == nil {
-		return nil
+		l.expireIfPast()
+		if l.ctx.Err() == nil {
+			return nil
+		}
 	}
 	return context.Cause(l.ctx)
 }
 
 // Context is cancelled when the lease ends, with Err as its cause: run
-// work under the lease with it.
-func (l *Lease) Context() context.Context { return l.ctx }
+// work under the lease with it. Its Err and Done look at the deadline as
+// the Lease's do.
+func (l *Lease) Context() context.Context { return leaseContext{l.ctx, l} }
+
+// leaseContext is the lease's context with Err and Done that end the lease
+// at once when its deadline has passed.
+type leaseContext struct {
+	context.Context
+	l *Lease
+}
+
+func (c leaseContext) Done() <-chan struct{} { return c.l.Done() }
+
+func (c leaseContext) Err() error {
+	if err := c.Context.Err(); err != nil {
+		return err
+	}
+	c.l.expireIfPast()
+	return c.Context.Err()
+}
+
+// expireIfPast ends the lease now if its local deadline has passed: the
+// deadline timer may not have run yet (the process was paused, or the
+// runtime is busy), and the loss must not wait for it.
+func (l *Lease) expireIfPast() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now := time.Now(); !l.ended && !now.Before(l.deadlineLocked(now)) {
+		l.deadlinePassedLocked(now, l.sess != nil && l.sess.trouble())
+	}
+}
 
 // endLocked marks the lease over with cause. A loss is recorded in the
 // metrics with lostCause; a release is recorded by finish once the
-// database has answered. It returns the running automatic renewal's done
-// channel (or nil) for callers that must wait for it.
-func (l *Lease) endLocked(cause error, lostCause string) chan struct{} {
+// database has answered.
+func (l *Lease) endLocked(cause error, lostCause string) {
 	if l.ended {
-		return nil
+		return
 	}
 	l.ended = true
 	l.err = cause
-	if l.renewT != nil {
-		l.renewT.Stop()
+	if l.deadlineT != nil {
 		l.deadlineT.Stop()
 	}
-	if l.stopRenew != nil {
-		l.stopRenew()
+	if l.sess != nil {
+		l.sess.unbind(l)
 	}
 	lost := errors.Is(cause, ErrLeaseLost)
 	if lost {
@@ -134,36 +218,84 @@ func (l *Lease) endLocked(cause error, lostCause string) chan struct{} {
 		l.c.log.Warn("pgbaton: lease lost", "lease", l.name, "token", l.token, "cause", lostCause, "error", cause)
 		l.c.goBackground(l.releaseLost)
 	}
-	return l.inflight
 }
 
+// lose ends the lease as lost with cause, unless it ended already.
+func (l *Lease) lose(cause error, lostCause string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.endLocked(cause, lostCause)
+}
+
+// checkDeadline runs on the deadline timer, at the lease's own deadline.
 func (l *Lease) checkDeadline() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ended {
 		return
 	}
-	if d := time.Until(l.deadline); d > 0 { // a renewal moved it
+	now := time.Now()
+	if d := l.own.Sub(now); d > 0 { // a Renew moved it
 		l.deadlineT.Reset(d)
 		return
 	}
-	// Renewals that failed, or one still in flight (hung), make the loss a
-	// renewal failure, unless this timer fired so late that the process
-	// must have been paused: then it is an expiry, whatever the renewal.
+	if s := l.sess; s != nil && s.carries(now) {
+		// The session keeps it alive from here on; when the session dies,
+		// it ends the lease (sessionEnded).
+		l.onSession = true
+		return
+	}
+	l.deadlinePassedLocked(now, l.sess != nil && l.sess.trouble())
+}
+
+// sessionEnded is called when the lease's session no longer carries it:
+// the lease holds until its own deadline, and is lost now if that passed.
+// trouble tells keep-alives that were failing or hanging when the
+// session ended.
+func (l *Lease) sessionEnded(trouble bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended || !l.onSession {
+		return // its own timer still runs, and sees the session gone
+	}
+	l.onSession = false
+	now := time.Now()
+	if d := l.own.Sub(now); d > 0 {
+		l.deadlineT.Reset(d)
+		return
+	}
+	l.deadlinePassedLocked(now, trouble)
+}
+
+// deadlinePassedLocked ends a lease whose local deadline has passed;
+// trouble tells keep-alives that were failing or hanging.
+func (l *Lease) deadlinePassedLocked(now time.Time, trouble bool) {
+	if l.handedOff {
+		// Completed in a transaction: its end is settled there.
+		return
+	}
+	// Keep-alives that failed, or one still in flight (hung), make the loss
+	// a renewal failure, unless the deadline was noticed so late that the
+	// process must have been paused: then it is an expiry, whatever the
+	// keep-alive.
 	lostCause := CauseExpired
-	late := time.Since(l.deadline)
-	if (l.renewFailing || l.inflight != nil) && late < max(l.c.cfg.SafetyMargin, 50*time.Millisecond) {
+	passed := l.own
+	if s := l.sess; s != nil && s.until().After(passed) {
+		passed = s.until() // the session's last deadline, dead or not
+	}
+	late := now.Sub(passed)
+	if trouble && late < max(l.c.cfg.SafetyMargin, 50*time.Millisecond) {
 		lostCause = CauseRenew
 	}
-	l.endLocked(fmt.Errorf("%w: %q token %d: no successful renewal before the local deadline", ErrLeaseLost, l.name, l.token), lostCause)
+	l.endLocked(fmt.Errorf("%w: %q token %d: no successful keep-alive or renewal before the local deadline", ErrLeaseLost, l.name, l.token), lostCause)
 }
 
 // releaseLost gives back a grant the holder counts as lost, best effort:
-// a renewal the client gave up on may still have been applied by the
+// a keep-alive the client gave up on may still have been applied by the
 // server, and waiters need not wait for the expiry. Guarded by the token
 // like every release, so it never frees somebody else's grant.
 func (l *Lease) releaseLost(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, l.c.cfg.TTL)
+	ctx, cancel := context.WithTimeout(ctx, l.c.cfg.ReleaseTimeout)
 	defer cancel()
 	_, err := l.c.q.LeaseRelease(ctx, l.c.pool, db.LeaseReleaseParams{Name: l.name, Owner: l.c.cfg.Owner, Token: l.token})
 	if err != nil {
@@ -171,112 +303,53 @@ func (l *Lease) releaseLost(ctx context.Context) {
 	}
 }
 
-// autoRenew runs on the renew timer's goroutine.
-func (l *Lease) autoRenew() {
-	l.mu.Lock()
-	if l.ended {
-		l.mu.Unlock()
-		return
-	}
-	if !time.Now().Before(l.deadline) {
-		// Woken late (the process was paused): too late to renew.
-		l.endLocked(fmt.Errorf("%w: %q token %d: the local deadline passed before the renewal was due to be sent", ErrLeaseLost, l.name, l.token), CauseExpired)
-		l.mu.Unlock()
-		return
-	}
-	ctx, cancel := context.WithDeadline(l.c.bg, l.deadline)
-	done := make(chan struct{})
-	l.inflight, l.stopRenew = done, cancel
-	after := l.afterRenew
-	l.mu.Unlock()
-
-	err := l.renew(ctx)
-	if err == nil && after != nil {
-		after(ctx)
-	}
-	cancel()
-
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.inflight, l.stopRenew = nil, nil
-	close(done)
-	if err != nil && (!l.ended || errors.Is(l.err, ErrLeaseLost)) {
-		// Not a renewal cancelled by Release.
-		l.c.renewFailed(l.metricName())
-	}
-	if l.ended {
-		return
-	}
-	switch {
-	case err == nil:
-		if l.renewFailing {
-			l.renewFailing = false
-			l.c.log.Info("pgbaton: lease renewal succeeded again", "lease", l.name, "token", l.token)
-		}
-		l.renewT.Reset(l.c.cfg.RenewInterval)
-	case errors.Is(err, ErrNotHeld):
-		l.endLocked(fmt.Errorf("%w: %w", ErrLeaseLost, err), CauseSuperseded)
-	default:
-		l.renewFailing = true
-		// Retry while the deadline allows; the deadline timer ends the
-		// lease if no retry succeeds.
-		retry := max(l.c.cfg.RenewInterval/5, time.Millisecond)
-		l.c.log.Warn("pgbaton: lease renewal failed; retrying", "lease", l.name, "token", l.token,
-			"retry_in", retry, "until", time.Until(l.deadline), "error", err)
-		l.renewT.Reset(retry)
-	}
-}
-
-// renew sends one renewal and, on success, moves the expiry and the local
-// deadline forward.
-func (l *Lease) renew(ctx context.Context) error {
-	start := time.Now()
-	exp, err := l.c.q.LeaseRenew(ctx, l.c.pool, db.LeaseRenewParams{
-		Name: l.name, Owner: l.c.cfg.Owner, Token: l.token, TtlMs: l.c.ttlMs,
-	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%w: %q token %d: renewal refused", ErrNotHeld, l.name, l.token)
-	}
-	if err != nil {
-		return l.c.dbError("renew "+l.name, err)
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ended {
-		return nil
-	}
-	// Renewals may overlap (Renew and the automatic one); keep the latest.
-	if d := start.Add(l.c.cfg.TTL - l.c.cfg.SafetyMargin); d.After(l.deadline) {
-		l.deadline = d
-		l.expiresAt = exp
-	}
-	return nil
-}
-
-// Renew extends the grant now, in addition to the automatic renewals. It
-// returns an error wrapping ErrNotHeld, and the lease ends as lost, when
-// the database no longer has this grant; a lease that already ended
-// returns its Err.
+// Renew extends this grant's own expiry now, in addition to the session's
+// keep-alives, in a statement of its own. It returns an error wrapping
+// ErrNotHeld, and the lease ends as lost, when the database no longer has
+// this grant; a lease that already ended returns its Err.
 func (l *Lease) Renew(ctx context.Context) error {
 	l.mu.Lock()
 	if l.ended {
 		l.mu.Unlock()
 		return l.err
 	}
-	deadline := l.deadline
+	if l.handedOff {
+		l.mu.Unlock()
+		return fmt.Errorf("%w: %q token %d: completed in a transaction", ErrReleased, l.name, l.token)
+	}
+	deadline := l.deadlineLocked(time.Now())
 	l.mu.Unlock()
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	err := l.renew(ctx)
-	if err != nil {
-		l.c.renewFailed(l.metricName())
+	start := time.Now()
+	var exp time.Time
+	err := l.c.retry(ctx, true, func(ctx context.Context) (err error) {
+		exp, err = l.c.q.LeaseRenew(ctx, l.c.pool, db.LeaseRenewParams{
+			Name: l.name, Owner: l.c.cfg.Owner, Token: l.token, TtlMs: l.c.ttlMs,
+		})
+		return err
+	})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		err = fmt.Errorf("%w: %q token %d: renewal refused", ErrNotHeld, l.name, l.token)
+		l.c.renewFailed(l.metricName(), err)
+		l.lose(fmt.Errorf("%w: %w", ErrLeaseLost, err), CauseSuperseded)
+		return err
+	case err != nil:
+		l.c.renewFailed(l.metricName(), err)
+		return l.c.dbError("renew "+l.name, err)
 	}
-	if errors.Is(err, ErrNotHeld) {
-		l.mu.Lock()
-		l.endLocked(fmt.Errorf("%w: %w", ErrLeaseLost, err), CauseSuperseded)
-		l.mu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// Renewals may overlap; keep the latest.
+	if d := start.Add(l.c.cfg.TTL - l.c.cfg.SafetyMargin); !l.ended && d.After(l.own) {
+		l.own, l.expiresAt = d, exp
+		if l.onSession {
+			l.onSession = false
+			l.deadlineT.Reset(time.Until(d))
+		}
 	}
-	return err
+	return nil
 }
 
 // Release gives the lease back and wakes waiters. The lease ends first
@@ -284,50 +357,136 @@ func (l *Lease) Renew(ctx context.Context) error {
 // under it stops before anyone else can be granted it. It returns an error
 // wrapping ErrNotHeld when the database no longer had this grant (taken
 // over, or already given back after a loss), in which case nothing was
-// changed. Calling it again returns the first result.
+// changed. Calling it again returns the first result; after Complete it
+// returns Complete's.
+//
+// The release is sent even when ctx has ended, on a context of its own
+// bounded by Config.ReleaseTimeout, so a cancelled request still gives its
+// lease back at once. If it cannot reach the database, the error says so,
+// the row stays until its TTL, and Client.Close tries again.
+//
+// After CompleteTx, Release gives the item back if the transaction did not
+// commit, and returns nil either way; call it after the transaction ended.
 func (l *Lease) Release(ctx context.Context) error {
-	return l.finish(ctx, false)
+	return l.finish(ctx, finishedRelease)
 }
 
 // Complete ends the lease and deletes its row: the shard or work item is
-// done and will not be claimed again. Guarded like Release.
+// done and will not be claimed again. Guarded like Release, and sent like
+// it when ctx has ended. It returns an error wrapping ErrNotHeld, and the
+// item was not completed, when the lease was released or lost before, or
+// the database no longer had this grant; the item is then claimed again.
+// Calling it again returns the first result.
 func (l *Lease) Complete(ctx context.Context) error {
-	return l.finish(ctx, true)
+	return l.finish(ctx, finishedComplete)
 }
 
-func (l *Lease) finish(ctx context.Context, complete bool) error {
+func (l *Lease) finish(ctx context.Context, kind finishKind) error {
+	first, proceed := l.beginFinish(kind)
+	if proceed {
+		l.giveBack(ctx, kind == finishedComplete)
+	}
+	l.mu.Lock()
+	as, err := l.finishedAs, l.releaseErr
+	l.mu.Unlock()
+	switch {
+	case first:
+	case kind == finishedComplete && as == finishedRelease:
+		return fmt.Errorf("%w: %q token %d was released before completion; the item was not completed", ErrNotHeld, l.name, l.token)
+	case kind == finishedRelease && as == finishedCompleteTx:
+		return l.releaseAfterTx(ctx)
+	}
+	return err
+}
+
+// beginFinish decides, if nothing was decided yet, that l is given back as
+// kind, and stops it: its renewal, and for a release or completion the
+// lease itself. first says this call decided; proceed that the caller
+// should now give l back. A lease lost before is not completed: proceed is
+// false and l's release error says so (the release of the lost grant in
+// the background frees it unless somebody took it over).
+func (l *Lease) beginFinish(kind finishKind) (first, proceed bool) {
 	l.releaseOnce.Do(func() {
-		l.stop()
-		p := db.LeaseReleaseParams{Name: l.name, Owner: l.c.cfg.Owner, Token: l.token}
-		var ok bool
-		var err error
+		first = true
+		l.mu.Lock()
+		l.finishedAs = kind
+		lost := l.ended && errors.Is(l.err, ErrLeaseLost)
+		l.mu.Unlock()
+		if lost && kind != finishedRelease {
+			l.setReleaseErr(fmt.Errorf("%w: %q token %d was lost before completion; the item was not completed: %w", ErrNotHeld, l.name, l.token, l.err))
+			return
+		}
+		proceed = true
+		if kind == finishedCompleteTx {
+			l.handOff()
+		} else {
+			l.stop()
+		}
+	})
+	return first, proceed
+}
+
+// giveBack sends the release or completion of a stopped lease on a
+// context detached from ctx and records the outcome.
+func (l *Lease) giveBack(ctx context.Context, complete bool) {
+	ctx, cancel := l.c.cleanupContext(ctx)
+	defer cancel()
+	p := db.LeaseReleaseParams{Name: l.name, Owner: l.c.cfg.Owner, Token: l.token}
+	var ok bool
+	// A release is safe to repeat after a broken connection; a completion
+	// is not (the repeat would find the row gone and say taken over).
+	err := l.c.retry(ctx, !complete, func(ctx context.Context) (err error) {
 		if complete {
 			ok, err = l.c.q.LeaseComplete(ctx, l.c.pool, db.LeaseCompleteParams(p))
 		} else {
 			ok, err = l.c.q.LeaseRelease(ctx, l.c.pool, p)
 		}
-		switch {
-		case err != nil:
-			l.setReleaseErr(l.c.dbError("release "+l.name, err))
-		case !ok:
-			l.setReleaseErr(fmt.Errorf("%w: %q token %d was taken over before release", ErrNotHeld, l.name, l.token))
-		}
-		l.recordReleased(err == nil && !ok)
+		return err
 	})
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.releaseErr
+	switch {
+	case err != nil:
+		l.setReleaseErr(l.c.dbError("release "+l.name, err))
+		l.c.remember(l)
+	case !ok && complete:
+		l.setReleaseErr(fmt.Errorf("%w: %q token %d was taken over before completion; the item was not completed", ErrNotHeld, l.name, l.token))
+	case !ok:
+		l.setReleaseErr(fmt.Errorf("%w: %q token %d was taken over before release", ErrNotHeld, l.name, l.token))
+	}
+	l.recordReleased(err == nil && !ok)
 }
 
-// stop ends the lease as released (unless it ended already) and waits for
-// a running renewal, which must not race the release.
+// releaseAfterTx gives back the row of a lease completed in a transaction
+// that did not commit; when it did, the row is gone and there is nothing
+// to do.
+func (l *Lease) releaseAfterTx(ctx context.Context) error {
+	ctx, cancel := l.c.cleanupContext(ctx)
+	defer cancel()
+	_, err := l.c.q.LeaseRelease(ctx, l.c.pool, db.LeaseReleaseParams{Name: l.name, Owner: l.c.cfg.Owner, Token: l.token})
+	if err != nil {
+		return l.c.dbError("release "+l.name, err)
+	}
+	return nil
+}
+
+// handOff marks a lease being completed in a caller's transaction: it is
+// no longer counted as held (Close does not release it), and it ends when
+// the client learns how that transaction ended (settleLoop), or at Close.
+func (l *Lease) handOff() {
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
+		return
+	}
+	l.handedOff = true
+	l.mu.Unlock()
+	l.c.handOff(l)
+}
+
+// stop ends the lease as released (unless it ended already).
 func (l *Lease) stop() {
 	l.mu.Lock()
-	wait := l.endLocked(fmt.Errorf("%w: %q token %d", ErrReleased, l.name, l.token), "")
+	l.endLocked(fmt.Errorf("%w: %q token %d", ErrReleased, l.name, l.token), "")
 	l.mu.Unlock()
-	if wait != nil {
-		<-wait
-	}
 }
 
 func (l *Lease) setReleaseErr(err error) {

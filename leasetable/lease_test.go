@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbaton/pgbaton"
-	"github.com/pgbaton/pgbaton/internal/pgtest"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 	"github.com/pgbaton/pgbaton/leasetable"
 )
 
@@ -162,7 +162,7 @@ func pgtestWaitExpired(t *testing.T, pool *pgxpool.Pool, name string) {
 	ctx := ctxT(t, 10*time.Second)
 	var wait time.Duration
 	require.NoError(t, pool.QueryRow(ctx,
-		"SELECT greatest(0, extract(epoch FROM expires_at - clock_timestamp()) * 1e9)::bigint FROM pgbaton.lease WHERE name = $1", name).Scan(&wait))
+		"SELECT greatest(0, extract(epoch FROM expires_at - clock_timestamp()) * 1e9)::bigint FROM pgbaton.lease_status WHERE name = $1", name).Scan(&wait))
 	time.Sleep(wait + time.Millisecond) // waiting for the database clock itself, not for another goroutine
 }
 
@@ -176,15 +176,11 @@ func TestStaleReleaseLeavesNewHolderAlone(t *testing.T) {
 	defer oldC.Close(ctx)
 	lOld, err := oldC.TryAcquire(ctx, "s")
 	require.NoError(t, err)
-	// Block its renewals: hold the row lock in another transaction until
-	// the grant expires.
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, "SELECT 1 FROM pgbaton.lease WHERE name = 's' FOR UPDATE")
-	require.NoError(t, err)
+	// Block its keep-alives until the grant expires.
+	unblock := blockKeepalives(t, pool, "old")
 	<-lOld.Done() // local deadline passes: the holder knows first
 	assert.ErrorIs(t, lOld.Err(), leasetable.ErrLeaseLost)
-	require.NoError(t, tx.Rollback(ctx))
+	unblock()
 
 	newC := newClient(t, pool, leasetable.Config{Owner: "new"})
 	lNew, err := newC.Acquire(ctx, "s")
@@ -202,29 +198,27 @@ func TestStaleReleaseLeavesNewHolderAlone(t *testing.T) {
 }
 
 func TestLocalDeadlineBeforeDatabaseExpiry(t *testing.T) {
-	// Renewals blocked (row locked elsewhere): the holder must see Done
-	// before the database would let anyone else in.
+	// Keep-alives blocked (session row locked elsewhere): the holder must
+	// see Done before the database would let anyone else in.
 	d := env.DB(t)
 	pool := d.Pool(t)
 	ctx := ctxT(t, 30*time.Second)
-	c := newClient(t, pool, leasetable.Config{TTL: 3 * time.Second, SafetyMargin: 500 * time.Millisecond})
+	c := newClient(t, pool, leasetable.Config{Owner: "d", TTL: 3 * time.Second, SafetyMargin: 500 * time.Millisecond})
 	l, err := c.TryAcquire(ctx, "d")
 	require.NoError(t, err)
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx)
-	_, err = tx.Exec(ctx, "SELECT 1 FROM pgbaton.lease WHERE name = 'd' FOR UPDATE")
-	require.NoError(t, err)
+	defer blockKeepalives(t, pool, "d")()
+	// No keep-alive gets through from here on: this is the expiry others
+	// go by.
+	var dbExpiry time.Time
+	require.NoError(t, pool.QueryRow(ctx, "SELECT expires_at FROM pgbaton.lease_status WHERE name = 'd'").Scan(&dbExpiry))
 	<-l.Done()
 	doneAt := time.Now()
 	assert.ErrorIs(t, l.Err(), leasetable.ErrLeaseLost)
 	assert.False(t, doneAt.Before(l.Deadline()), "Done before the local deadline")
 	// The server runs on this host, so the clocks agree: the holder gave
 	// up before the database expiry.
-	var dbExpiry time.Time
-	require.NoError(t, pool.QueryRow(ctx, "SELECT expires_at FROM pgbaton.lease WHERE name = 'd'").Scan(&dbExpiry))
 	assert.True(t, doneAt.Before(dbExpiry), "Done at %s, database expiry %s", doneAt, dbExpiry)
-	assert.Equal(t, l.ExpiresAt(), dbExpiry, "no renewal got through")
+	assert.Equal(t, l.ExpiresAt(), dbExpiry, "no keep-alive got through")
 }
 
 func TestAutoRenewKeepsLease(t *testing.T) {
@@ -630,4 +624,23 @@ func TestCloseEndsWaits(t *testing.T) {
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pgbaton.lease_waiter").Scan(&n))
 	assert.Zero(t, n, "Close removes the client's waiter registrations")
+}
+
+// Servers that only look like Postgres are refused at New, before any
+// lease is taken: YugabyteDB caches sequences per connection, so tokens
+// would not grow across connections; CockroachDB's semantics differ too.
+func TestUnsupportedServerRefused(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	for _, server := range []struct{ version, name string }{
+		{"CockroachDB CCL v23.1.11 (x86_64-pc-linux-gnu, built 2023/09/27 01:53:43, go1.19.10)", "CockroachDB"},
+		{"PostgreSQL 11.2-YB-2.18.0.0-b0 on x86_64-pc-linux-gnu, compiled by clang version 15.0.3", "YugabyteDB"},
+	} {
+		fake := pgtest.StartFakeServer(t, server.version, map[string]string{"server_version": "13.0.0"})
+		_, err := leasetable.New(ctx, pgtest.Pool(t, fake.URL()), leasetable.Config{})
+		require.ErrorIs(t, err, pgbaton.ErrUnsupportedServer)
+		require.ErrorContains(t, err, server.name)
+		for _, q := range fake.Queries() {
+			require.NotContains(t, q, "lease", "nothing about leases reached the server")
+		}
+	}
 }

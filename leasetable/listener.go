@@ -4,13 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/backoff"
+	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/serverkind"
 )
 
 // notifyChannel is the channel pgbaton.release notifies, with the lease
@@ -40,11 +45,29 @@ type listener struct {
 	down    time.Time
 	// probes are Client.Check payloads in flight, closed when delivered.
 	probes map[string]chan struct{}
+	// undelivered is why waiters poll although the client was meant to
+	// listen: a LISTEN connection that delivers no notification (a
+	// transaction pooler). Nil while notifications work.
+	undelivered error
+	// regs are the waiters' registrations in pgbaton.lease_waiter, by
+	// waiter id. That table is unlogged: a crash empties it, and so does a
+	// failover (a promoted standby has no unlogged rows). A new LISTEN
+	// connection registers them all again before waking the waiters.
+	regs map[string]registration
+	// kick asks a run loop waiting out its backoff to reconnect now: a
+	// waiter subscribed and needs the connection (buffered, 1).
+	kick chan struct{}
+}
+
+// registration is one row of pgbaton.lease_waiter.
+type registration struct {
+	name  string
+	group bool
 }
 
 func newListener(c *Client) *listener {
 	return &listener{c: c, waiters: make(map[string]map[chan struct{}]struct{}), ready: make(chan struct{}),
-		probes: make(map[string]chan struct{})}
+		probes: make(map[string]chan struct{}), regs: make(map[string]registration), kick: make(chan struct{}, 1)}
 }
 
 // subscribe registers a wake-up channel for notifications naming any of
@@ -56,6 +79,11 @@ func (ln *listener) subscribe(ctx context.Context, names ...string) (<-chan stru
 	if ln.closed {
 		ln.mu.Unlock()
 		return nil, nil, pgbaton.ErrClosed
+	}
+	if ln.c.cfg.NoListen {
+		// Waiters poll; nothing will wake them early.
+		ln.mu.Unlock()
+		return ch, func() {}, nil
 	}
 	for _, n := range names {
 		set := ln.waiters[n]
@@ -89,6 +117,15 @@ func (ln *listener) subscribe(ctx context.Context, names ...string) (<-chan stru
 	select {
 	case <-ready:
 		return ch, unsubscribe, nil
+	default:
+		select {
+		case ln.kick <- struct{}{}:
+		default: // already kicked
+		}
+	}
+	select {
+	case <-ready:
+		return ch, unsubscribe, nil
 	case <-ctx.Done():
 		unsubscribe()
 		return nil, nil, fmt.Errorf("leasetable: waiting for the LISTEN connection: %w", context.Cause(ctx))
@@ -96,6 +133,27 @@ func (ln *listener) subscribe(ctx context.Context, names ...string) (<-chan stru
 		unsubscribe()
 		return nil, nil, pgbaton.ErrClosed
 	}
+}
+
+// polling reports whether waiters poll rather than wait for
+// notifications: by configuration (NoListen) or because the LISTEN
+// connection does not deliver them.
+func (ln *listener) polling() bool {
+	if ln.c.cfg.NoListen {
+		return true
+	}
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return ln.undelivered != nil
+}
+
+// reconnecting reports whether the LISTEN connection is down and being
+// reconnected: a release meanwhile wakes nobody, so waiters poll until it
+// is back (which wakes them all).
+func (ln *listener) reconnecting() bool {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return !ln.down.IsZero()
 }
 
 // wake signals the waiters of name, or of every name when all is set.
@@ -121,10 +179,26 @@ func (ln *listener) wake(name string, all bool) {
 
 func (ln *listener) run(ctx context.Context) {
 	defer close(ln.done)
-	backoff := 10 * time.Millisecond
+	// Capped low: while the connection is down, releases wake nobody.
+	retry := backoff.Backoff{Min: 10 * time.Millisecond, Max: 250 * time.Millisecond}
 	for ctx.Err() == nil {
 		err := ln.listen(ctx)
 		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, errUndelivered) {
+			// Reconnecting would not help: waiters poll from now on.
+			ln.c.log.Warn("pgbaton: notifications are not delivered on the lease LISTEN connection (a transaction pooler such as PgBouncer in transaction mode?); waiters poll at the holder's expiry, at most every PollInterval. Set Config.ListenDSN to a direct connection to wake them at once.",
+				"poll_interval", ln.c.cfg.PollInterval)
+			ln.mu.Lock()
+			ln.undelivered = err
+			select {
+			case <-ln.ready:
+			default:
+				close(ln.ready) // subscribers stop waiting for a connection
+			}
+			ln.mu.Unlock()
+			ln.wake("", true) // those already waiting switch to polling
 			return
 		}
 		ln.mu.Lock()
@@ -133,27 +207,32 @@ func (ln *listener) run(ctx context.Context) {
 			ln.down = time.Now()
 		}
 		ln.mu.Unlock()
-		ln.c.log.Warn("pgbaton: lease LISTEN connection failed; reconnecting", "error", err, "in", backoff)
-		t := time.NewTimer(backoff + rand.N(backoff))
+		d := retry.Next()
+		ln.c.log.Warn("pgbaton: lease LISTEN connection failed; reconnecting", "error", err, "in", d)
+		t := time.NewTimer(d)
 		select {
 		case <-t.C:
+		case <-ln.kick:
+			// A waiter needs the connection: the server it failed to
+			// reach may well be back (a waiter subscribes only after a
+			// look at the lease succeeded).
+			t.Stop()
 		case <-ctx.Done():
 			t.Stop()
 			return
 		}
-		backoff = min(2*backoff, time.Second)
 	}
 }
 
+// errUndelivered: the LISTEN connection delivered no notification.
+var errUndelivered = errors.New("leasetable: notifications sent on the LISTEN connection's channel were not delivered")
+
 // listen runs one connection until it fails.
 func (ln *listener) listen(ctx context.Context) error {
-	pc, err := ln.c.pool.Acquire(ctx)
+	conn, err := ln.connect(ctx)
 	if err != nil {
 		return err
 	}
-	// The connection leaves the pool: a pooled connection would be reused
-	// by others while subscribed, or closed by pool lifetime limits.
-	conn := pc.Hijack()
 	defer func() {
 		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -162,9 +241,24 @@ func (ln *listener) listen(ctx context.Context) error {
 	if err := ln.c.q.LeaseListen(ctx, conn); err != nil {
 		return err
 	}
+	// Prove that it delivers: behind a transaction pooler LISTEN succeeds
+	// but its notifications go to whichever client uses the server
+	// connection next, or nowhere.
+	if err := ln.probe(ctx, conn); err != nil {
+		return err
+	}
+	ln.mu.Lock()
+	missed := ln.connected
+	ln.mu.Unlock()
+	if missed {
+		// The server may have lost the registrations (a crash, a
+		// failover): make them again, now that LISTEN is active.
+		if err := ln.reregister(ctx); err != nil {
+			return err
+		}
+	}
 	ln.mu.Lock()
 	close(ln.ready)
-	missed := ln.connected
 	ln.connected = true
 	downFor := time.Since(ln.down)
 	ln.down = time.Time{}
@@ -189,6 +283,101 @@ func (ln *listener) listen(ctx context.Context) error {
 	}
 }
 
+// connect opens the LISTEN connection: to Config.ListenDSN, or taken out
+// of the pool for good (a pooled connection would be reused by others
+// while subscribed, or closed by pool lifetime limits). Either way it
+// names pgbaton and the owner in application_name, so pg_stat_activity
+// shows whose it is.
+func (ln *listener) connect(ctx context.Context) (*pgx.Conn, error) {
+	app := applicationName("lease listener", ln.c.cfg.Owner)
+	if dsn := ln.c.cfg.ListenDSN; dsn != "" {
+		cfg, err := pgx.ParseConfig(dsn)
+		if err != nil {
+			return nil, err
+		}
+		cfg.RuntimeParams["application_name"] = app
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		if err := serverkind.CheckConn(ctx, conn); err != nil {
+			_ = conn.Close(context.Background())
+			return nil, err
+		}
+		return conn, nil
+	}
+	pc, err := ln.c.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	conn := pc.Hijack()
+	if _, err := conn.Exec(ctx, "SELECT set_config('application_name', $1, false)", app); err != nil {
+		_ = conn.Close(context.Background())
+		return nil, err
+	}
+	return conn, nil
+}
+
+// probe sends a notification through the pool and waits for conn to
+// deliver it.
+func (ln *listener) probe(ctx context.Context, conn *pgx.Conn) error {
+	payload := ln.c.waiterPrefix + "probe/" + strconv.FormatInt(ln.c.waiterSeq.Add(1), 10)
+	if err := ln.c.q.LeaseNotify(ctx, ln.c.pool, payload); err != nil {
+		return err
+	}
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout(ln.c.cfg.TTL))
+	defer cancel()
+	for {
+		n, err := conn.WaitForNotification(pctx)
+		switch {
+		case err != nil && ctx.Err() == nil && pctx.Err() != nil:
+			return errUndelivered
+		case err != nil:
+			return err
+		case n.Channel == notifyChannel && n.Payload == payload:
+			return nil
+		}
+		ln.dispatch(n)
+	}
+}
+
+// probeTimeout is how long the first notification may take: on a working
+// connection it comes back in a round trip.
+func probeTimeout(ttl time.Duration) time.Duration {
+	return min(max(ttl/10, 250*time.Millisecond), time.Second)
+}
+
+// register records a waiter's registration, to be made again on a new
+// connection.
+func (ln *listener) register(id, name string, group bool) {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	ln.regs[id] = registration{name: name, group: group}
+}
+
+// unregister forgets a waiter's registration.
+func (ln *listener) unregister(id string) {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	delete(ln.regs, id)
+}
+
+// reregister makes every known registration again (they are idempotent).
+func (ln *listener) reregister(ctx context.Context) error {
+	ln.mu.Lock()
+	regs := make(map[string]registration, len(ln.regs))
+	for id, r := range ln.regs {
+		regs[id] = r
+	}
+	ln.mu.Unlock()
+	for id, r := range regs {
+		if err := ln.c.q.LeaseWaitFor(ctx, ln.c.pool, db.LeaseWaitForParams{Name: r.name, Waiter: id, IsGroup: r.group}); err != nil {
+			return fmt.Errorf("leasetable: register waiters again: %w", err)
+		}
+	}
+	return nil
+}
+
 func (ln *listener) dispatch(n *pgconn.Notification) {
 	if n.Channel != notifyChannel {
 		return
@@ -211,6 +400,11 @@ func (ln *listener) check(ctx context.Context, payload string) error {
 	if !ln.started || ln.closed {
 		ln.mu.Unlock()
 		return nil
+	}
+	if ln.undelivered != nil {
+		ln.mu.Unlock()
+		return fmt.Errorf("%w: leasetable: %w; waiters poll every %s (set Config.ListenDSN to a direct connection)",
+			pgbaton.ErrDegraded, ln.undelivered, ln.c.cfg.PollInterval)
 	}
 	select {
 	case <-ln.ready:
@@ -251,4 +445,15 @@ func (ln *listener) close() {
 		stop()
 		<-done
 	}
+}
+
+// applicationName is the application_name of a connection pgbaton opens:
+// "pgbaton <role> <owner>", cut to the 63 bytes the server keeps, on a
+// character boundary.
+func applicationName(role, owner string) string {
+	name := "pgbaton " + role + " " + owner
+	if len(name) > 63 {
+		name = strings.ToValidUTF8(name[:63], "")
+	}
+	return name
 }

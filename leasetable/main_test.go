@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pgbaton/pgbaton/internal/pgtest"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 	"github.com/pgbaton/pgbaton/leasetable"
 )
 
@@ -35,6 +35,7 @@ var children = map[string]pgtest.ChildFunc{
 	"job":       childJob,
 	"keeper":    childKeeper,
 	"meterhold": childMeterHold,
+	"worker":    childWorker,
 }
 
 // shortTTL keeps fault tests quick: losses and takeovers happen within a

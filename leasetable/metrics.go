@@ -39,14 +39,13 @@ func (l *Lease) metricName() string {
 // someone else held it (including a wait that ran out), else error.
 // Bad input and closed clients are not attempts and are not recorded.
 func (c *Client) attemptFailed(ctx context.Context, name string, err error, start time.Time) {
-	result := telemetry.Error
 	switch {
 	case errors.Is(err, ErrHeld):
-		result = telemetry.Held
+		c.attempted(ctx, name, telemetry.Held, start)
 	case notAttempt(err):
-		return
+	case c.tel != nil:
+		c.tel.AttemptFailed(context.WithoutCancel(ctx), name, err, time.Since(start))
 	}
-	c.attempted(ctx, name, result, start)
 }
 
 // recordEndLocked records the end of a counted hold once. cause is "" for a
@@ -105,9 +104,9 @@ func (c *Client) attempted(ctx context.Context, name, result string, start time.
 	}
 }
 
-// renewFailed records a failed or refused renewal.
-func (c *Client) renewFailed(name string) {
+// renewFailed records a failed or refused renewal; err gives error.type.
+func (c *Client) renewFailed(name string, err error) {
 	if c.tel != nil {
-		c.tel.RenewFailed(context.Background(), name)
+		c.tel.RenewFailed(context.Background(), name, err)
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbaton/pgbaton"
-	"github.com/pgbaton/pgbaton/internal/pgtest"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 	"github.com/pgbaton/pgbaton/leasetable"
 )
 
@@ -44,10 +44,14 @@ func TestDoCancelsOnLossAndReleasesOnEveryPath(t *testing.T) {
 	})
 	assert.False(t, held(), "released even when fn panics")
 
-	// Loss: the grant is taken over under fn; fn's context ends with
-	// ErrLeaseLost at the next renewal.
+	// Loss: an operator force-releases the grant under fn and somebody
+	// else takes it; fn's context ends with ErrLeaseLost at the next
+	// keep-alive.
+	thief := newClient(t, pool, leasetable.Config{Owner: "thief"})
 	err := c.Do(ctx, "do", func(fnCtx context.Context) error {
-		_, err := pool.Exec(ctx, "UPDATE pgbaton.lease SET owner = 'thief', token = nextval('pgbaton.lease_token_seq') WHERE name = 'do'")
+		_, err := pool.Exec(ctx, "SELECT pgbaton.force_release_lease('do', 'test')")
+		require.NoError(t, err)
+		_, err = thief.TryAcquire(ctx, "do")
 		require.NoError(t, err)
 		<-fnCtx.Done()
 		return nil
@@ -56,6 +60,7 @@ func TestDoCancelsOnLossAndReleasesOnEveryPath(t *testing.T) {
 	in, err := c.Info(ctx, "do")
 	require.NoError(t, err)
 	assert.Equal(t, "thief", in.Owner, "a lost Do leaves the new holder alone")
+	require.NoError(t, thief.Close(ctx))
 
 	// Caller's context ends: fn sees it, lease released, no ErrLeaseLost.
 	cctx, cancel := context.WithCancel(ctx)

@@ -2,8 +2,6 @@ package leasetable
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"time"
@@ -11,55 +9,6 @@ import (
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
 )
-
-// Acquire takes the lease name, waiting while someone else holds it. It
-// wakes when the holder releases (LISTEN/NOTIFY on the client's one
-// listening connection) or at the holder's known expiry plus a little
-// jitter; it never polls. It returns ctx's error when ctx ends first: the
-// caller did not get the lease.
-func (c *Client) Acquire(ctx context.Context, name string) (*Lease, error) {
-	if err := checkName("lease name", name); err != nil {
-		return nil, err
-	}
-	return c.acquire(ctx, name, nil)
-}
-
-func (c *Client) acquire(ctx context.Context, name string, metadata []byte) (*Lease, error) {
-	if err := c.checkOpen(); err != nil {
-		return nil, err
-	}
-	start := time.Now()
-	l, stillHeld, err := c.waitAcquire(ctx, name, metadata, start)
-	c.waitEnded(ctx, name, start, stillHeld, err)
-	return l, err
-}
-
-// waitAcquire is acquire without the failure metric. stillHeld tells a
-// wait that ended while somebody else held the lease.
-func (c *Client) waitAcquire(ctx context.Context, name string, metadata []byte, start time.Time) (l *Lease, stillHeld bool, err error) {
-	l, err = c.attempt(ctx, name, metadata, start)
-	var held *HeldError
-	if !errors.As(err, &held) {
-		return l, false, err // granted at once (the common case) or failed
-	}
-	w, err := c.startWaiting(ctx, name, false)
-	if err != nil {
-		return nil, true, err
-	}
-	defer w.stop()
-	for {
-		// Look again after registering: a release before the registration
-		// notified nobody.
-		l, err := c.attempt(ctx, name, metadata, start)
-		if !errors.As(err, &held) {
-			return l, false, err
-		}
-		c.log.Debug("pgbaton: waiting for lease", "lease", name, "holder", held.Holder, "expires_in", held.remaining)
-		if err := c.wait(ctx, w.wake, held.remaining); err != nil {
-			return nil, true, fmt.Errorf("leasetable: waiting for lease %q (held by %q): %w", name, held.Holder, err)
-		}
-	}
-}
 
 // waiting is a registered waiter: subscribed to notifications for some
 // lease names and recorded in pgbaton.lease_waiter, so releases notify.
@@ -79,8 +28,17 @@ func (c *Client) startWaiting(ctx context.Context, name string, group bool) (*wa
 	if err != nil {
 		return nil, err
 	}
+	if c.ln.polling() {
+		// Nobody listens: a registration would only make releases notify
+		// for nothing.
+		return &waiting{c: c, name: name, wake: wake, unsubscribe: unsubscribe}, nil
+	}
 	id := c.waiterPrefix + strconv.FormatInt(c.waiterSeq.Add(1), 10)
+	// Known to the listener first, so that a reconnection racing with this
+	// registration makes it again.
+	c.ln.register(id, name, group)
 	if err := c.q.LeaseWaitFor(ctx, c.pool, db.LeaseWaitForParams{Name: name, Waiter: id, IsGroup: group}); err != nil {
+		c.ln.unregister(id)
 		unsubscribe()
 		return nil, c.dbError("register waiter for "+name, err)
 	}
@@ -90,7 +48,11 @@ func (c *Client) startWaiting(ctx context.Context, name string, group bool) (*wa
 // stop unsubscribes and removes the registration in the background: the
 // waiter's id is unique, so no later registration can be removed by it.
 func (w *waiting) stop() {
+	w.c.ln.unregister(w.id)
 	w.unsubscribe()
+	if w.id == "" {
+		return // not registered (polling)
+	}
 	w.c.goBackground(func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, w.c.cfg.TTL)
 		defer cancel()
@@ -100,9 +62,15 @@ func (w *waiting) stop() {
 	})
 }
 
-// wait blocks until a wake-up, until the known expiry (d from now) plus
-// jitter, or until ctx or the client ends.
+// wait blocks until a wake-up, until the known expiry (d from now, or
+// PollInterval when notifications are not used) plus jitter, or until ctx
+// or the client ends.
 func (c *Client) wait(ctx context.Context, wake <-chan struct{}, d time.Duration) error {
+	if c.ln.polling() || c.ln.reconnecting() {
+		// No notification will come (or none while the LISTEN connection
+		// is being reconnected): look again by PollInterval at the latest.
+		d = min(d, c.cfg.PollInterval)
+	}
 	t := time.NewTimer(max(d, 0) + jitter(c.cfg.TTL))
 	defer t.Stop()
 	select {

@@ -21,12 +21,12 @@ import (
 	"github.com/golang-migrate/migrate/v4/source"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/schema"
 )
 
 //go:embed *.sql
@@ -42,7 +42,7 @@ const (
 // ErrDirty is returned when a previous migration failed half-way, as
 // golang-migrate records it. Inspect the schema, then force the version with
 // the migrate CLI (`migrate force N`) before running Up again.
-var ErrDirty = errors.New("pgbaton: schema migration is dirty (a previous migration failed)")
+var ErrDirty = schema.ErrDirty
 
 // Latest is the newest schema version this build of pgbaton knows.
 func Latest() uint {
@@ -67,45 +67,17 @@ func Version(ctx context.Context, pool *pgxpool.Pool) (version uint, dirty bool,
 	if pool == nil {
 		return 0, false, fmt.Errorf("%w: nil pool", pgbaton.ErrInvalidArgument)
 	}
-	row, err := db.New().SchemaVersion(ctx, pool)
-	var pgErr *pgconn.PgError
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return 0, false, nil
-	case errors.As(err, &pgErr) && pgErr.Code == "42P01": // undefined_table
-		return 0, false, nil
-	case err != nil:
-		return 0, false, fmt.Errorf("pgbaton: read schema version: %w", err)
-	}
-	if row.Version < 0 {
-		return 0, row.Dirty, nil
-	}
-	return uint(row.Version), row.Dirty, nil
+	return schema.Version(ctx, pool)
 }
 
 // Check reports whether the database is migrated to exactly the version this
 // build needs: nil, or an error that wraps pgbaton.ErrNotMigrated,
 // pgbaton.ErrSchemaTooNew, ErrDirty or pgbaton.ErrStandby.
 func Check(ctx context.Context, pool *pgxpool.Pool) error {
-	v, dirty, err := Version(ctx, pool)
-	if err != nil {
-		return err
+	if pool == nil {
+		return fmt.Errorf("%w: nil pool", pgbaton.ErrInvalidArgument)
 	}
-	return checkVersion(v, dirty)
-}
-
-func checkVersion(v uint, dirty bool) error {
-	switch latest := Latest(); {
-	case dirty:
-		return fmt.Errorf("%w at version %d", ErrDirty, v)
-	case v == 0:
-		return fmt.Errorf("%w: no pgbaton schema in this database; run `pgbaton migrate up` or migrations.Up", pgbaton.ErrNotMigrated)
-	case v < latest:
-		return fmt.Errorf("%w: schema version %d, this build needs %d; run `pgbaton migrate up` or migrations.Up", pgbaton.ErrNotMigrated, v, latest)
-	case v > latest:
-		return fmt.Errorf("%w: database is at version %d, this build knows up to %d; upgrade pgbaton", pgbaton.ErrSchemaTooNew, v, latest)
-	}
-	return nil
+	return schema.Check(ctx, pool)
 }
 
 // Up applies every migration not yet applied. It refuses a standby and a
@@ -205,7 +177,7 @@ func run(ctx context.Context, pool *pgxpool.Pool, step func(*migrate.Migrate) er
 	if err != nil {
 		return err
 	}
-	if err := checkVersion(v, dirty); err != nil && !errors.Is(err, pgbaton.ErrNotMigrated) {
+	if err := schema.CheckVersion(v, dirty); err != nil && !errors.Is(err, pgbaton.ErrNotMigrated) {
 		return err
 	}
 

@@ -12,8 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbaton/pgbaton"
-	"github.com/pgbaton/pgbaton/internal/pgcluster"
-	"github.com/pgbaton/pgbaton/internal/pgtest"
+	"github.com/pgbaton/pgbaton/internal/schema"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgcluster"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 	"github.com/pgbaton/pgbaton/migrations"
 )
 
@@ -137,4 +138,11 @@ func TestStandbyIsRefused(t *testing.T) {
 	standby := pgtest.NewStandby(t, primary)
 	err := migrations.UpURL(context.Background(), standby.URL("postgres"))
 	require.ErrorIs(t, err, pgbaton.ErrStandby)
+}
+
+// The library checks the schema version against a generated constant
+// instead of these embedded files (so that it never links golang-migrate);
+// the two must agree. When this fails, run `make generate`.
+func TestLatestIsTheLibrarysLatest(t *testing.T) {
+	require.Equal(t, migrations.Latest(), schema.Latest, "internal/schema/latest.go is stale: run `make generate`")
 }

@@ -1,8 +1,12 @@
--- Every statement of a session carries the backend pid the session was
--- set up on and does its work only there ("WHERE pg_backend_pid() = @pid",
--- checked before the select list runs): no row means a transaction-pooling
--- proxy (PgBouncer) sent the statement to another backend, and nothing was
--- locked or unlocked on that backend, which belongs to other clients.
+-- Every statement of a session carries the session's token and does its
+-- work only on the backend that holds it ("WHERE
+-- current_setting('pgbaton.session_token', true) = @token", checked
+-- before the select list runs). The token is a random value set on the
+-- backend when the connection became the Locker's (AdvisorySessionReady).
+-- No row means the statement ran on another backend (a transaction-pooling
+-- proxy sent it elsewhere), or another session set up on this backend
+-- since (a pooler lent it to someone else): nothing was locked or unlocked
+-- there, on a backend that belongs to other clients.
 
 -- name: AdvisoryOp :one
 -- Every request a multiplexed session sends that is not one of the two
@@ -21,76 +25,84 @@ SELECT (CASE
             WHEN @op::int = 4 AND @pair::bool THEN pg_advisory_unlock_shared(@hi::int4, @lo::int4)
             WHEN @op::int = 4 THEN pg_advisory_unlock_shared(@key::int8)
         END)::bool AS ok
- WHERE pg_backend_pid() = @pid::int4;
+ WHERE current_setting('pgbaton.session_token', true) = @token::text;
 
 -- name: AdvisoryTryOne :one
 -- The most common requests, exclusive on a bigint key, without
 -- AdvisoryOp's branching.
-SELECT pg_try_advisory_lock(@key::int8) AS ok WHERE pg_backend_pid() = @pid::int4;
+SELECT pg_try_advisory_lock(@key::int8) AS ok WHERE current_setting('pgbaton.session_token', true) = @token::text;
 
 -- name: AdvisoryUnlockOne :one
-SELECT pg_advisory_unlock(@key::int8) AS ok WHERE pg_backend_pid() = @pid::int4;
+SELECT pg_advisory_unlock(@key::int8) AS ok WHERE current_setting('pgbaton.session_token', true) = @token::text;
 
--- name: AdvisorySessionSetup :one
--- Run once on every session connection. The TCP settings make the server
--- drop a silently partitioned client only after that client has given up
--- its locks (see the package documentation); on a unix socket they are
--- ignored.
+-- name: AdvisorySessionProbe :one
+-- The first statement on every connection a Locker takes, sent with the
+-- simple protocol (no prepared statement, whatever a pooler does with
+-- them) and before anything is changed on the backend. The client address
+-- and port as the server sees them tell a direct connection (they are the
+-- client socket's own) from one through a proxy; the advisory locks the
+-- backend holds already tell a backend shared with other clients.
 SELECT pg_backend_pid()::int4 AS pid,
        pg_is_in_recovery() AS in_recovery,
-       set_config('tcp_keepalives_idle', @keepalives_idle::text, false)::text AS keepalives_idle,
-       set_config('tcp_keepalives_interval', @keepalives_interval::text, false)::text AS keepalives_interval,
-       set_config('tcp_keepalives_count', @keepalives_count::text, false)::text AS keepalives_count,
-       set_config('tcp_user_timeout', @user_timeout::text, false)::text AS user_timeout;
+       version()::text AS version,
+       coalesce(host(inet_client_addr()), '')::text AS client_addr,
+       coalesce(inet_client_port(), -1)::int4 AS client_port,
+       (SELECT count(*) FROM pg_catalog.pg_locks l
+         WHERE l.pid = pg_backend_pid() AND l.locktype = 'advisory')::int4 AS advisory_locks;
 
 -- name: AdvisoryBackendPID :one
 SELECT pg_backend_pid()::int4 AS pid;
 
--- name: AdvisoryLock :execrows
--- Blocks until granted; run on a connection of its own. 0 rows: another
--- backend (see above).
-SELECT pg_advisory_lock(@key::int8) WHERE pg_backend_pid() = @pid::int4;
+-- name: AdvisorySessionReady :exec
+-- Run once on every connection that passed the probe, pipelined with the
+-- session statements' Parse. The TCP settings make the server drop a
+-- silently partitioned client only after that client has given up its
+-- locks (see the package documentation; on a unix socket they are
+-- ignored); application_name shows the holder in pg_stat_activity; the
+-- token marks the backend as this session's (see above).
+SELECT set_config('tcp_keepalives_idle', @keepalives_idle::text, false),
+       set_config('tcp_keepalives_interval', @keepalives_interval::text, false),
+       set_config('tcp_keepalives_count', @keepalives_count::text, false),
+       set_config('tcp_user_timeout', @user_timeout::text, false),
+       set_config('application_name', @application_name::text, false),
+       set_config('pgbaton.session_token', @token::text, false);
 
--- name: AdvisoryLockShared :execrows
-SELECT pg_advisory_lock_shared(@key::int8) WHERE pg_backend_pid() = @pid::int4;
+-- name: AdvisoryLock :one
+-- Blocks until granted; run on a connection of its own. waited says
+-- whether the key was held when the statement began (a contended
+-- acquire). No row: another backend (see above).
+SELECT (CASE WHEN pg_try_advisory_lock(@key::int8) THEN false
+             ELSE pg_advisory_lock(@key::int8)::text = '' END)::bool AS waited
+ WHERE current_setting('pgbaton.session_token', true) = @token::text;
 
--- name: AdvisoryLockPair :execrows
-SELECT pg_advisory_lock(@hi::int4, @lo::int4) WHERE pg_backend_pid() = @pid::int4;
+-- name: AdvisoryLockShared :one
+SELECT (CASE WHEN pg_try_advisory_lock_shared(@key::int8) THEN false
+             ELSE pg_advisory_lock_shared(@key::int8)::text = '' END)::bool AS waited
+ WHERE current_setting('pgbaton.session_token', true) = @token::text;
 
--- name: AdvisoryLockPairShared :execrows
-SELECT pg_advisory_lock_shared(@hi::int4, @lo::int4) WHERE pg_backend_pid() = @pid::int4;
+-- name: AdvisoryLockPair :one
+SELECT (CASE WHEN pg_try_advisory_lock(@hi::int4, @lo::int4) THEN false
+             ELSE pg_advisory_lock(@hi::int4, @lo::int4)::text = '' END)::bool AS waited
+ WHERE current_setting('pgbaton.session_token', true) = @token::text;
+
+-- name: AdvisoryLockPairShared :one
+SELECT (CASE WHEN pg_try_advisory_lock_shared(@hi::int4, @lo::int4) THEN false
+             ELSE pg_advisory_lock_shared(@hi::int4, @lo::int4)::text = '' END)::bool AS waited
+ WHERE current_setting('pgbaton.session_token', true) = @token::text;
 
 -- name: AdvisoryUnlockAll :execrows
 -- Releases everything a session or a given-up wait holds (Postgres may
 -- grant a wait just as the client cancels). 0 rows: another backend.
-SELECT pg_advisory_unlock_all() WHERE pg_backend_pid() = @pid::int4;
-
--- name: AdvisoryXactTry :one
--- Transaction-scoped: released at commit or rollback, so it works behind
--- transaction pooling.
-SELECT (CASE
-            WHEN @shared::bool AND @pair::bool THEN pg_try_advisory_xact_lock_shared(@hi::int4, @lo::int4)
-            WHEN @shared::bool THEN pg_try_advisory_xact_lock_shared(@key::int8)
-            WHEN @pair::bool THEN pg_try_advisory_xact_lock(@hi::int4, @lo::int4)
-            ELSE pg_try_advisory_xact_lock(@key::int8)
-        END)::bool AS ok;
-
--- name: AdvisoryXactLock :exec
-SELECT pg_advisory_xact_lock(@key::int8);
-
--- name: AdvisoryXactLockShared :exec
-SELECT pg_advisory_xact_lock_shared(@key::int8);
-
--- name: AdvisoryXactLockPair :exec
-SELECT pg_advisory_xact_lock(@hi::int4, @lo::int4);
-
--- name: AdvisoryXactLockPairShared :exec
-SELECT pg_advisory_xact_lock_shared(@hi::int4, @lo::int4);
+SELECT pg_advisory_unlock_all() WHERE current_setting('pgbaton.session_token', true) = @token::text;
 
 -- name: AdvisoryRegisterName :one
 -- One upsert per process and name. The row that comes back is the one
--- stored: a different name means two names share this key.
+-- stored: a different name means two names share this key. lock_timeout,
+-- set for this statement only and before the insert runs, bounds the
+-- wait for a transaction that is recording the same key (XactLock records
+-- names in the caller's transaction).
 INSERT INTO pgbaton.advisory_name AS n (key, namespace, name)
-VALUES (pgbaton.advisory_key(@name::text, @namespace::text), @namespace::text, @name::text)
+SELECT pgbaton.advisory_key(@name::text, @namespace::text), @namespace::text, @name::text
+  FROM (SELECT set_config('lock_timeout', @lock_timeout::text, true)) AS timeout (ms)
 ON CONFLICT (key) DO UPDATE SET last_seen = clock_timestamp()
 RETURNING n.key, n.namespace, n.name;

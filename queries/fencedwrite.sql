@@ -1,14 +1,20 @@
--- name: FenceAssertToken :exec
+-- name: FenceAssertToken :one
 -- fencedwrite.Guard: check (name, token) and lock the lease row FOR SHARE
--- until the transaction ends; raises PB001 when the token is stale.
-SELECT pgbaton.assert_token(@name::text, @token::bigint);
+-- until the transaction ends; raises PB001 when the token is stale. On a
+-- standby it checks nothing and says so (standby), before the row lock
+-- would fail with a read-only error that does not tell a standby from a
+-- read-only transaction (PostgreSQL 13 reports no in_hot_standby).
+SELECT pg_is_in_recovery()::bool AS standby,
+       (CASE WHEN pg_is_in_recovery() THEN false ELSE pgbaton.assert_token(@name::text, @token::bigint) END)::bool AS ok;
 
 -- name: FenceAssertTokenXid :one
 -- fencedwrite.InTx: the guard plus the transaction's id, so that after a
 -- COMMIT whose reply was lost InTx can ask txid_status whether it
 -- committed. The row lock already gave the transaction an id, so
--- txid_current() costs nothing extra.
-SELECT pgbaton.assert_token(@name::text, @token::bigint)::bool AS ok, txid_current()::bigint AS xid;
+-- txid_current() costs nothing extra. A standby gets no id: see standby.
+SELECT pg_is_in_recovery()::bool AS standby,
+       (CASE WHEN pg_is_in_recovery() THEN false ELSE pgbaton.assert_token(@name::text, @token::bigint) END)::bool AS ok,
+       (CASE WHEN pg_is_in_recovery() THEN 0 ELSE txid_current() END)::bigint AS xid;
 
 -- name: FenceTxStatus :one
 -- 'committed', 'aborted', 'in progress', or 'unknown' when the id is too
@@ -16,9 +22,9 @@ SELECT pgbaton.assert_token(@name::text, @token::bigint)::bool AS ok, txid_curre
 SELECT coalesce(txid_status(@xid::bigint), 'unknown')::text AS status;
 
 -- name: FenceSetToken :exec
--- The token a DELETE presents to pgbaton.reject_stale_token, for the rest
--- of the transaction only.
-SELECT set_config('pgbaton.fence_token', CAST(@token::bigint AS text), true);
+-- The token writes to fenced tables present to pgbaton.reject_stale_token,
+-- for the rest of the transaction only.
+SELECT pgbaton.present_token(@token::bigint);
 
 -- name: FenceEnable :exec
 SELECT pgbaton.enable_fencing(CAST(@relation::text AS regclass));
@@ -60,3 +66,21 @@ DELETE FROM pgbaton.fenced_value WHERE key = @key::text AND token <= @token::big
 -- Why a compare-and-set wrote nothing: the stored token, and whether the
 -- stored value equals expected by jsonb equality.
 SELECT token, coalesce(value = @expected::jsonb, false)::bool AS matches FROM pgbaton.fenced_value WHERE key = @key::text;
+
+-- name: FenceInRecovery :one
+-- Whether a write refused as read-only was refused because the server is
+-- a standby, for servers too old to report in_hot_standby.
+SELECT pg_is_in_recovery()::bool AS in_recovery;
+
+-- name: FenceBypass :one
+-- fencedwrite.BypassFencing: pgbaton_admin only; writes the audit row.
+SELECT pgbaton.bypass_fencing(CAST(@relation::text AS regclass), @reason::text)::bigint AS event_id;
+
+-- name: ProcessedMark :exec
+-- fencedwrite.MarkProcessed: raises PB409, aborting the transaction, on a
+-- repeat.
+SELECT pgbaton.mark_processed(@consumer::text, @message_id::text);
+
+-- name: ProcessedPrune :one
+-- fencedwrite.PruneProcessed: one batch.
+SELECT pgbaton.prune_processed(make_interval(secs => @older_than_seconds::float8), @batch::int)::int AS deleted;

@@ -5,7 +5,7 @@
 SELECT a.acquired::boolean AS acquired, a.token::bigint AS token,
        a.expires_at::timestamptz AS expires_at, a.holder::text AS holder,
        a.db_now::timestamptz AS db_now
-  FROM pgbaton.lease_attempt(@name::text, @owner::text, @ttl_ms::bigint, sqlc.narg(metadata)::jsonb) a;
+  FROM pgbaton.lease_attempt(@name::text, @owner::text, @ttl_ms::bigint, sqlc.narg(metadata)::jsonb, sqlc.narg(session)::bigint, sqlc.narg(ref)::uuid) a;
 
 -- name: LeaseRenew :one
 SELECT r.expires_at::timestamptz AS expires_at
@@ -33,10 +33,13 @@ SELECT pgbaton.register(@lease_group::text, @names::text[])::integer AS created;
 
 -- name: LeaseClaim :many
 SELECT c.name::text AS name, c.token::bigint AS token, c.expires_at::timestamptz AS expires_at
-  FROM pgbaton.claim(@lease_group::text, @owner::text, @n::integer, @ttl_ms::bigint) c;
+  FROM pgbaton.claim(@lease_group::text, @owner::text, @n::integer, @ttl_ms::bigint, sqlc.narg(session)::bigint,
+                     sqlc.narg(ref)::uuid, @retry::boolean) c;
 
 -- name: LeaseGet :one
-SELECT l.name, l.lease_group, l.owner, l.token, l.acquired_at, l.renewed_at, l.expires_at, l.metadata,
+SELECT l.name, l.lease_group, l.owner, l.token, l.acquired_at,
+       (l.expires_at IS NOT NULL)::boolean AS has_expiry,
+       coalesce(pgbaton.lease_expiry(l.expires_at, l.session_id), clock_timestamp())::timestamptz AS expires_at, l.metadata,
        clock_timestamp()::timestamptz AS db_now
   FROM pgbaton.lease l WHERE l.name = @name::text;
 
@@ -47,7 +50,7 @@ SELECT count(*)::integer AS n FROM pgbaton.lease WHERE lease_group = @lease_grou
 -- When the first lease of a group held by someone else expires, for
 -- waiters on a full group.
 SELECT coalesce(min(expires_at), clock_timestamp())::timestamptz AS next_expiry, clock_timestamp()::timestamptz AS db_now
-  FROM pgbaton.lease
+  FROM pgbaton.lease_status
  WHERE lease_group = @lease_group::text AND owner IS NOT NULL AND owner <> @owner::text;
 
 -- name: JobRunStart :one
@@ -64,7 +67,7 @@ WITH lost AS (
 ), l AS (
     SELECT 1 FROM pgbaton.lease
      WHERE name = @job::text AND owner = @owner::text AND token = @token::bigint
-       AND expires_at > clock_timestamp()
+       AND pgbaton.lease_expiry(expires_at, session_id) > clock_timestamp()
        FOR SHARE
 ), prev AS (
     SELECT r.status, r.checkpoint FROM pgbaton.job_run r
@@ -84,7 +87,7 @@ RETURNING id, checkpoint, started_at;
 WITH l AS (
     SELECT 1 FROM pgbaton.lease
      WHERE name = @job::text AND owner = @owner::text AND token = @token::bigint
-       AND expires_at > clock_timestamp()
+       AND pgbaton.lease_expiry(expires_at, session_id) > clock_timestamp()
        FOR SHARE
 )
 UPDATE pgbaton.job_run r
@@ -103,7 +106,7 @@ UPDATE pgbaton.job_run SET heartbeat_at = clock_timestamp()
 WITH l AS (
     SELECT 1 FROM pgbaton.lease
      WHERE name = @job::text AND owner = @owner::text AND token = @token::bigint
-       AND expires_at > clock_timestamp()
+       AND pgbaton.lease_expiry(expires_at, session_id) > clock_timestamp()
        FOR SHARE
 )
 UPDATE pgbaton.job_run r
@@ -142,3 +145,50 @@ SELECT name::text FROM pgbaton.complete_many(@names::text[], @tokens::bigint[], 
 -- its LISTEN connection to deliver it. A payload nobody waits for wakes
 -- nobody.
 SELECT pg_notify('pgbaton_lease', @payload::text);
+
+-- name: LeaseReleaseMany :many
+-- Gives back leases of one owner in one round trip, each guarded by its
+-- (name, token) like pgbaton.release; returns the names freed.
+SELECT name::text FROM pgbaton.release_many(@names::text[], @tokens::bigint[], @owner::text) AS name;
+
+-- name: LeaseCompleteTx :exec
+-- Completes leases inside the caller's transaction; raises PB001, aborting
+-- it, if any of them is no longer held with its token.
+SELECT pgbaton.complete_tx(@names::text[], @tokens::bigint[], @owner::text);
+
+-- name: LeaseStillHeld :many
+-- Which of the given grants of an owner are still in the table, for the
+-- error of a failed complete_tx.
+SELECT name::text FROM pgbaton.held_grants(@names::text[], @tokens::bigint[], @owner::text) AS name;
+
+-- name: SessionOpen :one
+-- Starts the lease session a client keeps all its leases alive with.
+SELECT s.id::bigint AS id, s.expires_at::timestamptz AS expires_at
+  FROM pgbaton.session_open(@owner::text, @ttl_ms::bigint) s;
+
+-- name: SessionKeepalive :many
+-- One row (new expiry, revoked counter) while the session lives; none once
+-- it has expired: it is never revived.
+SELECT k.expires_at::timestamptz AS expires_at, k.revoked::bigint AS revoked
+  FROM pgbaton.session_keepalive(@id::bigint, @ttl_ms::bigint) k;
+
+-- name: SessionClose :exec
+SELECT pgbaton.session_close(@id::bigint);
+
+-- name: SessionLost :many
+-- Which of a session's grants are no longer held by it (force-released).
+SELECT name::text FROM pgbaton.session_lost(@session::bigint, @names::text[], @tokens::bigint[], @owner::text) AS name;
+
+-- name: LeaseSettleMany :many
+-- How completions inside callers' transactions (complete_tx) ended:
+-- 'gone', 'released' or 'busy' per name.
+SELECT s.name::text AS name, s.state::text AS state
+  FROM pgbaton.settle_many(@names::text[], @tokens::bigint[], @owner::text) s;
+
+-- name: LeaseReleaseRef :many
+-- Gives back what request ref granted in a session, tokens unknown.
+SELECT name::text FROM pgbaton.release_ref(@owner::text, @session::bigint, @ref::uuid) AS name;
+
+-- name: Prune :one
+-- One batch of a table's retention rule; returns how many rows went.
+SELECT pgbaton.prune(@table_name::text, @older_than::interval, @batch::integer)::integer AS deleted;

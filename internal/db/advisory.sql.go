@@ -20,76 +20,81 @@ func (q *Queries) AdvisoryBackendPID(ctx context.Context, db DBTX) (int32, error
 	return pid, err
 }
 
-const advisoryLock = `-- name: AdvisoryLock :execrows
-SELECT pg_advisory_lock($1::int8) WHERE pg_backend_pid() = $2::int4
+const advisoryLock = `-- name: AdvisoryLock :one
+SELECT (CASE WHEN pg_try_advisory_lock($1::int8) THEN false
+             ELSE pg_advisory_lock($1::int8)::text = '' END)::bool AS waited
+ WHERE current_setting('pgbaton.session_token', true) = $2::text
 `
 
 type AdvisoryLockParams struct {
-	Key int64 `json:"key"`
-	Pid int32 `json:"pid"`
+	Key   int64  `json:"key"`
+	Token string `json:"token"`
 }
 
-// Blocks until granted; run on a connection of its own. 0 rows: another
-// backend (see above).
-func (q *Queries) AdvisoryLock(ctx context.Context, db DBTX, arg AdvisoryLockParams) (int64, error) {
-	result, err := db.Exec(ctx, advisoryLock, arg.Key, arg.Pid)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+// Blocks until granted; run on a connection of its own. waited says
+// whether the key was held when the statement began (a contended
+// acquire). No row: another backend (see above).
+func (q *Queries) AdvisoryLock(ctx context.Context, db DBTX, arg AdvisoryLockParams) (bool, error) {
+	row := db.QueryRow(ctx, advisoryLock, arg.Key, arg.Token)
+	var waited bool
+	err := row.Scan(&waited)
+	return waited, err
 }
 
-const advisoryLockPair = `-- name: AdvisoryLockPair :execrows
-SELECT pg_advisory_lock($1::int4, $2::int4) WHERE pg_backend_pid() = $3::int4
+const advisoryLockPair = `-- name: AdvisoryLockPair :one
+SELECT (CASE WHEN pg_try_advisory_lock($1::int4, $2::int4) THEN false
+             ELSE pg_advisory_lock($1::int4, $2::int4)::text = '' END)::bool AS waited
+ WHERE current_setting('pgbaton.session_token', true) = $3::text
 `
 
 type AdvisoryLockPairParams struct {
-	Hi  int32 `json:"hi"`
-	Lo  int32 `json:"lo"`
-	Pid int32 `json:"pid"`
+	Hi    int32  `json:"hi"`
+	Lo    int32  `json:"lo"`
+	Token string `json:"token"`
 }
 
-func (q *Queries) AdvisoryLockPair(ctx context.Context, db DBTX, arg AdvisoryLockPairParams) (int64, error) {
-	result, err := db.Exec(ctx, advisoryLockPair, arg.Hi, arg.Lo, arg.Pid)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+func (q *Queries) AdvisoryLockPair(ctx context.Context, db DBTX, arg AdvisoryLockPairParams) (bool, error) {
+	row := db.QueryRow(ctx, advisoryLockPair, arg.Hi, arg.Lo, arg.Token)
+	var waited bool
+	err := row.Scan(&waited)
+	return waited, err
 }
 
-const advisoryLockPairShared = `-- name: AdvisoryLockPairShared :execrows
-SELECT pg_advisory_lock_shared($1::int4, $2::int4) WHERE pg_backend_pid() = $3::int4
+const advisoryLockPairShared = `-- name: AdvisoryLockPairShared :one
+SELECT (CASE WHEN pg_try_advisory_lock_shared($1::int4, $2::int4) THEN false
+             ELSE pg_advisory_lock_shared($1::int4, $2::int4)::text = '' END)::bool AS waited
+ WHERE current_setting('pgbaton.session_token', true) = $3::text
 `
 
 type AdvisoryLockPairSharedParams struct {
-	Hi  int32 `json:"hi"`
-	Lo  int32 `json:"lo"`
-	Pid int32 `json:"pid"`
+	Hi    int32  `json:"hi"`
+	Lo    int32  `json:"lo"`
+	Token string `json:"token"`
 }
 
-func (q *Queries) AdvisoryLockPairShared(ctx context.Context, db DBTX, arg AdvisoryLockPairSharedParams) (int64, error) {
-	result, err := db.Exec(ctx, advisoryLockPairShared, arg.Hi, arg.Lo, arg.Pid)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+func (q *Queries) AdvisoryLockPairShared(ctx context.Context, db DBTX, arg AdvisoryLockPairSharedParams) (bool, error) {
+	row := db.QueryRow(ctx, advisoryLockPairShared, arg.Hi, arg.Lo, arg.Token)
+	var waited bool
+	err := row.Scan(&waited)
+	return waited, err
 }
 
-const advisoryLockShared = `-- name: AdvisoryLockShared :execrows
-SELECT pg_advisory_lock_shared($1::int8) WHERE pg_backend_pid() = $2::int4
+const advisoryLockShared = `-- name: AdvisoryLockShared :one
+SELECT (CASE WHEN pg_try_advisory_lock_shared($1::int8) THEN false
+             ELSE pg_advisory_lock_shared($1::int8)::text = '' END)::bool AS waited
+ WHERE current_setting('pgbaton.session_token', true) = $2::text
 `
 
 type AdvisoryLockSharedParams struct {
-	Key int64 `json:"key"`
-	Pid int32 `json:"pid"`
+	Key   int64  `json:"key"`
+	Token string `json:"token"`
 }
 
-func (q *Queries) AdvisoryLockShared(ctx context.Context, db DBTX, arg AdvisoryLockSharedParams) (int64, error) {
-	result, err := db.Exec(ctx, advisoryLockShared, arg.Key, arg.Pid)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+func (q *Queries) AdvisoryLockShared(ctx context.Context, db DBTX, arg AdvisoryLockSharedParams) (bool, error) {
+	row := db.QueryRow(ctx, advisoryLockShared, arg.Key, arg.Token)
+	var waited bool
+	err := row.Scan(&waited)
+	return waited, err
 }
 
 const advisoryOp = `-- name: AdvisoryOp :one
@@ -105,23 +110,27 @@ SELECT (CASE
             WHEN $1::int = 4 AND $2::bool THEN pg_advisory_unlock_shared($3::int4, $4::int4)
             WHEN $1::int = 4 THEN pg_advisory_unlock_shared($5::int8)
         END)::bool AS ok
- WHERE pg_backend_pid() = $6::int4
+ WHERE current_setting('pgbaton.session_token', true) = $6::text
 `
 
 type AdvisoryOpParams struct {
-	Op   int32 `json:"op"`
-	Pair bool  `json:"pair"`
-	Hi   int32 `json:"hi"`
-	Lo   int32 `json:"lo"`
-	Key  int64 `json:"key"`
-	Pid  int32 `json:"pid"`
+	Op    int32  `json:"op"`
+	Pair  bool   `json:"pair"`
+	Hi    int32  `json:"hi"`
+	Lo    int32  `json:"lo"`
+	Key   int64  `json:"key"`
+	Token string `json:"token"`
 }
 
-// Every statement of a session carries the backend pid the session was
-// set up on and does its work only there ("WHERE pg_backend_pid() = @pid",
-// checked before the select list runs): no row means a transaction-pooling
-// proxy (PgBouncer) sent the statement to another backend, and nothing was
-// locked or unlocked on that backend, which belongs to other clients.
+// Every statement of a session carries the session's token and does its
+// work only on the backend that holds it ("WHERE
+// current_setting('pgbaton.session_token', true) = @token", checked
+// before the select list runs). The token is a random value set on the
+// backend when the connection became the Locker's (AdvisorySessionReady).
+// No row means the statement ran on another backend (a transaction-pooling
+// proxy sent it elsewhere), or another session set up on this backend
+// since (a pooler lent it to someone else): nothing was locked or unlocked
+// there, on a backend that belongs to other clients.
 // Every request a multiplexed session sends that is not one of the two
 // below: op 0 ping, 1 try exclusive, 2 try shared, 3 unlock exclusive,
 // 4 unlock shared. Keys come in two spaces that Postgres keeps apart: one
@@ -134,7 +143,7 @@ func (q *Queries) AdvisoryOp(ctx context.Context, db DBTX, arg AdvisoryOpParams)
 		arg.Hi,
 		arg.Lo,
 		arg.Key,
-		arg.Pid,
+		arg.Token,
 	)
 	var ok bool
 	err := row.Scan(&ok)
@@ -143,14 +152,16 @@ func (q *Queries) AdvisoryOp(ctx context.Context, db DBTX, arg AdvisoryOpParams)
 
 const advisoryRegisterName = `-- name: AdvisoryRegisterName :one
 INSERT INTO pgbaton.advisory_name AS n (key, namespace, name)
-VALUES (pgbaton.advisory_key($1::text, $2::text), $2::text, $1::text)
+SELECT pgbaton.advisory_key($1::text, $2::text), $2::text, $1::text
+  FROM (SELECT set_config('lock_timeout', $3::text, true)) AS timeout (ms)
 ON CONFLICT (key) DO UPDATE SET last_seen = clock_timestamp()
 RETURNING n.key, n.namespace, n.name
 `
 
 type AdvisoryRegisterNameParams struct {
-	Name      string `json:"name"`
-	Namespace string `json:"namespace"`
+	Name        string `json:"name"`
+	Namespace   string `json:"namespace"`
+	LockTimeout string `json:"lock_timeout"`
 }
 
 type AdvisoryRegisterNameRow struct {
@@ -160,88 +171,118 @@ type AdvisoryRegisterNameRow struct {
 }
 
 // One upsert per process and name. The row that comes back is the one
-// stored: a different name means two names share this key.
+// stored: a different name means two names share this key. lock_timeout,
+// set for this statement only and before the insert runs, bounds the
+// wait for a transaction that is recording the same key (XactLock records
+// names in the caller's transaction).
 func (q *Queries) AdvisoryRegisterName(ctx context.Context, db DBTX, arg AdvisoryRegisterNameParams) (AdvisoryRegisterNameRow, error) {
-	row := db.QueryRow(ctx, advisoryRegisterName, arg.Name, arg.Namespace)
+	row := db.QueryRow(ctx, advisoryRegisterName, arg.Name, arg.Namespace, arg.LockTimeout)
 	var i AdvisoryRegisterNameRow
 	err := row.Scan(&i.Key, &i.Namespace, &i.Name)
 	return i, err
 }
 
-const advisorySessionSetup = `-- name: AdvisorySessionSetup :one
+const advisorySessionProbe = `-- name: AdvisorySessionProbe :one
 SELECT pg_backend_pid()::int4 AS pid,
        pg_is_in_recovery() AS in_recovery,
-       set_config('tcp_keepalives_idle', $1::text, false)::text AS keepalives_idle,
-       set_config('tcp_keepalives_interval', $2::text, false)::text AS keepalives_interval,
-       set_config('tcp_keepalives_count', $3::text, false)::text AS keepalives_count,
-       set_config('tcp_user_timeout', $4::text, false)::text AS user_timeout
+       version()::text AS version,
+       coalesce(host(inet_client_addr()), '')::text AS client_addr,
+       coalesce(inet_client_port(), -1)::int4 AS client_port,
+       (SELECT count(*) FROM pg_catalog.pg_locks l
+         WHERE l.pid = pg_backend_pid() AND l.locktype = 'advisory')::int4 AS advisory_locks
 `
 
-type AdvisorySessionSetupParams struct {
-	KeepalivesIdle     string `json:"keepalives_idle"`
-	KeepalivesInterval string `json:"keepalives_interval"`
-	KeepalivesCount    string `json:"keepalives_count"`
-	UserTimeout        string `json:"user_timeout"`
+type AdvisorySessionProbeRow struct {
+	Pid           int32  `json:"pid"`
+	InRecovery    bool   `json:"in_recovery"`
+	Version       string `json:"version"`
+	ClientAddr    string `json:"client_addr"`
+	ClientPort    int32  `json:"client_port"`
+	AdvisoryLocks int32  `json:"advisory_locks"`
 }
 
-type AdvisorySessionSetupRow struct {
-	Pid                int32  `json:"pid"`
-	InRecovery         bool   `json:"in_recovery"`
-	KeepalivesIdle     string `json:"keepalives_idle"`
-	KeepalivesInterval string `json:"keepalives_interval"`
-	KeepalivesCount    string `json:"keepalives_count"`
-	UserTimeout        string `json:"user_timeout"`
-}
-
-// Run once on every session connection. The TCP settings make the server
-// drop a silently partitioned client only after that client has given up
-// its locks (see the package documentation); on a unix socket they are
-// ignored.
-func (q *Queries) AdvisorySessionSetup(ctx context.Context, db DBTX, arg AdvisorySessionSetupParams) (AdvisorySessionSetupRow, error) {
-	row := db.QueryRow(ctx, advisorySessionSetup,
-		arg.KeepalivesIdle,
-		arg.KeepalivesInterval,
-		arg.KeepalivesCount,
-		arg.UserTimeout,
-	)
-	var i AdvisorySessionSetupRow
+// The first statement on every connection a Locker takes, sent with the
+// simple protocol (no prepared statement, whatever a pooler does with
+// them) and before anything is changed on the backend. The client address
+// and port as the server sees them tell a direct connection (they are the
+// client socket's own) from one through a proxy; the advisory locks the
+// backend holds already tell a backend shared with other clients.
+func (q *Queries) AdvisorySessionProbe(ctx context.Context, db DBTX) (AdvisorySessionProbeRow, error) {
+	row := db.QueryRow(ctx, advisorySessionProbe)
+	var i AdvisorySessionProbeRow
 	err := row.Scan(
 		&i.Pid,
 		&i.InRecovery,
-		&i.KeepalivesIdle,
-		&i.KeepalivesInterval,
-		&i.KeepalivesCount,
-		&i.UserTimeout,
+		&i.Version,
+		&i.ClientAddr,
+		&i.ClientPort,
+		&i.AdvisoryLocks,
 	)
 	return i, err
 }
 
+const advisorySessionReady = `-- name: AdvisorySessionReady :exec
+SELECT set_config('tcp_keepalives_idle', $1::text, false),
+       set_config('tcp_keepalives_interval', $2::text, false),
+       set_config('tcp_keepalives_count', $3::text, false),
+       set_config('tcp_user_timeout', $4::text, false),
+       set_config('application_name', $5::text, false),
+       set_config('pgbaton.session_token', $6::text, false)
+`
+
+type AdvisorySessionReadyParams struct {
+	KeepalivesIdle     string `json:"keepalives_idle"`
+	KeepalivesInterval string `json:"keepalives_interval"`
+	KeepalivesCount    string `json:"keepalives_count"`
+	UserTimeout        string `json:"user_timeout"`
+	ApplicationName    string `json:"application_name"`
+	Token              string `json:"token"`
+}
+
+// Run once on every connection that passed the probe, pipelined with the
+// session statements' Parse. The TCP settings make the server drop a
+// silently partitioned client only after that client has given up its
+// locks (see the package documentation; on a unix socket they are
+// ignored); application_name shows the holder in pg_stat_activity; the
+// token marks the backend as this session's (see above).
+func (q *Queries) AdvisorySessionReady(ctx context.Context, db DBTX, arg AdvisorySessionReadyParams) error {
+	_, err := db.Exec(ctx, advisorySessionReady,
+		arg.KeepalivesIdle,
+		arg.KeepalivesInterval,
+		arg.KeepalivesCount,
+		arg.UserTimeout,
+		arg.ApplicationName,
+		arg.Token,
+	)
+	return err
+}
+
 const advisoryTryOne = `-- name: AdvisoryTryOne :one
-SELECT pg_try_advisory_lock($1::int8) AS ok WHERE pg_backend_pid() = $2::int4
+SELECT pg_try_advisory_lock($1::int8) AS ok WHERE current_setting('pgbaton.session_token', true) = $2::text
 `
 
 type AdvisoryTryOneParams struct {
-	Key int64 `json:"key"`
-	Pid int32 `json:"pid"`
+	Key   int64  `json:"key"`
+	Token string `json:"token"`
 }
 
 // The most common requests, exclusive on a bigint key, without
 // AdvisoryOp's branching.
 func (q *Queries) AdvisoryTryOne(ctx context.Context, db DBTX, arg AdvisoryTryOneParams) (bool, error) {
-	row := db.QueryRow(ctx, advisoryTryOne, arg.Key, arg.Pid)
+	row := db.QueryRow(ctx, advisoryTryOne, arg.Key, arg.Token)
 	var ok bool
 	err := row.Scan(&ok)
 	return ok, err
 }
 
 const advisoryUnlockAll = `-- name: AdvisoryUnlockAll :execrows
-SELECT pg_advisory_unlock_all() WHERE pg_backend_pid() = $1::int4
+SELECT pg_advisory_unlock_all() WHERE current_setting('pgbaton.session_token', true) = $1::text
 `
 
 // Releases everything a session or a given-up wait holds (Postgres may
 // grant a wait just as the client cancels). 0 rows: another backend.
-func (q *Queries) AdvisoryUnlockAll(ctx context.Context, db DBTX, pid int32) (int64, error) {
-	result, err := db.Exec(ctx, advisoryUnlockAll, pid)
+func (q *Queries) AdvisoryUnlockAll(ctx context.Context, db DBTX, token string) (int64, error) {
+	result, err := db.Exec(ctx, advisoryUnlockAll, token)
 	if err != nil {
 		return 0, err
 	}
@@ -249,94 +290,16 @@ func (q *Queries) AdvisoryUnlockAll(ctx context.Context, db DBTX, pid int32) (in
 }
 
 const advisoryUnlockOne = `-- name: AdvisoryUnlockOne :one
-SELECT pg_advisory_unlock($1::int8) AS ok WHERE pg_backend_pid() = $2::int4
+SELECT pg_advisory_unlock($1::int8) AS ok WHERE current_setting('pgbaton.session_token', true) = $2::text
 `
 
 type AdvisoryUnlockOneParams struct {
-	Key int64 `json:"key"`
-	Pid int32 `json:"pid"`
+	Key   int64  `json:"key"`
+	Token string `json:"token"`
 }
 
 func (q *Queries) AdvisoryUnlockOne(ctx context.Context, db DBTX, arg AdvisoryUnlockOneParams) (bool, error) {
-	row := db.QueryRow(ctx, advisoryUnlockOne, arg.Key, arg.Pid)
-	var ok bool
-	err := row.Scan(&ok)
-	return ok, err
-}
-
-const advisoryXactLock = `-- name: AdvisoryXactLock :exec
-SELECT pg_advisory_xact_lock($1::int8)
-`
-
-func (q *Queries) AdvisoryXactLock(ctx context.Context, db DBTX, key int64) error {
-	_, err := db.Exec(ctx, advisoryXactLock, key)
-	return err
-}
-
-const advisoryXactLockPair = `-- name: AdvisoryXactLockPair :exec
-SELECT pg_advisory_xact_lock($1::int4, $2::int4)
-`
-
-type AdvisoryXactLockPairParams struct {
-	Hi int32 `json:"hi"`
-	Lo int32 `json:"lo"`
-}
-
-func (q *Queries) AdvisoryXactLockPair(ctx context.Context, db DBTX, arg AdvisoryXactLockPairParams) error {
-	_, err := db.Exec(ctx, advisoryXactLockPair, arg.Hi, arg.Lo)
-	return err
-}
-
-const advisoryXactLockPairShared = `-- name: AdvisoryXactLockPairShared :exec
-SELECT pg_advisory_xact_lock_shared($1::int4, $2::int4)
-`
-
-type AdvisoryXactLockPairSharedParams struct {
-	Hi int32 `json:"hi"`
-	Lo int32 `json:"lo"`
-}
-
-func (q *Queries) AdvisoryXactLockPairShared(ctx context.Context, db DBTX, arg AdvisoryXactLockPairSharedParams) error {
-	_, err := db.Exec(ctx, advisoryXactLockPairShared, arg.Hi, arg.Lo)
-	return err
-}
-
-const advisoryXactLockShared = `-- name: AdvisoryXactLockShared :exec
-SELECT pg_advisory_xact_lock_shared($1::int8)
-`
-
-func (q *Queries) AdvisoryXactLockShared(ctx context.Context, db DBTX, key int64) error {
-	_, err := db.Exec(ctx, advisoryXactLockShared, key)
-	return err
-}
-
-const advisoryXactTry = `-- name: AdvisoryXactTry :one
-SELECT (CASE
-            WHEN $1::bool AND $2::bool THEN pg_try_advisory_xact_lock_shared($3::int4, $4::int4)
-            WHEN $1::bool THEN pg_try_advisory_xact_lock_shared($5::int8)
-            WHEN $2::bool THEN pg_try_advisory_xact_lock($3::int4, $4::int4)
-            ELSE pg_try_advisory_xact_lock($5::int8)
-        END)::bool AS ok
-`
-
-type AdvisoryXactTryParams struct {
-	Shared bool  `json:"shared"`
-	Pair   bool  `json:"pair"`
-	Hi     int32 `json:"hi"`
-	Lo     int32 `json:"lo"`
-	Key    int64 `json:"key"`
-}
-
-// Transaction-scoped: released at commit or rollback, so it works behind
-// transaction pooling.
-func (q *Queries) AdvisoryXactTry(ctx context.Context, db DBTX, arg AdvisoryXactTryParams) (bool, error) {
-	row := db.QueryRow(ctx, advisoryXactTry,
-		arg.Shared,
-		arg.Pair,
-		arg.Hi,
-		arg.Lo,
-		arg.Key,
-	)
+	row := db.QueryRow(ctx, advisoryUnlockOne, arg.Key, arg.Token)
 	var ok bool
 	err := row.Scan(&ok)
 	return ok, err

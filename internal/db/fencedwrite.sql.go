@@ -9,8 +9,9 @@ import (
 	"context"
 )
 
-const fenceAssertToken = `-- name: FenceAssertToken :exec
-SELECT pgbaton.assert_token($1::text, $2::bigint)
+const fenceAssertToken = `-- name: FenceAssertToken :one
+SELECT pg_is_in_recovery()::bool AS standby,
+       (CASE WHEN pg_is_in_recovery() THEN false ELSE pgbaton.assert_token($1::text, $2::bigint) END)::bool AS ok
 `
 
 type FenceAssertTokenParams struct {
@@ -18,15 +19,27 @@ type FenceAssertTokenParams struct {
 	Token int64  `json:"token"`
 }
 
+type FenceAssertTokenRow struct {
+	Standby bool `json:"standby"`
+	Ok      bool `json:"ok"`
+}
+
 // fencedwrite.Guard: check (name, token) and lock the lease row FOR SHARE
-// until the transaction ends; raises PB001 when the token is stale.
-func (q *Queries) FenceAssertToken(ctx context.Context, db DBTX, arg FenceAssertTokenParams) error {
-	_, err := db.Exec(ctx, fenceAssertToken, arg.Name, arg.Token)
-	return err
+// until the transaction ends; raises PB001 when the token is stale. On a
+// standby it checks nothing and says so (standby), before the row lock
+// would fail with a read-only error that does not tell a standby from a
+// read-only transaction (PostgreSQL 13 reports no in_hot_standby).
+func (q *Queries) FenceAssertToken(ctx context.Context, db DBTX, arg FenceAssertTokenParams) (FenceAssertTokenRow, error) {
+	row := db.QueryRow(ctx, fenceAssertToken, arg.Name, arg.Token)
+	var i FenceAssertTokenRow
+	err := row.Scan(&i.Standby, &i.Ok)
+	return i, err
 }
 
 const fenceAssertTokenXid = `-- name: FenceAssertTokenXid :one
-SELECT pgbaton.assert_token($1::text, $2::bigint)::bool AS ok, txid_current()::bigint AS xid
+SELECT pg_is_in_recovery()::bool AS standby,
+       (CASE WHEN pg_is_in_recovery() THEN false ELSE pgbaton.assert_token($1::text, $2::bigint) END)::bool AS ok,
+       (CASE WHEN pg_is_in_recovery() THEN 0 ELSE txid_current() END)::bigint AS xid
 `
 
 type FenceAssertTokenXidParams struct {
@@ -35,19 +48,37 @@ type FenceAssertTokenXidParams struct {
 }
 
 type FenceAssertTokenXidRow struct {
-	Ok  bool  `json:"ok"`
-	Xid int64 `json:"xid"`
+	Standby bool  `json:"standby"`
+	Ok      bool  `json:"ok"`
+	Xid     int64 `json:"xid"`
 }
 
 // fencedwrite.InTx: the guard plus the transaction's id, so that after a
 // COMMIT whose reply was lost InTx can ask txid_status whether it
 // committed. The row lock already gave the transaction an id, so
-// txid_current() costs nothing extra.
+// txid_current() costs nothing extra. A standby gets no id: see standby.
 func (q *Queries) FenceAssertTokenXid(ctx context.Context, db DBTX, arg FenceAssertTokenXidParams) (FenceAssertTokenXidRow, error) {
 	row := db.QueryRow(ctx, fenceAssertTokenXid, arg.Name, arg.Token)
 	var i FenceAssertTokenXidRow
-	err := row.Scan(&i.Ok, &i.Xid)
+	err := row.Scan(&i.Standby, &i.Ok, &i.Xid)
 	return i, err
+}
+
+const fenceBypass = `-- name: FenceBypass :one
+SELECT pgbaton.bypass_fencing(CAST($1::text AS regclass), $2::text)::bigint AS event_id
+`
+
+type FenceBypassParams struct {
+	Relation string `json:"relation"`
+	Reason   string `json:"reason"`
+}
+
+// fencedwrite.BypassFencing: pgbaton_admin only; writes the audit row.
+func (q *Queries) FenceBypass(ctx context.Context, db DBTX, arg FenceBypassParams) (int64, error) {
+	row := db.QueryRow(ctx, fenceBypass, arg.Relation, arg.Reason)
+	var event_id int64
+	err := row.Scan(&event_id)
+	return event_id, err
 }
 
 const fenceDisable = `-- name: FenceDisable :exec
@@ -68,12 +99,25 @@ func (q *Queries) FenceEnable(ctx context.Context, db DBTX, relation string) err
 	return err
 }
 
-const fenceSetToken = `-- name: FenceSetToken :exec
-SELECT set_config('pgbaton.fence_token', CAST($1::bigint AS text), true)
+const fenceInRecovery = `-- name: FenceInRecovery :one
+SELECT pg_is_in_recovery()::bool AS in_recovery
 `
 
-// The token a DELETE presents to pgbaton.reject_stale_token, for the rest
-// of the transaction only.
+// Whether a write refused as read-only was refused because the server is
+// a standby, for servers too old to report in_hot_standby.
+func (q *Queries) FenceInRecovery(ctx context.Context, db DBTX) (bool, error) {
+	row := db.QueryRow(ctx, fenceInRecovery)
+	var in_recovery bool
+	err := row.Scan(&in_recovery)
+	return in_recovery, err
+}
+
+const fenceSetToken = `-- name: FenceSetToken :exec
+SELECT pgbaton.present_token($1::bigint)
+`
+
+// The token writes to fenced tables present to pgbaton.reject_stale_token,
+// for the rest of the transaction only.
 func (q *Queries) FenceSetToken(ctx context.Context, db DBTX, token int64) error {
 	_, err := db.Exec(ctx, fenceSetToken, token)
 	return err
@@ -233,4 +277,37 @@ func (q *Queries) FencedValueSwap(ctx context.Context, db DBTX, arg FencedValueS
 		&i.UpdatedAt,
 	)
 	return i, err
+}
+
+const processedMark = `-- name: ProcessedMark :exec
+SELECT pgbaton.mark_processed($1::text, $2::text)
+`
+
+type ProcessedMarkParams struct {
+	Consumer  string `json:"consumer"`
+	MessageID string `json:"message_id"`
+}
+
+// fencedwrite.MarkProcessed: raises PB409, aborting the transaction, on a
+// repeat.
+func (q *Queries) ProcessedMark(ctx context.Context, db DBTX, arg ProcessedMarkParams) error {
+	_, err := db.Exec(ctx, processedMark, arg.Consumer, arg.MessageID)
+	return err
+}
+
+const processedPrune = `-- name: ProcessedPrune :one
+SELECT pgbaton.prune_processed(make_interval(secs => $1::float8), $2::int)::int AS deleted
+`
+
+type ProcessedPruneParams struct {
+	OlderThanSeconds float64 `json:"older_than_seconds"`
+	Batch            int32   `json:"batch"`
+}
+
+// fencedwrite.PruneProcessed: one batch.
+func (q *Queries) ProcessedPrune(ctx context.Context, db DBTX, arg ProcessedPruneParams) (int32, error) {
+	row := db.QueryRow(ctx, processedPrune, arg.OlderThanSeconds, arg.Batch)
+	var deleted int32
+	err := row.Scan(&deleted)
+	return deleted, err
 }

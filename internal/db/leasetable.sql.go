@@ -40,7 +40,7 @@ const jobRunCheckpoint = `-- name: JobRunCheckpoint :one
 WITH l AS (
     SELECT 1 FROM pgbaton.lease
      WHERE name = $4::text AND owner = $5::text AND token = $3::bigint
-       AND expires_at > clock_timestamp()
+       AND pgbaton.lease_expiry(expires_at, session_id) > clock_timestamp()
        FOR SHARE
 )
 UPDATE pgbaton.job_run r
@@ -78,7 +78,7 @@ const jobRunFinish = `-- name: JobRunFinish :one
 WITH l AS (
     SELECT 1 FROM pgbaton.lease
      WHERE name = $4::text AND owner = $5::text AND token = $6::bigint
-       AND expires_at > clock_timestamp()
+       AND pgbaton.lease_expiry(expires_at, session_id) > clock_timestamp()
        FOR SHARE
 )
 UPDATE pgbaton.job_run r
@@ -194,7 +194,7 @@ WITH lost AS (
 ), l AS (
     SELECT 1 FROM pgbaton.lease
      WHERE name = $1::text AND owner = $2::text AND token = $3::bigint
-       AND expires_at > clock_timestamp()
+       AND pgbaton.lease_expiry(expires_at, session_id) > clock_timestamp()
        FOR SHARE
 ), prev AS (
     SELECT r.status, r.checkpoint FROM pgbaton.job_run r
@@ -237,14 +237,16 @@ const leaseAttempt = `-- name: LeaseAttempt :one
 SELECT a.acquired::boolean AS acquired, a.token::bigint AS token,
        a.expires_at::timestamptz AS expires_at, a.holder::text AS holder,
        a.db_now::timestamptz AS db_now
-  FROM pgbaton.lease_attempt($1::text, $2::text, $3::bigint, $4::jsonb) a
+  FROM pgbaton.lease_attempt($1::text, $2::text, $3::bigint, $4::jsonb, $5::bigint, $6::uuid) a
 `
 
 type LeaseAttemptParams struct {
-	Name     string `json:"name"`
-	Owner    string `json:"owner"`
-	TtlMs    int64  `json:"ttl_ms"`
-	Metadata []byte `json:"metadata"`
+	Name     string      `json:"name"`
+	Owner    string      `json:"owner"`
+	TtlMs    int64       `json:"ttl_ms"`
+	Metadata []byte      `json:"metadata"`
+	Session  pgtype.Int8 `json:"session"`
+	Ref      pgtype.UUID `json:"ref"`
 }
 
 type LeaseAttemptRow struct {
@@ -263,6 +265,8 @@ func (q *Queries) LeaseAttempt(ctx context.Context, db DBTX, arg LeaseAttemptPar
 		arg.Owner,
 		arg.TtlMs,
 		arg.Metadata,
+		arg.Session,
+		arg.Ref,
 	)
 	var i LeaseAttemptRow
 	err := row.Scan(
@@ -277,14 +281,18 @@ func (q *Queries) LeaseAttempt(ctx context.Context, db DBTX, arg LeaseAttemptPar
 
 const leaseClaim = `-- name: LeaseClaim :many
 SELECT c.name::text AS name, c.token::bigint AS token, c.expires_at::timestamptz AS expires_at
-  FROM pgbaton.claim($1::text, $2::text, $3::integer, $4::bigint) c
+  FROM pgbaton.claim($1::text, $2::text, $3::integer, $4::bigint, $5::bigint,
+                     $6::uuid, $7::boolean) c
 `
 
 type LeaseClaimParams struct {
-	LeaseGroup string `json:"lease_group"`
-	Owner      string `json:"owner"`
-	N          int32  `json:"n"`
-	TtlMs      int64  `json:"ttl_ms"`
+	LeaseGroup string      `json:"lease_group"`
+	Owner      string      `json:"owner"`
+	N          int32       `json:"n"`
+	TtlMs      int64       `json:"ttl_ms"`
+	Session    pgtype.Int8 `json:"session"`
+	Ref        pgtype.UUID `json:"ref"`
+	Retry      bool        `json:"retry"`
 }
 
 type LeaseClaimRow struct {
@@ -299,6 +307,9 @@ func (q *Queries) LeaseClaim(ctx context.Context, db DBTX, arg LeaseClaimParams)
 		arg.Owner,
 		arg.N,
 		arg.TtlMs,
+		arg.Session,
+		arg.Ref,
+		arg.Retry,
 	)
 	if err != nil {
 		return nil, err
@@ -367,8 +378,27 @@ func (q *Queries) LeaseCompleteMany(ctx context.Context, db DBTX, arg LeaseCompl
 	return items, nil
 }
 
+const leaseCompleteTx = `-- name: LeaseCompleteTx :exec
+SELECT pgbaton.complete_tx($1::text[], $2::bigint[], $3::text)
+`
+
+type LeaseCompleteTxParams struct {
+	Names  []string `json:"names"`
+	Tokens []int64  `json:"tokens"`
+	Owner  string   `json:"owner"`
+}
+
+// Completes leases inside the caller's transaction; raises PB001, aborting
+// it, if any of them is no longer held with its token.
+func (q *Queries) LeaseCompleteTx(ctx context.Context, db DBTX, arg LeaseCompleteTxParams) error {
+	_, err := db.Exec(ctx, leaseCompleteTx, arg.Names, arg.Tokens, arg.Owner)
+	return err
+}
+
 const leaseGet = `-- name: LeaseGet :one
-SELECT l.name, l.lease_group, l.owner, l.token, l.acquired_at, l.renewed_at, l.expires_at, l.metadata,
+SELECT l.name, l.lease_group, l.owner, l.token, l.acquired_at,
+       (l.expires_at IS NOT NULL)::boolean AS has_expiry,
+       coalesce(pgbaton.lease_expiry(l.expires_at, l.session_id), clock_timestamp())::timestamptz AS expires_at, l.metadata,
        clock_timestamp()::timestamptz AS db_now
   FROM pgbaton.lease l WHERE l.name = $1::text
 `
@@ -379,8 +409,8 @@ type LeaseGetRow struct {
 	Owner      pgtype.Text `json:"owner"`
 	Token      pgtype.Int8 `json:"token"`
 	AcquiredAt *time.Time  `json:"acquired_at"`
-	RenewedAt  *time.Time  `json:"renewed_at"`
-	ExpiresAt  *time.Time  `json:"expires_at"`
+	HasExpiry  bool        `json:"has_expiry"`
+	ExpiresAt  time.Time   `json:"expires_at"`
 	Metadata   []byte      `json:"metadata"`
 	DbNow      time.Time   `json:"db_now"`
 }
@@ -394,7 +424,7 @@ func (q *Queries) LeaseGet(ctx context.Context, db DBTX, name string) (LeaseGetR
 		&i.Owner,
 		&i.Token,
 		&i.AcquiredAt,
-		&i.RenewedAt,
+		&i.HasExpiry,
 		&i.ExpiresAt,
 		&i.Metadata,
 		&i.DbNow,
@@ -415,7 +445,7 @@ func (q *Queries) LeaseGroupCount(ctx context.Context, db DBTX, leaseGroup strin
 
 const leaseGroupNextExpiry = `-- name: LeaseGroupNextExpiry :one
 SELECT coalesce(min(expires_at), clock_timestamp())::timestamptz AS next_expiry, clock_timestamp()::timestamptz AS db_now
-  FROM pgbaton.lease
+  FROM pgbaton.lease_status
  WHERE lease_group = $1::text AND owner IS NOT NULL AND owner <> $2::text
 `
 
@@ -493,6 +523,69 @@ func (q *Queries) LeaseRelease(ctx context.Context, db DBTX, arg LeaseReleasePar
 	return released, err
 }
 
+const leaseReleaseMany = `-- name: LeaseReleaseMany :many
+SELECT name::text FROM pgbaton.release_many($1::text[], $2::bigint[], $3::text) AS name
+`
+
+type LeaseReleaseManyParams struct {
+	Names  []string `json:"names"`
+	Tokens []int64  `json:"tokens"`
+	Owner  string   `json:"owner"`
+}
+
+// Gives back leases of one owner in one round trip, each guarded by its
+// (name, token) like pgbaton.release; returns the names freed.
+func (q *Queries) LeaseReleaseMany(ctx context.Context, db DBTX, arg LeaseReleaseManyParams) ([]string, error) {
+	rows, err := db.Query(ctx, leaseReleaseMany, arg.Names, arg.Tokens, arg.Owner)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		items = append(items, name)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const leaseReleaseRef = `-- name: LeaseReleaseRef :many
+SELECT name::text FROM pgbaton.release_ref($1::text, $2::bigint, $3::uuid) AS name
+`
+
+type LeaseReleaseRefParams struct {
+	Owner   string      `json:"owner"`
+	Session int64       `json:"session"`
+	Ref     pgtype.UUID `json:"ref"`
+}
+
+// Gives back what request ref granted in a session, tokens unknown.
+func (q *Queries) LeaseReleaseRef(ctx context.Context, db DBTX, arg LeaseReleaseRefParams) ([]string, error) {
+	rows, err := db.Query(ctx, leaseReleaseRef, arg.Owner, arg.Session, arg.Ref)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		items = append(items, name)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const leaseRenew = `-- name: LeaseRenew :one
 SELECT r.expires_at::timestamptz AS expires_at
   FROM pgbaton.renew($1::text, $2::text, $3::bigint, $4::bigint) r
@@ -515,6 +608,76 @@ func (q *Queries) LeaseRenew(ctx context.Context, db DBTX, arg LeaseRenewParams)
 	var expires_at time.Time
 	err := row.Scan(&expires_at)
 	return expires_at, err
+}
+
+const leaseSettleMany = `-- name: LeaseSettleMany :many
+SELECT s.name::text AS name, s.state::text AS state
+  FROM pgbaton.settle_many($1::text[], $2::bigint[], $3::text) s
+`
+
+type LeaseSettleManyParams struct {
+	Names  []string `json:"names"`
+	Tokens []int64  `json:"tokens"`
+	Owner  string   `json:"owner"`
+}
+
+type LeaseSettleManyRow struct {
+	Name  string `json:"name"`
+	State string `json:"state"`
+}
+
+// How completions inside callers' transactions (complete_tx) ended:
+// 'gone', 'released' or 'busy' per name.
+func (q *Queries) LeaseSettleMany(ctx context.Context, db DBTX, arg LeaseSettleManyParams) ([]LeaseSettleManyRow, error) {
+	rows, err := db.Query(ctx, leaseSettleMany, arg.Names, arg.Tokens, arg.Owner)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LeaseSettleManyRow{}
+	for rows.Next() {
+		var i LeaseSettleManyRow
+		if err := rows.Scan(&i.Name, &i.State); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const leaseStillHeld = `-- name: LeaseStillHeld :many
+SELECT name::text FROM pgbaton.held_grants($1::text[], $2::bigint[], $3::text) AS name
+`
+
+type LeaseStillHeldParams struct {
+	Names  []string `json:"names"`
+	Tokens []int64  `json:"tokens"`
+	Owner  string   `json:"owner"`
+}
+
+// Which of the given grants of an owner are still in the table, for the
+// error of a failed complete_tx.
+func (q *Queries) LeaseStillHeld(ctx context.Context, db DBTX, arg LeaseStillHeldParams) ([]string, error) {
+	rows, err := db.Query(ctx, leaseStillHeld, arg.Names, arg.Tokens, arg.Owner)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		items = append(items, name)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const leaseStopWaiting = `-- name: LeaseStopWaiting :exec
@@ -555,4 +718,128 @@ type LeaseWaitForParams struct {
 func (q *Queries) LeaseWaitFor(ctx context.Context, db DBTX, arg LeaseWaitForParams) error {
 	_, err := db.Exec(ctx, leaseWaitFor, arg.Name, arg.Waiter, arg.IsGroup)
 	return err
+}
+
+const prune = `-- name: Prune :one
+SELECT pgbaton.prune($1::text, $2::interval, $3::integer)::integer AS deleted
+`
+
+type PruneParams struct {
+	TableName string          `json:"table_name"`
+	OlderThan pgtype.Interval `json:"older_than"`
+	Batch     int32           `json:"batch"`
+}
+
+// One batch of a table's retention rule; returns how many rows went.
+func (q *Queries) Prune(ctx context.Context, db DBTX, arg PruneParams) (int32, error) {
+	row := db.QueryRow(ctx, prune, arg.TableName, arg.OlderThan, arg.Batch)
+	var deleted int32
+	err := row.Scan(&deleted)
+	return deleted, err
+}
+
+const sessionClose = `-- name: SessionClose :exec
+SELECT pgbaton.session_close($1::bigint)
+`
+
+func (q *Queries) SessionClose(ctx context.Context, db DBTX, id int64) error {
+	_, err := db.Exec(ctx, sessionClose, id)
+	return err
+}
+
+const sessionKeepalive = `-- name: SessionKeepalive :many
+SELECT k.expires_at::timestamptz AS expires_at, k.revoked::bigint AS revoked
+  FROM pgbaton.session_keepalive($1::bigint, $2::bigint) k
+`
+
+type SessionKeepaliveParams struct {
+	ID    int64 `json:"id"`
+	TtlMs int64 `json:"ttl_ms"`
+}
+
+type SessionKeepaliveRow struct {
+	ExpiresAt time.Time `json:"expires_at"`
+	Revoked   int64     `json:"revoked"`
+}
+
+// One row (new expiry, revoked counter) while the session lives; none once
+// it has expired: it is never revived.
+func (q *Queries) SessionKeepalive(ctx context.Context, db DBTX, arg SessionKeepaliveParams) ([]SessionKeepaliveRow, error) {
+	rows, err := db.Query(ctx, sessionKeepalive, arg.ID, arg.TtlMs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SessionKeepaliveRow{}
+	for rows.Next() {
+		var i SessionKeepaliveRow
+		if err := rows.Scan(&i.ExpiresAt, &i.Revoked); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const sessionLost = `-- name: SessionLost :many
+SELECT name::text FROM pgbaton.session_lost($1::bigint, $2::text[], $3::bigint[], $4::text) AS name
+`
+
+type SessionLostParams struct {
+	Session int64    `json:"session"`
+	Names   []string `json:"names"`
+	Tokens  []int64  `json:"tokens"`
+	Owner   string   `json:"owner"`
+}
+
+// Which of a session's grants are no longer held by it (force-released).
+func (q *Queries) SessionLost(ctx context.Context, db DBTX, arg SessionLostParams) ([]string, error) {
+	rows, err := db.Query(ctx, sessionLost,
+		arg.Session,
+		arg.Names,
+		arg.Tokens,
+		arg.Owner,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		items = append(items, name)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const sessionOpen = `-- name: SessionOpen :one
+SELECT s.id::bigint AS id, s.expires_at::timestamptz AS expires_at
+  FROM pgbaton.session_open($1::text, $2::bigint) s
+`
+
+type SessionOpenParams struct {
+	Owner string `json:"owner"`
+	TtlMs int64  `json:"ttl_ms"`
+}
+
+type SessionOpenRow struct {
+	ID        int64     `json:"id"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// Starts the lease session a client keeps all its leases alive with.
+func (q *Queries) SessionOpen(ctx context.Context, db DBTX, arg SessionOpenParams) (SessionOpenRow, error) {
+	row := db.QueryRow(ctx, sessionOpen, arg.Owner, arg.TtlMs)
+	var i SessionOpenRow
+	err := row.Scan(&i.ID, &i.ExpiresAt)
+	return i, err
 }

@@ -62,30 +62,41 @@ func (q *Queries) LockMigrationsSession(ctx context.Context, db DBTX) error {
 	return err
 }
 
-const lockTableUsage = `-- name: LockTableUsage :one
-SELECT (SELECT count(*) FROM pg_catalog.pg_locks WHERE NOT fastpath)::bigint AS used,
-       (SELECT count(*) FROM pg_catalog.pg_locks WHERE locktype = 'advisory')::bigint AS advisory,
-       (current_setting('max_locks_per_transaction')::bigint
-        * (current_setting('max_connections')::bigint
-           + current_setting('autovacuum_max_workers')::bigint + 1
-           + current_setting('max_worker_processes')::bigint
-           + current_setting('max_wal_senders')::bigint
-           + current_setting('max_prepared_transactions')::bigint))::bigint AS capacity
+const replicationInfo = `-- name: ReplicationInfo :one
+SELECT count(*)::int AS standbys,
+       count(*) FILTER (WHERE r.sync_state IN ('sync', 'quorum'))::int AS sync_standbys,
+       count(*) FILTER (WHERE r.sync_state IS NULL)::int AS unknown_state,
+       current_setting('synchronous_standby_names')::text AS synchronous_standby_names,
+       current_setting('synchronous_commit')::text AS synchronous_commit
+  FROM pg_catalog.pg_stat_replication r
+ WHERE r.state IS DISTINCT FROM 'backup'
+   AND r.pid NOT IN (SELECT s.active_pid FROM pg_catalog.pg_replication_slots s
+                      WHERE s.slot_type = 'logical' AND s.active_pid IS NOT NULL)
 `
 
-type LockTableUsageRow struct {
-	Used     int64 `json:"used"`
-	Advisory int64 `json:"advisory"`
-	Capacity int64 `json:"capacity"`
+type ReplicationInfoRow struct {
+	Standbys                int32  `json:"standbys"`
+	SyncStandbys            int32  `json:"sync_standbys"`
+	UnknownState            int32  `json:"unknown_state"`
+	SynchronousStandbyNames string `json:"synchronous_standby_names"`
+	SynchronousCommit       string `json:"synchronous_commit"`
 }
 
-// The shared lock table holds max_locks_per_transaction * (MaxBackends +
-// max_prepared_transactions) entries for the whole server; advisory locks
-// count against it, and when it is full even new logins fail (53200).
-func (q *Queries) LockTableUsage(ctx context.Context, db DBTX) (LockTableUsageRow, error) {
-	row := db.QueryRow(ctx, lockTableUsage)
-	var i LockTableUsageRow
-	err := row.Scan(&i.Used, &i.Advisory, &i.Capacity)
+// The physical standbys streaming from this server (not logical
+// subscribers, not base backups in progress), how many of them are
+// synchronous, and the settings that decide whether a commit waits for
+// them. sync_state is NULL for roles without pg_read_all_stats:
+// unknown_state counts those rows.
+func (q *Queries) ReplicationInfo(ctx context.Context, db DBTX) (ReplicationInfoRow, error) {
+	row := db.QueryRow(ctx, replicationInfo)
+	var i ReplicationInfoRow
+	err := row.Scan(
+		&i.Standbys,
+		&i.SyncStandbys,
+		&i.UnknownState,
+		&i.SynchronousStandbyNames,
+		&i.SynchronousCommit,
+	)
 	return i, err
 }
 

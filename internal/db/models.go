@@ -26,28 +26,6 @@ type PgbatonCronSlot struct {
 	ClaimedAt   time.Time `json:"claimed_at"`
 }
 
-type PgbatonDemoLeaderTerm struct {
-	Term       int64     `json:"term"`
-	Worker     int32     `json:"worker"`
-	AcquiredAt time.Time `json:"acquired_at"`
-	At         time.Time `json:"at"`
-}
-
-type PgbatonDemoProcessed struct {
-	Item       string    `json:"item"`
-	Worker     int32     `json:"worker"`
-	Token      int64     `json:"token"`
-	AcquiredAt time.Time `json:"acquired_at"`
-	At         time.Time `json:"at"`
-}
-
-type PgbatonDemoSlotRun struct {
-	Job    string    `json:"job"`
-	Slot   time.Time `json:"slot"`
-	Worker int32     `json:"worker"`
-	At     time.Time `json:"at"`
-}
-
 // pgbaton audit log: forced releases, who did them and why
 type PgbatonEvent struct {
 	ID       int64       `json:"id"`
@@ -92,6 +70,36 @@ type PgbatonLease struct {
 	RenewedAt  *time.Time  `json:"renewed_at"`
 	ExpiresAt  *time.Time  `json:"expires_at"`
 	Metadata   []byte      `json:"metadata"`
+	Seq        int64       `json:"seq"`
+	// pgbaton.lease_session keeping this lease alive beyond expires_at; NULL for leases renewed one by one
+	SessionID pgtype.Int8 `json:"session_id"`
+	GrantRef  pgtype.UUID `json:"grant_ref"`
+}
+
+// pgbaton: lease sessions; a lease with session_id is valid while its own grant or its session has not expired
+type PgbatonLeaseSession struct {
+	ID        int64     `json:"id"`
+	Owner     string    `json:"owner"`
+	TtlMs     int64     `json:"ttl_ms"`
+	StartedAt time.Time `json:"started_at"`
+	RenewedAt time.Time `json:"renewed_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Revoked   int64     `json:"revoked"`
+}
+
+// pgbaton leases with their effective expiry (session keep-alive included) and whether they are held now
+type PgbatonLeaseStatus struct {
+	Name       string      `json:"name"`
+	LeaseGroup pgtype.Text `json:"lease_group"`
+	Owner      pgtype.Text `json:"owner"`
+	Token      pgtype.Int8 `json:"token"`
+	AcquiredAt *time.Time  `json:"acquired_at"`
+	RenewedAt  *time.Time  `json:"renewed_at"`
+	ExpiresAt  *time.Time  `json:"expires_at"`
+	Metadata   []byte      `json:"metadata"`
+	SessionID  pgtype.Int8 `json:"session_id"`
+	Seq        int64       `json:"seq"`
+	Held       pgtype.Bool `json:"held"`
 }
 
 type PgbatonLeaseWaiter struct {
@@ -100,7 +108,21 @@ type PgbatonLeaseWaiter struct {
 	Since  time.Time `json:"since"`
 }
 
+// pgbaton: messages each consumer has processed (idempotent consumer); pruned by pgbaton.prune_processed
+type PgbatonProcessedMessage struct {
+	Consumer    string    `json:"consumer"`
+	MessageID   string    `json:"message_id"`
+	ProcessedAt time.Time `json:"processed_at"`
+}
+
 type PgbatonSchemaMigration struct {
 	Version int64 `json:"version"`
 	Dirty   bool  `json:"dirty"`
+}
+
+// pgbaton: the fencing token epoch (high bits of every token), raised on the first token drawn on a new timeline
+type PgbatonTokenEpoch struct {
+	One      bool        `json:"one"`
+	Timeline pgtype.Int8 `json:"timeline"`
+	Epoch    int64       `json:"epoch"`
 }

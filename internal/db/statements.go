@@ -9,6 +9,8 @@ const (
 	AdvisoryOpSQL        = advisoryOp
 	AdvisoryTryOneSQL    = advisoryTryOne
 	AdvisoryUnlockOneSQL = advisoryUnlockOne
+	// Sent with the Parse of the three above, in the same round trip.
+	AdvisorySessionReadySQL = advisorySessionReady
 )
 
 // The text of the statements leasetable's CompleteAndClaim sends in one

@@ -1,0 +1,272 @@
+package leasetable
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/backoff"
+	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/telemetry"
+)
+
+// TryAcquire takes the lease name if nobody holds a live grant of it, in
+// one round trip. When someone does, it returns a *HeldError (errors.Is
+// ErrHeld) naming the holder and the grant's expiry.
+func (c *Client) TryAcquire(ctx context.Context, name string) (*Lease, error) {
+	if err := checkName("lease name", name); err != nil {
+		return nil, err
+	}
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	l, err := c.attempt(ctx, name, nil, start)
+	if err != nil {
+		c.attemptFailed(ctx, name, err, start)
+	}
+	return l, err
+}
+
+// attempt tries once to take name. waitStart is when the caller began
+// asking, for the wait-duration metric of a grant.
+func (c *Client) attempt(ctx context.Context, name string, metadata []byte, waitStart time.Time) (*Lease, error) {
+	// The local deadline counts from before the request is sent: the
+	// database's expiry can only be later.
+	start := time.Now()
+	s, err := c.sessionFor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// The request id makes the attempt safe to send again after a broken
+	// connection: a repeat finds the grant the first one made.
+	p := db.LeaseAttemptParams{Name: name, Owner: c.cfg.Owner, TtlMs: c.ttlMs, Metadata: metadata, Session: s.param(), Ref: newRef()}
+	row, err := inFlight(c, ctx, func(ctx context.Context) (row db.LeaseAttemptRow, err error) {
+		err = c.retry(ctx, true, func(ctx context.Context) (err error) {
+			row, err = c.q.LeaseAttempt(ctx, c.pool, p)
+			return err
+		})
+		return row, err
+	}, func(ctx context.Context, row db.LeaseAttemptRow, err error) {
+		switch {
+		case err == nil && row.Acquired:
+			c.releaseGrants(ctx, []string{name}, []int64{row.Token})
+		case err != nil:
+			c.releaseRef(ctx, s, p.Ref)
+		}
+	})
+	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		if f, _ := classify(context.Background(), err); f == ambiguous {
+			// The grant may have landed: give it back by its request id.
+			c.goBackground(func(ctx context.Context) { c.releaseRef(ctx, s, p.Ref) })
+		}
+	}
+	if err != nil {
+		return nil, c.dbError("acquire "+name, err)
+	}
+	if !row.Acquired {
+		return nil, &HeldError{Name: name, Holder: row.Holder, Token: row.Token, Expiry: row.ExpiresAt,
+			remaining: row.ExpiresAt.Sub(row.DbNow)}
+	}
+	return c.track(name, "", row.Token, s, row.ExpiresAt, start, waitStart)
+}
+
+// track creates the Lease for a grant, records the granted attempt and
+// starts keeping the lease alive.
+func (c *Client) track(name, group string, token int64, s *session, expires, start, waitStart time.Time) (*Lease, error) {
+	l := newLease(c, name, group, token, s, expires, start)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		// Closed while the grant was in flight: give it back at once.
+		ctx, cancel := c.cleanupContext(context.Background())
+		defer cancel()
+		c.releaseGrants(ctx, []string{name}, []int64{token})
+		l.mu.Lock()
+		l.endLocked(fmt.Errorf("%w: %q token %d: client closed", ErrReleased, name, token), "")
+		l.mu.Unlock()
+		return nil, pgbaton.ErrClosed
+	}
+	c.leases[l] = struct{}{}
+	l.counted = true // before anything can end it: Close needs c.mu
+	c.mu.Unlock()
+	c.attempted(context.Background(), l.metricName(), telemetry.Acquired, waitStart)
+	l.start()
+	return l, nil
+}
+
+func (c *Client) untrack(l *Lease) {
+	c.mu.Lock()
+	delete(c.leases, l)
+	delete(c.handedOff, l)
+	delete(c.toSettle, l)
+	c.mu.Unlock()
+}
+
+// inFlight sends a statement that may grant leases so that no grant is
+// left to a caller that gave up: send runs on a context of its own
+// (bounded by the TTL: a later reply is of no use), and when ctx ends
+// first the caller gets ctx's error at once while abandoned receives the
+// reply when it comes, to give back whatever it granted. A reply that is
+// there when ctx ends goes to the caller.
+func inFlight[T any](c *Client, ctx context.Context, send func(context.Context) (T, error), abandoned func(context.Context, T, error)) (T, error) {
+	var zero T
+	if ctx.Err() != nil {
+		return zero, ctxErr(ctx)
+	}
+	type reply struct {
+		v   T
+		err error
+	}
+	ch := make(chan reply, 1)
+	var mu sync.Mutex
+	gone := false
+	ok := c.spawn(func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.TTL)
+		v, err := send(sctx)
+		cancel()
+		mu.Lock()
+		if !gone {
+			ch <- reply{v, err}
+			mu.Unlock()
+			return
+		}
+		mu.Unlock()
+		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ReleaseTimeout)
+		defer cancel()
+		abandoned(gctx, v, err)
+	})
+	if !ok {
+		return zero, pgbaton.ErrClosed
+	}
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	default:
+		gone = true
+		return zero, ctxErr(ctx)
+	}
+}
+
+// ctxErr is the error of an ended ctx: its Err, and its cause when that
+// says more.
+func ctxErr(ctx context.Context) error {
+	err, cause := ctx.Err(), context.Cause(ctx)
+	if cause == nil || cause == err {
+		return err
+	}
+	return fmt.Errorf("%w: %w", err, cause)
+}
+
+// releaseRef gives back whatever request ref granted in session s, when
+// its reply was lost or its caller gave up without knowing the tokens.
+// Best effort: what cannot be given back now is tried again after the
+// session's next keep-alive, and ends with the session at the latest.
+func (c *Client) releaseRef(ctx context.Context, s *session, ref pgtype.UUID) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReleaseTimeout)
+	defer cancel()
+	err := c.retry(ctx, true, func(ctx context.Context) error {
+		_, err := c.q.LeaseReleaseRef(ctx, c.pool, db.LeaseReleaseRefParams{Owner: c.cfg.Owner, Session: s.id, Ref: ref})
+		return err
+	})
+	if err != nil {
+		s.mu.Lock()
+		s.orphans = append(s.orphans, ref)
+		s.mu.Unlock()
+		c.log.Debug("pgbaton: giving back a grant by its request id failed; trying again later", "error", err)
+	}
+}
+
+// releaseGrants gives back grants nobody took: of a caller that gave up
+// while they were in flight. Best effort: what fails expires at its TTL.
+func (c *Client) releaseGrants(ctx context.Context, names []string, tokens []int64) {
+	if len(names) == 0 {
+		return
+	}
+	err := c.retry(ctx, true, func(ctx context.Context) error {
+		_, err := c.q.LeaseReleaseMany(ctx, c.pool, db.LeaseReleaseManyParams{Names: names, Tokens: tokens, Owner: c.cfg.Owner})
+		return err
+	})
+	if err != nil {
+		c.log.Warn("pgbaton: giving back a grant whose caller gave up failed; it expires at its TTL",
+			"leases", names, "error", err)
+		return
+	}
+	c.log.Debug("pgbaton: gave back a grant whose caller gave up", "leases", names)
+}
+
+// Acquire takes the lease name, waiting while someone else holds it. It
+// wakes when the holder releases (LISTEN/NOTIFY on the client's one
+// listening connection) or at the holder's known expiry plus a little
+// jitter; it never polls. It returns ctx's error when ctx ends first: the
+// caller did not get the lease.
+func (c *Client) Acquire(ctx context.Context, name string) (*Lease, error) {
+	if err := checkName("lease name", name); err != nil {
+		return nil, err
+	}
+	return c.acquire(ctx, name, nil)
+}
+
+func (c *Client) acquire(ctx context.Context, name string, metadata []byte) (*Lease, error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	l, stillHeld, err := c.waitAcquire(ctx, name, metadata, start)
+	c.waitEnded(ctx, name, start, stillHeld, err)
+	return l, err
+}
+
+// waitAcquire is acquire without the failure metric. stillHeld tells a
+// wait that ended while somebody else held the lease.
+func (c *Client) waitAcquire(ctx context.Context, name string, metadata []byte, start time.Time) (_ *Lease, stillHeld bool, _ error) {
+	var held *HeldError
+	var w *waiting
+	defer func() {
+		if w != nil {
+			w.stop()
+		}
+	}()
+	outage := backoff.Backoff{Min: 50 * time.Millisecond, Max: 250 * time.Millisecond}
+	for {
+		l, err := c.attempt(ctx, name, metadata, start)
+		if w == nil && errors.As(err, &held) {
+			// Held: register as a waiter, then look again, since a release
+			// before the registration notified nobody.
+			w, err = c.startWaiting(ctx, name, false)
+			if err == nil {
+				continue
+			}
+		}
+		if f, _ := classify(ctx, err); f != permanentFailure {
+			// The server is down or failing over: a waiting Acquire waits
+			// that out too, until ctx ends, looking again with a backoff.
+			d := outage.Next()
+			c.log.Debug("pgbaton: looking at the lease again after a connection failure", "lease", name, "in", d, "error", err)
+			if werr := c.wait(ctx, nil, d); werr != nil {
+				return nil, held != nil, fmt.Errorf("leasetable: waiting for lease %q: %w (last: %w)", name, werr, err)
+			}
+			continue
+		}
+		outage.Reset()
+		if !errors.As(err, &held) {
+			return l, false, err // granted (the common case at once) or failed
+		}
+		c.log.Debug("pgbaton: waiting for lease", "lease", name, "holder", held.Holder, "expires_in", held.remaining)
+		if err := c.wait(ctx, w.wake, held.remaining); err != nil {
+			return nil, true, fmt.Errorf("leasetable: waiting for lease %q (held by %q): %w", name, held.Holder, err)
+		}
+	}
+}

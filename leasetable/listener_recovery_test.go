@@ -1,0 +1,134 @@
+package leasetable_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbaton/pgbaton/internal/testkit/pgcluster"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
+	"github.com/pgbaton/pgbaton/leasetable"
+	"github.com/pgbaton/pgbaton/migrations"
+)
+
+// Waiter registrations live in an unlogged table, which a crash (and a
+// failover: a promoted standby has no unlogged rows) empties. A waiter
+// that registered before is registered again when its LISTEN connection
+// comes back, so the next release still wakes it at once, not at the
+// holder's expiry. Found by the HA test bed: after a switchover a worker
+// waited out its whole 4 s acquire timeout behind holders that released
+// every few hundred milliseconds.
+func TestWaiterWokenAfterServerCrash(t *testing.T) {
+	cl := pgtest.NewCluster(t, pgcluster.Config{}) // durable: the lease row survives the crash
+	ctx := ctxT(t, 2*time.Minute)
+	require.NoError(t, migrations.UpURL(ctx, cl.URL("postgres")))
+	pool := pgtest.Pool(t, cl.URL("postgres"))
+	const ttl = 30 * time.Second
+	holder := newClient(t, pool, leasetable.Config{Owner: "holder", TTL: ttl, RenewInterval: 200 * time.Millisecond})
+	// The waiter's pool checks every connection before use, so that its
+	// looks after the crash do not fail on connections the crash broke.
+	wpool := pgtest.Pool(t, cl.URL("postgres"), func(c *pgxpool.Config) {
+		c.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return true }
+	})
+	waiter := newClient(t, wpool, leasetable.Config{Owner: "waiter", TTL: ttl})
+	l, err := holder.TryAcquire(ctx, "w")
+	require.NoError(t, err)
+
+	got := make(chan *leasetable.Lease, 1)
+	go func() {
+		wl, err := waiter.Acquire(ctx, "w")
+		if err != nil {
+			t.Errorf("acquire: %v", err)
+		}
+		got <- wl
+	}()
+	registered := func() (bool, error) {
+		var n int
+		err := pool.QueryRow(ctx, "SELECT count(*) FROM pgbaton.lease_waiter WHERE name = 'w'").Scan(&n)
+		return n > 0, err
+	}
+	pgtest.Eventually(t, 10*time.Second, registered, "the waiter never registered")
+
+	before := l.ExpiresAt()
+	require.NoError(t, cl.Restart(ctx, pgcluster.Immediate)) // empties lease_waiter
+	pgtest.Eventually(t, 20*time.Second, func() (bool, error) {
+		return l.ExpiresAt().After(before), l.Err()
+	}, "the holder did not renew after the crash")
+	// The waiter's LISTEN connection is back once Check passes (but
+	// nothing says it registered again).
+	pgtest.Eventually(t, 20*time.Second, func() (bool, error) {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		return waiter.Check(cctx) == nil, nil
+	}, "the waiter's LISTEN connection did not come back")
+
+	released := time.Now()
+	require.NoError(t, l.Release(ctx))
+	select {
+	case wl := <-got:
+		require.NotNil(t, wl)
+		t.Logf("granted %s after the release", time.Since(released).Round(time.Millisecond))
+		require.NoError(t, wl.Release(ctx))
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the waiter was not woken by the release (it would wait for the holder's expiry, %s)", ttl)
+	}
+}
+
+// After an outage the LISTEN connection retries on a backoff of up to a
+// second or two; a wait that starts meanwhile reconnects it at once
+// instead of waiting for the next retry. Found by the HA test bed: a worker
+// whose acquire started as the new primary came up waited 2.4 s for its
+// LISTEN connection. Three outages, since the old backoff could by chance
+// end early.
+func TestWaitAfterOutageReconnectsAtOnce(t *testing.T) {
+	cl := pgtest.NewCluster(t, pgcluster.Config{NoFsync: true})
+	ctx := ctxT(t, 2*time.Minute)
+	require.NoError(t, migrations.UpURL(ctx, cl.URL("postgres")))
+	pool := pgtest.Pool(t, cl.URL("postgres"), func(c *pgxpool.Config) {
+		c.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return true }
+	})
+	const ttl = 30 * time.Second
+	holder := newClient(t, pool, leasetable.Config{Owner: "holder", TTL: ttl})
+	waiter := newClient(t, pool, leasetable.Config{Owner: "waiter", TTL: ttl})
+	registered := func(name string) func() (bool, error) {
+		return func() (bool, error) {
+			var n int
+			err := pool.QueryRow(ctx, "SELECT count(*) FROM pgbaton.lease_waiter WHERE name = $1", name).Scan(&n)
+			return n > 0, err
+		}
+	}
+	for i := range 4 {
+		name := fmt.Sprintf("outage:%d", i)
+		l, err := holder.TryAcquire(ctx, name)
+		require.NoError(t, err)
+		start := time.Now()
+		got := make(chan error, 1)
+		go func() {
+			wl, err := waiter.Acquire(ctx, name)
+			if err == nil {
+				err = wl.Release(ctx)
+			}
+			got <- err
+		}()
+		pgtest.Eventually(t, 20*time.Second, registered(name), "the waiter did not register")
+		require.NoError(t, l.Release(ctx))
+		require.NoError(t, <-got)
+		took := time.Since(start)
+		t.Logf("round %d: granted %s after the wait began", i, took.Round(time.Millisecond))
+		if i > 0 { // round 0 started the LISTEN connection
+			require.Less(t, took, 400*time.Millisecond, "the wait waited for the LISTEN connection's backoff")
+		}
+		if i == 3 {
+			break
+		}
+		// An outage long enough for the backoff to reach its maximum: the
+		// wait is the fault itself.
+		require.NoError(t, cl.Halt(pgcluster.Immediate))
+		time.Sleep(3 * time.Second)
+		require.NoError(t, cl.Restart(ctx, pgcluster.Immediate))
+	}
+}

@@ -1,0 +1,85 @@
+package leasetable
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/pgbaton/pgbaton/internal/db"
+)
+
+// releaseAll gives back stopped leases in one round trip, records each
+// outcome, and returns an error naming those it could not reach the
+// database for. Leases taken over meanwhile are not an error: nothing of
+// theirs was ours to give back.
+func (c *Client) releaseAll(ctx context.Context, leases []*Lease) error {
+	if len(leases) == 0 {
+		return nil
+	}
+	names, tokens := grants(leases)
+	ctx, cancel := c.cleanupContext(ctx)
+	defer cancel()
+	var freed []string
+	err := c.retry(ctx, true, func(ctx context.Context) (err error) {
+		freed, err = c.q.LeaseReleaseMany(ctx, c.pool, db.LeaseReleaseManyParams{Names: names, Tokens: tokens, Owner: c.cfg.Owner})
+		return err
+	})
+	if err != nil {
+		err = c.dbError("release", err)
+		for _, l := range leases {
+			l.setReleaseErr(err)
+			l.recordReleased(false)
+		}
+		return fmt.Errorf("leasetable: %d lease(s) not given back, held until their TTL: %s: %w",
+			len(leases), quoteNames(names, 10), err)
+	}
+	gone := make(map[string]bool, len(freed))
+	for _, n := range freed {
+		gone[n] = true
+	}
+	c.mu.Lock()
+	for _, l := range leases {
+		delete(c.unreturned, l)
+	}
+	c.mu.Unlock()
+	for _, l := range leases {
+		if !gone[l.name] {
+			l.setReleaseErr(fmt.Errorf("%w: %q token %d was taken over before release", ErrNotHeld, l.name, l.token))
+		} else {
+			l.setReleaseErr(nil)
+		}
+		l.recordReleased(!gone[l.name])
+	}
+	return nil
+}
+
+// grants are the names and tokens of leases, as the batch protocol
+// functions take them.
+func grants(leases []*Lease) (names []string, tokens []int64) {
+	names, tokens = make([]string, len(leases)), make([]int64, len(leases))
+	for i, l := range leases {
+		names[i], tokens[i] = l.name, l.token
+	}
+	return names, tokens
+}
+
+// quoteNames lists names quoted, at most max of them and how many more.
+func quoteNames(names []string, max int) string {
+	quoted := make([]string, 0, min(len(names), max)+1)
+	for _, n := range names[:min(len(names), max)] {
+		quoted = append(quoted, strconv.Quote(n))
+	}
+	if len(names) > max {
+		quoted = append(quoted, fmt.Sprintf("and %d more", len(names)-max))
+	}
+	return strings.Join(quoted, ", ")
+}
+
+// remember keeps a lease whose release could not reach the database, for
+// Close to try again.
+func (c *Client) remember(l *Lease) {
+	c.mu.Lock()
+	c.unreturned[l] = struct{}{}
+	c.mu.Unlock()
+}

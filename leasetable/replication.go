@@ -1,0 +1,117 @@
+package leasetable
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/db"
+)
+
+// ErrNoSyncStandby means the primary has standbys but commits do not wait
+// for any of them: a grant (or a fenced write) acknowledged just before a
+// failover may be missing on the promoted standby. Its holder then works
+// under a grant the new primary does not know: the lease can be granted
+// again at once, and only fenced writes keep the two holders apart. (The
+// tokens themselves never go backwards: every token drawn after a
+// promotion is larger than every token drawn before it.) Synchronous
+// replication (Patroni: synchronous_mode) closes that window.
+var ErrNoSyncStandby = errors.New("leasetable: the primary has standbys but none is synchronous: grants acknowledged just before a failover can be lost")
+
+// ReplicationStatus is how the database's standbys protect acknowledged
+// grants, as the primary sees it.
+type ReplicationStatus struct {
+	// Standbys is how many physical standbys stream from the primary.
+	// Managed services that replicate below PostgreSQL (Aurora, RDS
+	// Multi-AZ instances, Cloud SQL HA) show none here.
+	Standbys int
+	// SyncStandbys is how many of them are synchronous (sync or quorum),
+	// or -1 when the role may not see it (pg_stat_replication hides
+	// sync_state from roles without pg_read_all_stats).
+	SyncStandbys int
+	// SynchronousStandbyNames is the primary's synchronous_standby_names.
+	SynchronousStandbyNames string
+	// SynchronousCommit is synchronous_commit as the pool's sessions have
+	// it; off and local do not wait for standbys.
+	SynchronousCommit string
+}
+
+// Err is nil when no acknowledged grant can be lost in a failover to one
+// of the standbys (or there is no standby), and an error wrapping
+// ErrNoSyncStandby saying why otherwise. Client.Check does not fail for it
+// (replication is the database's property, not the client's: a readiness
+// probe failing for it would take every replica of a service out at once);
+// wrap it in a health.Checker to make it one.
+func (r ReplicationStatus) Err() error {
+	switch {
+	case r.Standbys == 0:
+		return nil
+	case r.SyncStandbys == 0, r.SyncStandbys < 0 && r.SynchronousStandbyNames == "":
+		return fmt.Errorf("%w (%d standby(s), synchronous_standby_names %q)", ErrNoSyncStandby, r.Standbys, r.SynchronousStandbyNames)
+	case r.SynchronousCommit == "off" || r.SynchronousCommit == "local":
+		return fmt.Errorf("%w: synchronous_commit is %s, so commits do not wait for the synchronous standby", ErrNoSyncStandby, r.SynchronousCommit)
+	}
+	return nil
+}
+
+// ReplicationOf reads the replication status of the primary behind pool.
+func ReplicationOf(ctx context.Context, pool *pgxpool.Pool) (ReplicationStatus, error) {
+	if pool == nil {
+		return ReplicationStatus{}, fmt.Errorf("%w: nil pool", pgbaton.ErrInvalidArgument)
+	}
+	row, err := db.New().ReplicationInfo(ctx, pool)
+	if err != nil {
+		return ReplicationStatus{}, fmt.Errorf("leasetable: read replication status: %w", err)
+	}
+	r := ReplicationStatus{Standbys: int(row.Standbys), SyncStandbys: int(row.SyncStandbys),
+		SynchronousStandbyNames: row.SynchronousStandbyNames, SynchronousCommit: row.SynchronousCommit}
+	if row.UnknownState > 0 && r.SyncStandbys == 0 {
+		r.SyncStandbys = -1
+	}
+	return r, nil
+}
+
+// Replication reads the replication status of the client's database.
+func (c *Client) Replication(ctx context.Context) (ReplicationStatus, error) {
+	if err := c.checkOpen(); err != nil {
+		return ReplicationStatus{}, err
+	}
+	return ReplicationOf(ctx, c.pool)
+}
+
+// replicationLog logs the replication warning when it appears, changes or
+// goes away, not on every Check.
+type replicationLog struct {
+	mu   sync.Mutex
+	last string
+}
+
+// observe reads the replication status and logs a change: a warning when
+// grants can be lost in a failover. Errors reading it are left to the
+// caller's other checks.
+func (rl *replicationLog) observe(ctx context.Context, c *Client) {
+	r, err := ReplicationOf(ctx, c.pool)
+	if err != nil {
+		return
+	}
+	msg := ""
+	if err := r.Err(); err != nil {
+		msg = err.Error()
+	}
+	rl.mu.Lock()
+	changed := msg != rl.last
+	rl.last = msg
+	rl.mu.Unlock()
+	switch {
+	case !changed:
+	case msg != "":
+		c.log.Warn("pgbaton: acknowledged grants can be lost in a failover; use synchronous replication",
+			"standbys", r.Standbys, "sync_standbys", r.SyncStandbys, "error", msg)
+	default:
+		c.log.Info("pgbaton: a synchronous standby protects acknowledged grants again", "standbys", r.Standbys)
+	}
+}

@@ -1,0 +1,418 @@
+package leasetable
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/db"
+)
+
+// session is a client's lease session: one row of pgbaton.lease_session
+// that one keep-alive per RenewInterval keeps alive for every lease bound
+// to it, however many. A lease bound to a session is valid in the database
+// while its own grant (or explicit Renew) has not expired or its session
+// is alive; locally it is held until the later of its own deadline and the
+// session's, each started before the request that set it was sent and
+// shortened by the safety margin, so the holder learns of a loss before
+// the database lets anyone else take the lease.
+//
+// A session is never revived: a keep-alive that arrives after the
+// session's expiry fails, and the client opens a new session for new
+// grants. The leases of a dead session end at their own deadlines.
+type session struct {
+	c  *Client
+	id int64
+
+	// base carries the monotonic clock; deadline is an offset from it, so
+	// leases read the session's deadline without a lock.
+	base     time.Time
+	deadline atomic.Int64 // time.Duration since base
+	dead     atomic.Bool  // expired locally or gone from the database
+	failing  atomic.Bool  // the last keep-alive failed
+	inflight atomic.Bool  // a keep-alive is on its way
+	closing  atomic.Bool  // closed on purpose (Close, idle): not a failure
+
+	mu        sync.Mutex // guards the fields below; taken before a Lease's mu
+	expiresAt time.Time  // database clock, as of the last keep-alive
+	renewedAt time.Time  // local: when the last successful keep-alive was sent
+	revoked   int64
+	orphans   []pgtype.UUID // request ids whose grants could not be given back yet
+	idleSince time.Time     // when the last lease left, or zero while some are bound
+	keepT     *time.Timer
+	deadT     *time.Timer
+	stopKeep  context.CancelFunc
+
+	// leases bound to the session. A leaf lock: nothing else is taken
+	// while it is held, so a Lease may take it under its own mu.
+	setMu  sync.Mutex
+	leases map[*Lease]struct{}
+}
+
+// sessionFor returns the session new grants bind to, opening one when
+// there is none or the current one is dead.
+func (c *Client) sessionFor(ctx context.Context) (*session, error) {
+	c.sessMu.Lock()
+	defer c.sessMu.Unlock()
+	c.mu.Lock()
+	s := c.sess
+	c.mu.Unlock()
+	if s != nil && !s.dead.Load() && time.Now().Before(s.until()) {
+		return s, nil
+	}
+	start := time.Now()
+	// A repeat after a broken connection may leave an unused session
+	// behind; it expires at its TTL.
+	var row db.SessionOpenRow
+	err := c.retry(ctx, true, func(ctx context.Context) (err error) {
+		row, err = c.q.SessionOpen(ctx, c.pool, db.SessionOpenParams{Owner: c.cfg.Owner, TtlMs: c.ttlMs})
+		return err
+	})
+	if err != nil {
+		return nil, c.dbError("open lease session", err)
+	}
+	s = &session{c: c, id: row.ID, base: start, expiresAt: row.ExpiresAt, renewedAt: start,
+		idleSince: start, leases: make(map[*Lease]struct{})}
+	s.deadline.Store(int64(c.cfg.TTL - c.cfg.SafetyMargin))
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		c.goBackground(func(ctx context.Context) { s.close(ctx) })
+		return nil, errClosedDuringOpen
+	}
+	c.sess = s
+	c.mu.Unlock()
+	s.mu.Lock()
+	s.keepT = time.AfterFunc(c.cfg.RenewInterval, c.tracked(s.keepalive))
+	s.deadT = time.AfterFunc(time.Until(s.until()), c.tracked(s.checkDeadline))
+	s.mu.Unlock()
+	c.log.Debug("pgbaton: lease session opened", "session", s.id)
+	return s, nil
+}
+
+var errClosedDuringOpen = fmt.Errorf("%w: leasetable: the client closed while a lease session was opened", pgbaton.ErrClosed)
+
+// param is the session as the grant functions take it.
+func (s *session) param() pgtype.Int8 { return pgtype.Int8{Int64: s.id, Valid: true} }
+
+// until is the session's local deadline.
+func (s *session) until() time.Time {
+	return s.base.Add(time.Duration(s.deadline.Load()))
+}
+
+// carries reports whether the session keeps leases alive now: it is not
+// dead and its deadline has not passed.
+func (s *session) carries(now time.Time) bool {
+	return !s.dead.Load() && now.Before(s.until())
+}
+
+// bind adds l to the leases the session keeps alive.
+func (s *session) bind(l *Lease) {
+	s.setMu.Lock()
+	s.leases[l] = struct{}{}
+	s.setMu.Unlock()
+}
+
+// unbind removes l; the last lease to leave starts the idle clock.
+func (s *session) unbind(l *Lease) {
+	s.setMu.Lock()
+	delete(s.leases, l)
+	s.setMu.Unlock()
+}
+
+// bound returns the leases bound now.
+func (s *session) bound() []*Lease {
+	s.setMu.Lock()
+	defer s.setMu.Unlock()
+	out := make([]*Lease, 0, len(s.leases))
+	for l := range s.leases {
+		out = append(out, l)
+	}
+	return out
+}
+
+// keepalive runs on the keep-alive timer.
+func (s *session) keepalive() {
+	c := s.c
+	s.mu.Lock()
+	if s.dead.Load() {
+		s.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	if !now.Before(s.until()) {
+		// Woken late (the process was paused): too late to keep it alive.
+		s.mu.Unlock()
+		s.die("the local deadline passed before the keep-alive was due to be sent")
+		return
+	}
+	s.setMu.Lock()
+	n := len(s.leases)
+	s.setMu.Unlock()
+	if n > 0 {
+		s.idleSince = time.Time{}
+	} else if s.idleSince.IsZero() {
+		s.idleSince = now
+	} else if now.Sub(s.idleSince) >= c.cfg.TTL {
+		// Unused for a TTL: let it go rather than write for nothing. The
+		// next grant opens a new session.
+		s.mu.Unlock()
+		s.retire()
+		return
+	}
+	ctx, cancel := context.WithDeadline(c.bg, s.until())
+	s.stopKeep = cancel
+	s.inflight.Store(true)
+	s.mu.Unlock()
+
+	start := time.Now()
+	var rows []db.SessionKeepaliveRow
+	err := c.retry(ctx, true, func(ctx context.Context) (err error) {
+		rows, err = c.q.SessionKeepalive(ctx, c.pool, db.SessionKeepaliveParams{ID: s.id, TtlMs: c.ttlMs})
+		return err
+	})
+	cancel()
+	if err != nil {
+		s.failing.Store(true) // before inflight clears: trouble() never blinks
+	}
+	s.inflight.Store(false)
+
+	if err != nil && !s.closing.Load() {
+		// Failed, or hung until the deadline; not stopped by Close.
+		c.renewFailed("", err)
+	}
+	s.mu.Lock()
+	s.stopKeep = nil
+	if s.dead.Load() {
+		s.mu.Unlock()
+		return
+	}
+	switch {
+	case err == nil && len(rows) == 1:
+		if s.failing.Swap(false) {
+			c.log.Info("pgbaton: lease keep-alive succeeded again", "session", s.id)
+		}
+		if d := start.Add(c.cfg.TTL - c.cfg.SafetyMargin).Sub(s.base); d > time.Duration(s.deadline.Load()) {
+			s.deadline.Store(int64(d))
+			s.expiresAt, s.renewedAt = rows[0].ExpiresAt, start
+		}
+		revoked := rows[0].Revoked != s.revoked
+		s.revoked = rows[0].Revoked
+		orphans := s.orphans
+		s.orphans = nil
+		s.keepT.Reset(c.cfg.RenewInterval)
+		s.mu.Unlock()
+		if revoked {
+			c.goBackground(s.findRevoked)
+		}
+		for _, ref := range orphans {
+			c.goBackground(func(ctx context.Context) { c.releaseRef(ctx, s, ref) })
+		}
+		s.afterKeepalive()
+	case err == nil:
+		// The database no longer has the session (it expired there first,
+		// or a failover lost it): its leases are valid by their own
+		// expiry only.
+		s.mu.Unlock()
+		s.die("the database no longer has the lease session")
+	default:
+		s.failing.Store(true)
+		retry := max(c.cfg.RenewInterval/5, time.Millisecond)
+		c.log.Warn("pgbaton: lease keep-alive failed; retrying", "session", s.id, "leases", n,
+			"retry_in", retry, "until", time.Until(s.until()), "error", err)
+		s.keepT.Reset(retry)
+		s.mu.Unlock()
+	}
+}
+
+// checkDeadline runs on the deadline timer.
+func (s *session) checkDeadline() {
+	s.mu.Lock()
+	if s.dead.Load() {
+		s.mu.Unlock()
+		return
+	}
+	if d := time.Until(s.until()); d > 0 { // a keep-alive moved it
+		s.deadT.Reset(d)
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	s.die("no successful keep-alive before the local deadline")
+}
+
+// die ends the session: no keep-alive is sent any more, and every lease
+// bound to it is now held only until its own deadline — those past it are
+// lost at once.
+func (s *session) die(why string) {
+	// Read before stop cancels a keep-alive in flight.
+	trouble := s.trouble()
+	if !s.stop() {
+		return
+	}
+	c := s.c
+	leases := s.bound()
+	c.log.Warn("pgbaton: lease session lost", "session", s.id, "leases", len(leases), "reason", why)
+	for _, l := range leases {
+		l.sessionEnded(trouble)
+	}
+	c.forgetSession(s)
+}
+
+// retire ends an idle session and deletes its row.
+func (s *session) retire() {
+	s.closing.Store(true)
+	if !s.stop() {
+		return
+	}
+	s.c.forgetSession(s)
+	s.c.goBackground(s.close)
+	// A lease bound since the idle check holds by its own deadline.
+	for _, l := range s.bound() {
+		l.sessionEnded(false)
+	}
+}
+
+// trouble reports whether keep-alives are failing or one hangs in flight:
+// a loss now is a renewal failure rather than an expiry.
+func (s *session) trouble() bool { return s.failing.Load() || s.inflight.Load() }
+
+// stop marks the session dead and stops its timers; false if it was
+// already.
+func (s *session) stop() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dead.Swap(true) {
+		return false
+	}
+	s.keepT.Stop()
+	s.deadT.Stop()
+	if s.stopKeep != nil {
+		s.stopKeep()
+	}
+	return true
+}
+
+// close deletes the session's row; leases still bound keep only their own
+// expiry. Best effort: a session that is not closed expires at its TTL.
+func (s *session) close(ctx context.Context) {
+	ctx, cancel := s.c.cleanupContext(ctx)
+	defer cancel()
+	if err := s.c.q.SessionClose(ctx, s.c.pool, s.id); err != nil {
+		s.c.log.Debug("pgbaton: closing lease session failed; it expires at its TTL", "session", s.id, "error", err)
+	}
+}
+
+// findRevoked ends the leases of the session an operator force-released.
+func (s *session) findRevoked(ctx context.Context) {
+	c := s.c
+	leases := s.bound()
+	if len(leases) == 0 {
+		return
+	}
+	names, tokens := grants(leases)
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.TTL)
+	defer cancel()
+	lost, err := c.q.SessionLost(ctx, c.pool, db.SessionLostParams{Session: s.id, Names: names, Tokens: tokens, Owner: c.cfg.Owner})
+	if err != nil {
+		c.log.Warn("pgbaton: checking force-released leases failed", "session", s.id, "error", err)
+		s.mu.Lock()
+		s.revoked-- // look again after the next keep-alive
+		s.mu.Unlock()
+		return
+	}
+	gone := make(map[string]bool, len(lost))
+	for _, n := range lost {
+		gone[n] = true
+	}
+	for _, l := range leases {
+		if gone[l.name] {
+			l.lose(fmt.Errorf("%w: %w: %q token %d was released by an operator", ErrLeaseLost, ErrNotHeld, l.name, l.token), CauseSuperseded)
+		}
+	}
+}
+
+// afterKeepalive runs the hooks of leases that want to know of each
+// successful keep-alive (job run heartbeats), in the background.
+func (s *session) afterKeepalive() {
+	var hooks []func(context.Context)
+	for _, l := range s.bound() {
+		l.mu.Lock()
+		if l.afterRenew != nil && !l.ended {
+			hooks = append(hooks, l.afterRenew)
+		}
+		l.mu.Unlock()
+	}
+	for _, h := range hooks {
+		s.c.goBackground(func(ctx context.Context) {
+			ctx, cancel := context.WithTimeout(ctx, s.c.cfg.RenewInterval)
+			defer cancel()
+			h(ctx)
+		})
+	}
+}
+
+// overdue reports whether the session's last successful keep-alive is
+// older than limit, and how long ago it was sent.
+func (s *session) overdue(limit time.Duration) (bool, time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	since := time.Since(s.renewedAt)
+	return since > limit, since
+}
+
+// tracked wraps fn, run on a timer, so that Close waits for it; after
+// Close has begun it does nothing.
+func (c *Client) tracked(fn func()) func() {
+	return func() {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return
+		}
+		c.background.Add(1)
+		c.mu.Unlock()
+		defer c.background.Done()
+		fn()
+	}
+}
+
+// forgetSession drops s as the session for new grants.
+func (c *Client) forgetSession(s *session) {
+	c.mu.Lock()
+	if c.sess == s {
+		c.sess = nil
+	}
+	c.mu.Unlock()
+}
+
+// closeSession ends the client's session for good at Close: its row is
+// deleted (leases not given back keep only their own expiry).
+func (c *Client) closeSession(ctx context.Context) error {
+	c.mu.Lock()
+	s := c.sess
+	c.sess = nil
+	c.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	s.closing.Store(true)
+	if !s.stop() {
+		return nil
+	}
+	for _, l := range s.bound() {
+		l.sessionEnded(false)
+	}
+	ctx, cancel := c.cleanupContext(ctx)
+	defer cancel()
+	if err := c.q.SessionClose(ctx, c.pool, s.id); err != nil && !errors.Is(err, context.Canceled) {
+		return c.dbError("close lease session", err)
+	}
+	return nil
+}

@@ -1,0 +1,165 @@
+package leasetable_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbaton/pgbaton/leasetable"
+)
+
+// writeTxns is how many transactions that wrote anything have started in
+// the cluster: the next transaction id, read without taking one.
+func writeTxns(t testing.TB, pool *pgxpool.Pool) int64 {
+	t.Helper()
+	var x int64
+	require.NoError(t, pool.QueryRow(context.Background(), "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint").Scan(&x))
+	return x
+}
+
+// claimN registers n items in group and claims them all for c.
+func claimN(t testing.TB, c *leasetable.Client, group string, n int) []*leasetable.Lease {
+	t.Helper()
+	ctx := context.Background()
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s-%06d", group, i)
+	}
+	_, err := c.Register(ctx, group, names...)
+	require.NoError(t, err)
+	ls, err := c.Claim(ctx, group, n)
+	require.NoError(t, err)
+	require.Len(t, ls, n)
+	return ls
+}
+
+// One client keeps many leases alive with one statement per renew
+// interval, not one per lease.
+func TestManyLeasesOneKeepalive(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	const n, ttl, hold = 20000, 3 * time.Second, 10 * time.Second
+	c := newClient(t, pool, leasetable.Config{Owner: "many", TTL: ttl})
+	leases := claimN(t, c, "shards", n)
+
+	before := writeTxns(t, pool)
+	start := time.Now()
+	time.Sleep(hold) // the thing measured: what keeping them alive costs over time
+	took := time.Since(start)
+	writes := writeTxns(t, pool) - before
+	lost := 0
+	for _, l := range leases {
+		if l.Err() != nil {
+			lost++
+		}
+	}
+	var held int
+	require.NoError(t, pool.QueryRow(context.Background(),
+		"SELECT count(*) FROM pgbaton.lease_status WHERE owner = 'many' AND held").Scan(&held))
+	perSec := float64(writes) / took.Seconds()
+	t.Logf("%d leases, TTL %s, held %s: %d lost, %d held in the database, %d write transactions (%.1f/s)",
+		n, ttl, took.Round(time.Millisecond), lost, held, writes, perSec)
+	assert.Zero(t, lost)
+	assert.Equal(t, n, held)
+	assert.LessOrEqual(t, perSec, 3.0, "keep-alive cost must not grow with the leases held")
+}
+
+// When keep-alives stop getting through, every lease of the session is
+// lost at its local deadline, before the database would let anyone else
+// take it, and none is lost before its deadline.
+func TestSessionLossEndsEveryLeaseInTime(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := ctxT(t, time.Minute)
+	c := newClient(t, pool, leasetable.Config{Owner: "s", TTL: 2 * time.Second})
+	leases := claimN(t, c, "items", 500)
+	// One more, granted later: its own deadline is later than the rest.
+	_, err := c.Register(ctx, "items", "late")
+	require.NoError(t, err)
+	unblock := blockKeepalives(t, pool, "s")
+	defer unblock()
+	var dbExpiry time.Time
+	require.NoError(t, pool.QueryRow(ctx,
+		"SELECT min(expires_at) FROM pgbaton.lease_status WHERE owner = 's'").Scan(&dbExpiry))
+	late, err := c.Claim(ctx, "items", 1)
+	require.NoError(t, err)
+	require.Len(t, late, 1)
+	leases = append(leases, late[0])
+
+	for _, l := range leases {
+		dl := l.Deadline()
+		select {
+		case <-l.Done():
+		case <-ctx.Done():
+			t.Fatalf("lease %s never ended", l.Name())
+		}
+		doneAt := time.Now()
+		require.ErrorIs(t, l.Err(), leasetable.ErrLeaseLost)
+		require.False(t, doneAt.Before(dl), "%s lost before its deadline", l.Name())
+		if l != late[0] {
+			require.True(t, doneAt.Before(dbExpiry), "%s lost at %s, after the database expiry %s", l.Name(), doneAt, dbExpiry)
+		}
+	}
+	// The late one lived by its own grant, which the database counts too.
+	assert.True(t, late[0].Deadline().After(dbExpiry.Add(-time.Second)))
+}
+
+// A lease force-released by an operator ends at the next keep-alive; the
+// others of the session are untouched.
+func TestForceReleaseEndsTheLeaseAtTheNextKeepalive(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := ctxT(t, time.Minute)
+	c := newClient(t, pool, leasetable.Config{Owner: "f", TTL: time.Second})
+	leases := claimN(t, c, "items", 10)
+	_, err := pool.Exec(ctx, "SELECT pgbaton.force_release_lease($1, 'test')", leases[3].Name())
+	require.NoError(t, err)
+	select {
+	case <-leases[3].Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("force-released lease not ended")
+	}
+	require.ErrorIs(t, leases[3].Err(), leasetable.ErrLeaseLost)
+	require.ErrorIs(t, leases[3].Err(), leasetable.ErrNotHeld)
+	for i, l := range leases {
+		if i != 3 {
+			assert.NoError(t, l.Err())
+		}
+	}
+}
+
+// An idle client writes nothing: its session lapses once no lease has
+// been bound to it for a TTL, and the next grant opens a new one.
+func TestIdleSessionLapses(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := ctxT(t, time.Minute)
+	c := newClient(t, pool, leasetable.Config{Owner: "idle", TTL: 500 * time.Millisecond})
+	l, err := c.TryAcquire(ctx, "x")
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	sessions := func() (n int) {
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pgbaton.lease_session WHERE owner = 'idle'").Scan(&n))
+		return n
+	}
+	require.Equal(t, 1, sessions())
+	deadline := time.Now().Add(10 * time.Second)
+	for sessions() > 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond) // poll until the idle session is gone, bounded
+	}
+	require.Zero(t, sessions(), "idle session still there")
+	before := writeTxns(t, pool)
+	time.Sleep(time.Second) // nothing to keep alive: nothing should be written
+	// A keep-alive every RenewInterval would write 6 times in that second;
+	// allow one transaction of somebody else in the cluster (autovacuum's
+	// analyze takes an id).
+	assert.LessOrEqual(t, writeTxns(t, pool)-before, int64(1))
+	l, err = c.TryAcquire(ctx, "x")
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+}
