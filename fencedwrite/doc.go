@@ -28,19 +28,108 @@
 //     after a successful Guard commits while the token is current, or not
 //     at all. The SQL twin, usable from any client and inside any
 //     statement, is pgbaton.assert_token(name, token).
-//   - EnableFencing installs a trigger on a table with a fence_token
-//     bigint column: an UPDATE or DELETE presenting a token older than the
-//     row's fails, from psql or any language. The fence is per row and
-//     needs no lease row, so it protects data that outlives a lease; but a
-//     stale holder that writes before the new holder's first write is not
-//     caught, so read-modify-write under a lease needs Guard.
+//   - EnableFencing installs triggers on a table with a fence_token
+//     bigint column: every UPDATE or DELETE of a fenced row must present a
+//     token not older than the row's, from psql or any language. An UPDATE
+//     presents the fence_token it assigns (SET ..., fence_token = $token),
+//     any write the transaction's token (SetToken, or
+//     pgbaton.present_token($token) inside the statement, as in DELETE
+//     ... WHERE id = $1 AND pgbaton.present_token($2)). A write that
+//     presents none fails: a forgotten token is a bug, not a pass. The
+//     fence is per row and needs no lease row, so it protects data that
+//     outlives a lease; but a stale holder that writes before the new
+//     holder's first write is not caught, so read-modify-write under a
+//     lease needs Guard.
 //   - PutValue, CompareAndSwapValue, GetValue and DeleteValue keep small
 //     JSON values (checkpoints, cursors) in pgbaton.fenced_value, written
 //     only by tokens not older than the last writer's.
 //
 // Every rejection is SQLSTATE PB001 in the database and a *StaleTokenError
-// (errors.Is ErrStaleToken) in Go, carrying the name, the presented token
-// and the current one. MapError converts errors from your own statements.
+// (errors.Is ErrStaleToken) in Go, carrying the name, the presented token,
+// the current one and the Reason (ReasonSuperseded, ReasonExpired,
+// ReasonNoLease, ...), the same words the database writes into the error's
+// DETAIL for clients in other languages. A token whose lease row is gone
+// (leasetable deletes the row of a completed work item) is ReasonNoLease:
+// "no such lease (completed, or never granted)". MapError converts errors
+// from your own statements.
+//
+// # Loops that cannot go wrong
+//
+// The fenced write loop: hold a lease, write batch by batch, each batch in
+// InTx, and stop at the first stale token (ExampleInTx_loop):
+//
+//	for batch := range batches {
+//		err := fencedwrite.InTx(lease.Context(), pool, lease, func(tx pgx.Tx) error {
+//			return apply(ctx, tx, batch)
+//		})
+//		switch {
+//		case errors.Is(err, fencedwrite.ErrStaleToken), lease.Err() != nil:
+//			return err // the lease moved on: nothing of this batch was written; never retry with this token
+//		case errors.Is(err, fencedwrite.ErrCommitUnknown):
+//			return err // maybe committed: look at the data before writing the batch again
+//		case err != nil:
+//			return err // nothing written
+//		}
+//	}
+//
+// For claimed work items, complete each item in the transaction of its
+// effects with leasetable's Client.CompleteTx (inside InTx when the
+// transaction writes anything else that must be fenced): the effects and
+// the completion commit together or not at all.
+//
+// The idempotent consumer loop: a broker delivers at least once; record
+// each message in the transaction of its work and acknowledge repeats
+// without doing them again (ExampleMarkProcessed):
+//
+//	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+//		if err := fencedwrite.MarkProcessed(ctx, tx, "billing", msg.ID); err != nil {
+//			return err
+//		}
+//		return charge(ctx, tx, msg)
+//	})
+//	switch {
+//	case err == nil, errors.Is(err, fencedwrite.ErrAlreadyProcessed):
+//		msg.Ack() // done, now or before
+//	default:
+//		msg.Nack() // nothing committed: it comes again
+//	}
+//
+// # Idempotent consumer
+//
+// MarkProcessed records a processed message or request id in the
+// caller's transaction (pgbaton.processed_message) and reports a repeat
+// with ErrAlreadyProcessed, aborting that transaction so the repeat's
+// work cannot commit. Call it first: a concurrent duplicate then waits
+// for the first delivery's transaction and is told the outcome. Records
+// are kept for a retention (DefaultRetention, 7 days) and deleted in
+// small batches by PruneProcessed or pgbaton.prune_processed; a message
+// redelivered after its record is gone is processed again, so choose a
+// retention longer than the broker's redelivery window. This follows the
+// inbox/idempotent-consumer tables of message frameworks: deduplication
+// by id, in the same transaction as the work, bounded by retention.
+//
+// # Operators
+//
+// An operator who must correct data in a fenced table calls
+// BypassFencing (pgbaton.bypass_fencing(table, reason)) in the
+// transaction: it needs role pgbaton_admin and a reason, writes an audit
+// row to pgbaton.event, and lets the rest of that transaction write that
+// table without a token, rows keeping their tokens. Presenting a made-up
+// large token instead would stay in the rows and lock every holder out.
+// Setting pgbaton.fence_bypass by hand bypasses nothing.
+//
+// # Standby
+//
+// Fenced writes need the primary. On a standby (pg_is_in_recovery) Guard,
+// GuardLease, InTx, the value writes, EnableFencing, DisableFencing,
+// BypassFencing, MarkProcessed and PruneProcessed fail with an error
+// wrapping pgbaton.ErrStandby; a read-only transaction on the primary
+// fails with PostgreSQL's own error (SQLSTATE 25006) instead. The guards
+// ask the server in their own statement; the other writes learn it from
+// the connection's in_hot_standby (PostgreSQL 14 and later) or, outside a
+// transaction, by asking. On PostgreSQL 13 a value write, MarkProcessed or
+// BypassFencing inside your transaction on a standby returns only
+// PostgreSQL's 25006 error.
 //
 // # Isolation level
 //

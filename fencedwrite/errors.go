@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgbaton/pgbaton"
@@ -33,9 +34,53 @@ var ErrCommitUnknown = errors.New("pgbaton: commit outcome unknown")
 // ErrNotFound is returned by GetValue for a key that has no value.
 var ErrNotFound = errors.New("pgbaton: fenced value not found")
 
+// ErrAlreadyProcessed is returned by MarkProcessed when the consumer has
+// already processed the message: skip it (acknowledge it without doing
+// its work again). The transaction is aborted; roll it back.
+var ErrAlreadyProcessed = errors.New("pgbaton: message already processed")
+
+// SQLStateAlreadyProcessed is the SQLSTATE with which
+// pgbaton.mark_processed reports a repeat, for clients in other languages.
+const SQLStateAlreadyProcessed = "PB409"
+
 // ErrValueChanged is returned by CompareAndSwapValue when the stored value
 // is not the expected one (or exists when absence was expected).
 var ErrValueChanged = errors.New("pgbaton: fenced value changed")
+
+// Reason says why a token was rejected. The values are the words the
+// database writes into the error's DETAIL (reason=...), stable for
+// programs to compare; clients in other languages see the same.
+type Reason string
+
+// Why a write's token was rejected.
+const (
+	// ReasonSuperseded: the lease was granted again, with a newer token.
+	ReasonSuperseded Reason = "superseded"
+	// ReasonExpired: the token is the lease's latest, but the lease
+	// expired by the database clock.
+	ReasonExpired Reason = "expired"
+	// ReasonReleased: the token is the lease's latest, but the lease was
+	// released (or force-released).
+	ReasonReleased Reason = "released"
+	// ReasonNoLease: the lease has no row: it was completed (leasetable
+	// deletes the row of a finished work item), or never granted. Current
+	// is 0 then.
+	ReasonNoLease Reason = "no such lease"
+	// ReasonNotGranted: the token is newer than any this lease was
+	// granted: from another lease, or made up.
+	ReasonNotGranted Reason = "not granted"
+	// ReasonNotHeld: pgbaton.complete_tx (leasetable's CompleteTx) found
+	// the lease no longer held with this token.
+	ReasonNotHeld Reason = "not held"
+	// ReasonOlderThanRow: a fenced row was last written with a newer token.
+	ReasonOlderThanRow Reason = "older than the row's"
+	// ReasonNoToken: a write to a fenced row presented no token (Presented
+	// is 0), or wrote NULL over the row's.
+	ReasonNoToken Reason = "no token"
+	// ReasonOlderThanValue: a fenced value was last written with a newer
+	// token.
+	ReasonOlderThanValue Reason = "older than the value's"
+)
 
 // StaleTokenError is the error behind ErrStaleToken.
 type StaleTokenError struct {
@@ -47,20 +92,22 @@ type StaleTokenError struct {
 	// Current is the lease's or row's token at the time (0: none, as for a
 	// lease that does not exist).
 	Current int64
-	// Reason says why, in the database's words: "superseded", "expired",
-	// "released", "unknown lease", "not granted", "older than the row's",
-	// "no token".
-	Reason string
+	// Reason says why; compare it with the Reason constants.
+	Reason Reason
 	// Err is the underlying error (usually the *pgconn.PgError), if any.
 	Err error
 }
 
 func (e *StaleTokenError) Error() string {
-	msg := fmt.Sprintf("pgbaton: stale fencing token for %q: presented %d, current %d", e.Name, e.Presented, e.Current)
-	if e.Reason != "" {
-		msg += " (" + e.Reason + ")"
+	switch {
+	case e.Reason == ReasonNoLease:
+		return fmt.Sprintf("pgbaton: stale fencing token for %q: presented %d, no such lease (completed, or never granted)", e.Name, e.Presented)
+	case e.Presented == 0 && e.Reason != "":
+		return fmt.Sprintf("pgbaton: stale fencing token for %q: none presented, current %d (%s)", e.Name, e.Current, e.Reason)
+	case e.Reason == "":
+		return fmt.Sprintf("pgbaton: stale fencing token for %q: presented %d, current %d", e.Name, e.Presented, e.Current)
 	}
-	return msg
+	return fmt.Sprintf("pgbaton: stale fencing token for %q: presented %d, current %d (%s)", e.Name, e.Presented, e.Current, e.Reason)
 }
 
 // Is makes errors.Is(err, ErrStaleToken) true.
@@ -97,7 +144,10 @@ func parseDetail(detail string) *StaleTokenError {
 	reason, name, _ := strings.Cut(rest, " name=")
 	e.Presented, _ = strconv.ParseInt(presented, 10, 64)
 	e.Current, _ = strconv.ParseInt(current, 10, 64)
-	e.Reason, e.Name = reason, name
+	e.Reason, e.Name = Reason(reason), name
+	if e.Reason == "unknown lease" { // schema 0004 to 0007
+		e.Reason = ReasonNoLease
+	}
 	return e
 }
 
@@ -109,7 +159,7 @@ func notMigrated(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
-		case "42883", "42P01", "3F000":
+		case pgerrcode.UndefinedFunction, pgerrcode.UndefinedTable, pgerrcode.InvalidSchemaName:
 			return fmt.Errorf("%w; run `pgbaton migrate up` or migrations.Up: %w", pgbaton.ErrNotMigrated, err)
 		}
 	}

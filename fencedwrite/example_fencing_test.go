@@ -13,8 +13,9 @@ import (
 )
 
 // A table with a fence_token column remembers the token of each row's last
-// writer; with fencing enabled, an older token cannot overwrite it, from
-// any client. (In SQL: SELECT pgbaton.enable_fencing('orders').)
+// writer; with fencing enabled, every UPDATE or DELETE of a fenced row
+// must present a token not older than the row's, from any client. (In
+// SQL: SELECT pgbaton.enable_fencing('orders').)
 func ExampleEnableFencing() {
 	pool, done := examplePool()
 	defer done()
@@ -27,12 +28,18 @@ func ExampleEnableFencing() {
 		log.Fatal(err)
 	}
 
+	// An UPDATE presents its token by assigning fence_token.
 	_, err := pool.Exec(ctx, "UPDATE orders SET status = 'shipped', fence_token = 8 WHERE id = 1")
 	fmt.Println("token 8:", err)
 	_, err = pool.Exec(ctx, "UPDATE orders SET status = 'cancelled', fence_token = 7 WHERE id = 1")
 	fmt.Println("token 7:", errors.Is(fencedwrite.MapError(err), fencedwrite.ErrStaleToken))
+	// One that presents none is refused too.
+	_, err = pool.Exec(ctx, "UPDATE orders SET status = 'lost' WHERE id = 1")
+	var stale *fencedwrite.StaleTokenError
+	fmt.Println("no token:", errors.As(fencedwrite.MapError(err), &stale) && stale.Reason == fencedwrite.ReasonNoToken)
 
-	// A DELETE has no new row: it presents the transaction's token.
+	// A DELETE has no new row: it presents the transaction's token, set
+	// with SetToken, or in the statement with pgbaton.present_token.
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if err := fencedwrite.SetToken(ctx, tx, 8); err != nil {
 			return err
@@ -44,6 +51,7 @@ func ExampleEnableFencing() {
 	// Output:
 	// token 8: <nil>
 	// token 7: true
+	// no token: true
 	// delete with token 8: <nil>
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -12,17 +14,38 @@ import (
 	"github.com/pgbaton/pgbaton/internal/db"
 )
 
-// EnableFencing installs the trigger pgbaton.reject_stale_token on table,
-// which must have a fence_token bigint column: from then on an UPDATE whose
-// new fence_token is lower than the row's, or a DELETE whose transaction
-// token (SetToken) is, fails with a *StaleTokenError, whichever client
-// sends it. Running it again changes nothing. The SQL twin is
-// pgbaton.enable_fencing(regclass).
+// EnableFencing installs the fence on table, which must have a
+// fence_token bigint column: the triggers pgbaton.reject_stale_token and
+// pgbaton.fence_token_set. From then on, whichever client writes, every
+// UPDATE or DELETE of a row whose fence_token is set must present a token
+// not older than the row's, or it fails with a *StaleTokenError:
+//
+//   - an UPDATE presents the fence_token it assigns ("SET ...,
+//     fence_token = $token"; assigning the row's own token again counts),
+//     or the transaction's token;
+//   - a DELETE presents the transaction's token: SetToken, SET LOCAL
+//     pgbaton.fence_token, or pgbaton.present_token($token) in the
+//     statement itself ("DELETE ... WHERE id = $1 AND
+//     pgbaton.present_token($2)").
+//
+// A write that presents none fails with ReasonNoToken: a code path that
+// forgot the token cannot slip past. An UPDATE leaves the newest token it
+// presented in the row. Rows with a NULL fence_token are not fenced yet,
+// and INSERT is never fenced. Running it again changes nothing. The SQL
+// twin is pgbaton.enable_fencing(regclass).
 //
 // The fence is per row: it stops a stale holder from overwriting what a
 // newer holder wrote. It cannot stop a stale holder that writes first, after
 // a newer holder has read the row but before it writes; for
-// read-modify-write under a lease use Guard or InTx.
+// read-modify-write under a lease use Guard or InTx. It cannot tell where a
+// token came from either: it stops writers that are late or forgot the
+// token, not ones that copy the row's ("SET fence_token = fence_token").
+// TRUNCATE fires no row triggers and is not fenced. An UPDATE that moves a
+// row to another partition is also a DELETE for the fence: present the
+// transaction's token. In a MERGE, assign fence_token in every WHEN
+// MATCHED THEN UPDATE action or in none: PostgreSQL counts it as assigned
+// for all of them when one does, so the others would present the row's
+// own token.
 func EnableFencing(ctx context.Context, q Querier, table pgx.Identifier) error {
 	return fencing(ctx, q, table, "enable", db.New().FenceEnable)
 }
@@ -37,6 +60,13 @@ func fencing(ctx context.Context, q Querier, table pgx.Identifier, op string, ru
 	if isNil(q) {
 		return fmt.Errorf("%w: nil pool, connection or transaction", pgbaton.ErrInvalidArgument)
 	}
+	if err := checkTable(table); err != nil {
+		return err
+	}
+	return fencingError(ctx, q, op+" fencing on "+table.Sanitize(), run(ctx, q, table.Sanitize()))
+}
+
+func checkTable(table pgx.Identifier) error {
 	if len(table) == 0 || len(table) > 3 {
 		return fmt.Errorf("%w: table name needs 1 to 3 parts, got %d", pgbaton.ErrInvalidArgument, len(table))
 	}
@@ -45,27 +75,56 @@ func fencing(ctx context.Context, q Querier, table pgx.Identifier, op string, ru
 			return fmt.Errorf("%w: empty part in table name %s", pgbaton.ErrInvalidArgument, table.Sanitize())
 		}
 	}
-	err := run(ctx, q, table.Sanitize())
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case "42883", "3F000": // no pgbaton.enable_fencing
-			return fmt.Errorf("pgbaton: %s fencing on %s: %w", op, table.Sanitize(), notMigrated(err))
-		case "42P01", "42703", "42804", "42809", "22023": // no such table or column, wrong type or kind
-			return fmt.Errorf("%w: %s fencing on %s: %w", pgbaton.ErrInvalidArgument, op, table.Sanitize(), err)
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("pgbaton: %s fencing on %s: %w", op, table.Sanitize(), err)
-	}
 	return nil
 }
 
-// SetToken sets the token that writes in tx present to fenced tables,
-// until tx ends: the setting pgbaton.fence_token, which
-// pgbaton.reject_stale_token checks for DELETE (which has no new row to
-// carry a fence_token) and, when set, for UPDATE too. Statements on other
-// connections are not affected.
+// fencingError explains the error of a statement that q ran on a table
+// (what says which).
+func fencingError(ctx context.Context, q any, what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	err = standbyError(ctx, q, err)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case pgerrcode.UndefinedFunction, pgerrcode.InvalidSchemaName: // no pgbaton function
+			return fmt.Errorf("pgbaton: %s: %w", what, notMigrated(err))
+		case pgerrcode.UndefinedTable, pgerrcode.UndefinedColumn, pgerrcode.DatatypeMismatch, pgerrcode.WrongObjectType, pgerrcode.InvalidParameterValue:
+			return fmt.Errorf("%w: %s: %w", pgbaton.ErrInvalidArgument, what, err)
+		}
+	}
+	return fmt.Errorf("pgbaton: %s: %w", what, err)
+}
+
+// BypassFencing lets the rest of tx write table, a fenced table, without
+// presenting a token; rows keep their tokens. It is the operator's way to
+// correct data in a fenced table; a made-up token would be worse: a large
+// one stays in the rows it writes and locks every holder out of them for
+// good. It needs role pgbaton_admin (or a superuser) and a reason, and
+// writes an audit row to pgbaton.event (action bypass_fencing, who, why,
+// which table, the transaction) in tx: a bypass that rolls back leaves
+// neither trace nor effect. Other tables stay fenced. The SQL twin is
+// pgbaton.bypass_fencing(table, reason).
+func BypassFencing(ctx context.Context, tx pgx.Tx, table pgx.Identifier, reason string) error {
+	if isNil(tx) {
+		return fmt.Errorf("%w: nil transaction; the bypass lasts for one transaction", pgbaton.ErrInvalidArgument)
+	}
+	if err := checkTable(table); err != nil {
+		return err
+	}
+	if strings.TrimSpace(reason) == "" {
+		return fmt.Errorf("%w: bypassing the fence needs a reason", pgbaton.ErrInvalidArgument)
+	}
+	_, err := db.New().FenceBypass(ctx, tx, db.FenceBypassParams{Relation: table.Sanitize(), Reason: reason})
+	return fencingError(ctx, tx, "bypass fencing on "+table.Sanitize(), err)
+}
+
+// SetToken sets the token that writes in tx present to fenced tables (see
+// EnableFencing), until tx ends: the setting pgbaton.fence_token, which
+// pgbaton.reject_stale_token checks for DELETE and UPDATE. Statements on
+// other connections are not affected. The SQL twin, usable inside any
+// statement, is pgbaton.present_token(token).
 func SetToken(ctx context.Context, tx pgx.Tx, token int64) error {
 	if isNil(tx) {
 		return fmt.Errorf("%w: nil transaction", pgbaton.ErrInvalidArgument)

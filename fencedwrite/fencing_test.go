@@ -70,11 +70,21 @@ func TestTriggerRejectsStaleWriteFromPsql(t *testing.T) {
 	require.Error(t, err, out)
 	require.Contains(t, out, "PB001", "a delete without a token is refused")
 
+	out, err = psql("UPDATE accounts SET balance = 0 WHERE id = 1")
+	require.Error(t, err, out)
+	require.Contains(t, out, "none presented, current 7 (no token)", "an update without a token is refused")
+
 	out, err = psql("UPDATE accounts SET balance = 50, fence_token = 8 WHERE id = 1")
 	require.NoError(t, err, out)
 	b, tok = balance(t, ctx, pool)
 	require.Equal(t, 50, b)
 	require.Equal(t, int64(8), tok)
+
+	out, err = psql("DELETE FROM accounts WHERE id = 1 AND pgbaton.present_token(8)")
+	require.NoError(t, err, out)
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM accounts").Scan(&n))
+	require.Zero(t, n)
 }
 
 func TestTriggerFromGo(t *testing.T) {
@@ -172,6 +182,12 @@ func TestEnableFencingBadInput(t *testing.T) {
 	var pgErr *pgconn.PgError
 	require.ErrorAs(t, err, &pgErr)
 	require.Equal(t, "42P17", pgErr.Code)
+	_, err = pool.Exec(ctx, `DROP TRIGGER wrong ON ins;
+		CREATE TRIGGER wrong AFTER INSERT ON ins FOR EACH ROW EXECUTE FUNCTION pgbaton.fence_token_set()`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "INSERT INTO ins VALUES (1)")
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "42P17", pgErr.Code)
 }
 
 // Down-migrating pgbaton (which drops the function without CASCADE)
@@ -186,4 +202,104 @@ func TestFencedTableBlocksDownMigration(t *testing.T) {
 	require.Equal(t, "2BP01", pgErr.Code) // dependent_objects_still_exist
 	b, _ := balance(t, ctx, pool)
 	require.Equal(t, 100, b)
+}
+
+// An UPDATE must carry a token: a statement that forgets it is refused,
+// however it is spelt.
+func TestUpdateWithoutTokenIsRejected(t *testing.T) {
+	ctx := testContext(t)
+	pool := newPool(t)
+	fencedTable(t, ctx, pool) // row 1: balance 100, token 7
+
+	for _, sql := range []string{
+		"UPDATE accounts SET balance = 1 WHERE id = 1",
+		"INSERT INTO accounts VALUES (1, 1, 9) ON CONFLICT (id) DO UPDATE SET balance = excluded.balance",
+		"MERGE INTO accounts a USING (VALUES (1)) s(id) ON a.id = s.id WHEN MATCHED THEN UPDATE SET balance = 1",
+	} {
+		_, err := pool.Exec(ctx, sql)
+		requireStale(t, fencedwrite.MapError(err), "public.accounts", 0, 7, "no token")
+	}
+	b, tok := balance(t, ctx, pool)
+	require.Equal(t, 100, b)
+	require.Equal(t, int64(7), tok)
+
+	// Setting the column presents a token, even the row's own: the same
+	// holder writes again.
+	_, err := pool.Exec(ctx, "UPDATE accounts SET balance = 90, fence_token = 7 WHERE id = 1")
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `MERGE INTO accounts a USING (VALUES (1)) s(id) ON a.id = s.id
+		WHEN MATCHED THEN UPDATE SET balance = 91, fence_token = 7`)
+	require.NoError(t, err)
+
+	// So does the transaction's token, and the row remembers it: an older
+	// token cannot write after it.
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		require.NoError(t, fencedwrite.SetToken(ctx, tx, 9))
+		_, err := tx.Exec(ctx, "UPDATE accounts SET balance = 80 WHERE id = 1")
+		return err
+	})
+	require.NoError(t, err)
+	b, tok = balance(t, ctx, pool)
+	require.Equal(t, 80, b)
+	require.Equal(t, int64(9), tok, "the row remembers the token of its last writer")
+	_, err = pool.Exec(ctx, "UPDATE accounts SET balance = 0, fence_token = 8 WHERE id = 1")
+	requireStale(t, fencedwrite.MapError(err), "public.accounts", 8, 9, "older than the row's")
+
+	// In one statement: pgbaton.present_token in the WHERE clause.
+	_, err = pool.Exec(ctx, "UPDATE accounts SET balance = 70 WHERE id = 1 AND pgbaton.present_token($1)", 8)
+	requireStale(t, fencedwrite.MapError(err), "public.accounts", 8, 9, "older than the row's")
+	_, err = pool.Exec(ctx, "UPDATE accounts SET balance = 70 WHERE id = 1 AND pgbaton.present_token($1)", 10)
+	require.NoError(t, err)
+	b, tok = balance(t, ctx, pool)
+	require.Equal(t, 70, b)
+	require.Equal(t, int64(10), tok)
+	// The token lasted for that statement's transaction only.
+	_, err = pool.Exec(ctx, "UPDATE accounts SET balance = 1 WHERE id = 1")
+	requireStale(t, fencedwrite.MapError(err), "public.accounts", 0, 10, "no token")
+}
+
+// A DELETE with a valid token goes through, in a transaction or in a
+// single statement; one with an older token or none does not.
+func TestDeleteWithToken(t *testing.T) {
+	ctx := testContext(t)
+	pool := newPool(t)
+	fencedTable(t, ctx, pool) // row 1: token 7
+	_, err := pool.Exec(ctx, "INSERT INTO accounts VALUES (2, 5, 7), (3, 5, 7)")
+	require.NoError(t, err)
+	count := func() (n int) {
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM accounts").Scan(&n))
+		return n
+	}
+
+	_, err = pool.Exec(ctx, "DELETE FROM accounts WHERE id = 1")
+	requireStale(t, fencedwrite.MapError(err), "public.accounts", 0, 7, "no token")
+	_, err = pool.Exec(ctx, "DELETE FROM accounts WHERE id = 1 AND pgbaton.present_token($1)", 6)
+	requireStale(t, fencedwrite.MapError(err), "public.accounts", 6, 7, "older than the row's")
+	require.Equal(t, 3, count())
+
+	// Autocommit, one statement: the way pool.Exec and psql -c send it.
+	tag, err := pool.Exec(ctx, "DELETE FROM accounts WHERE id = 1 AND pgbaton.present_token($1)", 7)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), tag.RowsAffected())
+	// In a transaction, with SetToken.
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := fencedwrite.SetToken(ctx, tx, 8); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "DELETE FROM accounts WHERE id = 2")
+		return err
+	}))
+	// In SQL, with SET LOCAL, simple protocol as psql sends it.
+	_, err = pool.Exec(ctx, "BEGIN; SET LOCAL pgbaton.fence_token = 7; DELETE FROM accounts WHERE id = 3; COMMIT",
+		pgx.QueryExecModeSimpleProtocol)
+	require.NoError(t, err)
+	require.Zero(t, count())
+
+	// Bad tokens are bad input, not a stale token.
+	for _, bad := range []any{0, -1, nil} {
+		_, err = pool.Exec(ctx, "SELECT pgbaton.present_token($1::bigint)", bad)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr, "%v", bad)
+		require.Equal(t, "22023", pgErr.Code)
+	}
 }

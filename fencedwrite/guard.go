@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -51,8 +52,16 @@ func Guard(ctx context.Context, tx pgx.Tx, name string, token int64) error {
 	if err := checkGuardArgs(tx, name, token); err != nil {
 		return err
 	}
-	err := db.New().FenceAssertToken(ctx, tx, db.FenceAssertTokenParams{Name: name, Token: token})
-	return guardError(name, token, err)
+	row, err := db.New().FenceAssertToken(ctx, tx, db.FenceAssertTokenParams{Name: name, Token: token})
+	if err == nil && row.Standby {
+		return standbyGuard(name)
+	}
+	return guardError(ctx, tx, name, token, err)
+}
+
+// standbyGuard is the error of a guard that found the server in recovery.
+func standbyGuard(name string) error {
+	return fmt.Errorf("%w: fencing guard for lease %q: fenced writes need the primary", pgbaton.ErrStandby, name)
 }
 
 // GuardLease is Guard for a Lease.
@@ -88,10 +97,11 @@ func positive(token int64) error {
 // and fenced_value tables check.
 const maxName = 255
 
-// guardError maps the guard query's error: PB001 to a *StaleTokenError
-// (filling in what the caller presented if the detail was unreadable),
-// everything else wrapped with what failed.
-func guardError(name string, token int64, err error) error {
+// guardError maps the guard query's error, which q ran: PB001 to a
+// *StaleTokenError (filling in what the caller presented if the detail was
+// unreadable), a standby to pgbaton.ErrStandby, everything else wrapped
+// with what failed.
+func guardError(ctx context.Context, q any, name string, token int64, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -103,8 +113,9 @@ func guardError(name string, token int64, err error) error {
 		return stale
 	}
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "25006" { // read_only_sql_transaction
-		return fmt.Errorf("pgbaton: fencing guard for lease %q locks the lease row, so it needs a read-write transaction on the primary: %w", name, err)
+	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.ReadOnlySQLTransaction {
+		return fmt.Errorf("pgbaton: fencing guard for lease %q locks the lease row, so it needs a read-write transaction on the primary: %w",
+			name, standbyError(ctx, q, err))
 	}
 	return fmt.Errorf("pgbaton: fencing guard for lease %q: %w", name, notMigrated(err))
 }

@@ -3,6 +3,7 @@ package fencedwrite_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -13,11 +14,11 @@ import (
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/fencedwrite"
-	"github.com/pgbaton/pgbaton/internal/pgtest"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 	"github.com/pgbaton/pgbaton/leasetable"
 )
 
-func requireStale(t *testing.T, err error, name string, presented, current int64, reason string) {
+func requireStale(t *testing.T, err error, name string, presented, current int64, reason fencedwrite.Reason) {
 	t.Helper()
 	require.ErrorIs(t, err, fencedwrite.ErrStaleToken)
 	var stale *fencedwrite.StaleTokenError
@@ -58,7 +59,7 @@ func TestGuardRejectsStaleTokens(t *testing.T) {
 	require.Greater(t, second, first)
 	requireStale(t, guard("job:a", first), "job:a", first, second, "superseded")
 	requireStale(t, guard("job:a", second+100), "job:a", second+100, second, "not granted")
-	requireStale(t, guard("job:nobody-took", 5), "job:nobody-took", 5, 0, "unknown lease")
+	requireStale(t, guard("job:nobody-took", 5), "job:nobody-took", 5, 0, "no such lease")
 
 	var released bool
 	require.NoError(t, pool.QueryRow(ctx, "SELECT pgbaton.release('job:a', 'b', $1)", second).Scan(&released))
@@ -73,6 +74,25 @@ func TestGuardRejectsStaleTokens(t *testing.T) {
 	require.ErrorAs(t, err, &pgErr)
 	require.Equal(t, fencedwrite.SQLState, pgErr.Code)
 	require.ErrorIs(t, fmtWrap(err), fencedwrite.ErrStaleToken, "errors.Is through wrapping")
+}
+
+// A write under the token of a work item that was completed meanwhile (its
+// lease row is gone) says so, not "current token 0, unknown lease".
+func TestCompletedItemSaysNoSuchLease(t *testing.T) {
+	ctx := testContext(t)
+	pool := newPool(t)
+	token := acquire(t, ctx, pool, "item:1", "me", time.Minute)
+	var done bool
+	require.NoError(t, pool.QueryRow(ctx, "SELECT pgbaton.complete('item:1', 'me', $1)", token).Scan(&done))
+	require.True(t, done)
+
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return fencedwrite.Guard(ctx, tx, "item:1", token) })
+	requireStale(t, err, "item:1", token, 0, "no such lease")
+	require.EqualError(t, err, fmt.Sprintf(`pgbaton: stale fencing token for "item:1": presented %d, no such lease (completed, or never granted)`, token))
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Contains(t, pgErr.Message, "no such lease (completed, or never granted)", "psql users read the same")
+	require.NotContains(t, pgErr.Message, "current 0")
 }
 
 func fmtWrap(err error) error { return errors.Join(errors.New("context"), err) }
@@ -231,6 +251,10 @@ func TestMapError(t *testing.T) {
 	err := fencedwrite.MapError(pgErr)
 	requireStale(t, err, "weird name=x reason=y", 3, 9, "older than the row's")
 	require.Same(t, err, fencedwrite.MapError(err), "mapping twice changes nothing")
+
+	// A database not yet at migration 0008 says "unknown lease".
+	old := fencedwrite.MapError(&pgconn.PgError{Code: "PB001", Detail: "presented=3 current=0 reason=unknown lease name=job:a"})
+	requireStale(t, old, "job:a", 3, 0, fencedwrite.ReasonNoLease)
 }
 
 func TestGuardHonoursContext(t *testing.T) {
@@ -284,6 +308,13 @@ func TestGuardInReadOnlyTransaction(t *testing.T) {
 	})
 	require.ErrorContains(t, err, "needs a read-write transaction")
 	require.NotErrorIs(t, err, fencedwrite.ErrStaleToken)
+	require.NotErrorIs(t, err, pgbaton.ErrStandby, "a read-only transaction on the primary is not a standby")
+	err = pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		_, err := fencedwrite.PutValue(ctx, tx, "k", token, []byte(`1`))
+		return err
+	})
+	require.ErrorContains(t, err, "read-only transaction")
+	require.NotErrorIs(t, err, pgbaton.ErrStandby)
 }
 
 // A database without the pgbaton schema is reported as such, not as a

@@ -74,8 +74,11 @@ func InTx(ctx context.Context, pool Beginner, lease Lease, fn func(pgx.Tx) error
 	defer rollback(ctx, tx)
 	q := db.New()
 	row, err := q.FenceAssertTokenXid(ctx, tx, db.FenceAssertTokenXidParams{Name: name, Token: token})
-	if err != nil {
-		return guardError(name, token, err)
+	switch {
+	case err != nil:
+		return guardError(ctx, tx, name, token, err)
+	case row.Standby:
+		return standbyGuard(name)
 	}
 	if err := fn(tx); err != nil {
 		return MapError(err)
@@ -113,9 +116,9 @@ func commitError(ctx context.Context, pool Beginner, name string, token, xid int
 	}
 	// Nothing was written. Say whether the lease moved, which is what the
 	// caller must act on.
-	check := db.New().FenceAssertToken(ctx, pool, db.FenceAssertTokenParams{Name: name, Token: token})
+	_, check := db.New().FenceAssertToken(ctx, pool, db.FenceAssertTokenParams{Name: name, Token: token})
 	var stale *StaleTokenError
-	if errors.As(guardError(name, token, check), &stale) {
+	if errors.As(guardError(ctx, pool, name, token, check), &stale) {
 		stale.Err = err
 		return stale
 	}

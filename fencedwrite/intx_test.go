@@ -15,8 +15,8 @@ import (
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/fencedwrite"
-	"github.com/pgbaton/pgbaton/internal/faultproxy"
-	"github.com/pgbaton/pgbaton/internal/pgtest"
+	"github.com/pgbaton/pgbaton/internal/testkit/faultproxy"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 )
 
 func rowCount(t *testing.T, ctx context.Context, pool *pgxpool.Pool) int {
@@ -192,7 +192,7 @@ func TestInTxBadInput(t *testing.T) {
 	require.ErrorIs(t, fencedwrite.InTx(ctx, pool, fencedwrite.Token("job:a", 0), fn), pgbaton.ErrInvalidArgument)
 
 	// An unknown lease is not bad input but a stale token: nobody holds it.
-	requireStale(t, fencedwrite.InTx(ctx, pool, lease, fn), "job:a", 1, 0, "unknown lease")
+	requireStale(t, fencedwrite.InTx(ctx, pool, lease, fn), "job:a", 1, 0, "no such lease")
 	require.Zero(t, pool.Stat().AcquiredConns(), "no connection left checked out")
 }
 

@@ -44,14 +44,14 @@ func PutValue(ctx context.Context, q Querier, key string, token int64, data json
 			return value(row), nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return Value{}, valueError("put", key, err)
+			return Value{}, valueError(ctx, q, "put", key, err)
 		}
 		cur, err := dbq.FencedValueGet(ctx, q, key)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			continue // deleted in between: try again
 		case err != nil:
-			return Value{}, valueError("put", key, err)
+			return Value{}, valueError(ctx, q, "put", key, err)
 		}
 		return Value{}, staleValue(key, token, cur.Token)
 	}
@@ -68,7 +68,7 @@ func GetValue(ctx context.Context, q Querier, key string) (Value, error) {
 	case errors.Is(err, pgx.ErrNoRows):
 		return Value{}, fmt.Errorf("%w: %q", ErrNotFound, key)
 	case err != nil:
-		return Value{}, valueError("get", key, err)
+		return Value{}, valueError(ctx, q, "get", key, err)
 	}
 	return value(row), nil
 }
@@ -100,7 +100,7 @@ func CompareAndSwapValue(ctx context.Context, q Querier, key string, token int64
 			return value(row), nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
-			return Value{}, valueError("compare-and-swap", key, err)
+			return Value{}, valueError(ctx, q, "compare-and-swap", key, err)
 		}
 		// Nothing written: say why. The stored token wins over the value.
 		cur, err := dbq.FencedValueCompare(ctx, q, db.FencedValueCompareParams{Key: key, Expected: expected})
@@ -110,7 +110,7 @@ func CompareAndSwapValue(ctx context.Context, q Querier, key string, token int64
 		case errors.Is(err, pgx.ErrNoRows):
 			return Value{}, fmt.Errorf("%w: %q has no value (%w)", ErrValueChanged, key, ErrNotFound)
 		case err != nil:
-			return Value{}, valueError("compare-and-swap", key, err)
+			return Value{}, valueError(ctx, q, "compare-and-swap", key, err)
 		case cur.Token > token:
 			return Value{}, staleValue(key, token, cur.Token)
 		case expected == nil || !cur.Matches:
@@ -134,7 +134,7 @@ func DeleteValue(ctx context.Context, q Querier, key string, token int64) error 
 	dbq := db.New()
 	n, err := dbq.FencedValueDelete(ctx, q, db.FencedValueDeleteParams{Key: key, Token: token})
 	if err != nil {
-		return valueError("delete", key, err)
+		return valueError(ctx, q, "delete", key, err)
 	}
 	if n > 0 {
 		return nil
@@ -144,7 +144,7 @@ func DeleteValue(ctx context.Context, q Querier, key string, token int64) error 
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("%w: %q", ErrNotFound, key)
 	case err != nil:
-		return valueError("delete", key, err)
+		return valueError(ctx, q, "delete", key, err)
 	}
 	return staleValue(key, token, cur.Token)
 }
@@ -173,8 +173,8 @@ func staleValue(key string, presented, current int64) error {
 	return &StaleTokenError{Name: key, Presented: presented, Current: current, Reason: "older than the value's"}
 }
 
-func valueError(op, key string, err error) error {
-	return fmt.Errorf("pgbaton: %s fenced value %q: %w", op, key, notMigrated(MapError(err)))
+func valueError(ctx context.Context, q Querier, op, key string, err error) error {
+	return fmt.Errorf("pgbaton: %s fenced value %q: %w", op, key, standbyError(ctx, q, notMigrated(MapError(err))))
 }
 
 func value(row db.PgbatonFencedValue) Value {
