@@ -5,11 +5,14 @@
 //
 //   - advisory: session-held pg_advisory_lock on connections pgbaton owns.
 //     Held exactly as long as the session lives and freed at once when the
-//     holder dies. For cron singletons, leader election, "run once" sections.
+//     holder dies. For "one node at a time" sections, leader election,
+//     migrations. (A cron job that must run once per scheduled slot claims
+//     the slot with leasetable's ClaimSlot; package gocronlock does it for
+//     gocron.)
 //   - leasetable: rows in pgbaton.lease with an expiry by the database clock
 //     and a fencing token that grows with every grant. Survives connection
 //     loss and failover; visible to operators. For long jobs, sharded work,
-//     work items, semaphores, leader election with terms.
+//     work items, semaphores, leader election with terms, cron slots.
 //   - fencedwrite: guarded writes that the database rejects when they carry a
 //     stale token, atomically, in the write's own transaction.
 //
@@ -19,4 +22,12 @@
 //
 // This package holds what the layers share: the errors every layer returns
 // for unsafe setups and bad input. Package migrations installs the schema.
+//
+// The module github.com/pgbaton/pgbaton is the library alone (the layers,
+// migrations and health; Go 1.25 or newer): a service that imports it gets
+// pgx, the OpenTelemetry metric API and golang-migrate (used only by
+// migrations.Up and Down, never linked by the layers) and nothing else. The
+// operator's CLI (github.com/pgbaton/pgbaton/cmd/pgbaton), the gocron
+// integration (github.com/pgbaton/pgbaton/gocronlock), the test suite, the
+// demo and the benchmarks are modules of their own.
 package pgbaton

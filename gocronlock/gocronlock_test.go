@@ -3,7 +3,7 @@ package gocronlock_test
 import (
 	"context"
 	"errors"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,7 +13,7 @@ import (
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/gocronlock"
-	"github.com/pgbaton/pgbaton/internal/pgtest"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 	"github.com/pgbaton/pgbaton/leasetable"
 )
 
@@ -25,126 +25,143 @@ func newClient(t *testing.T, pool *pgxpool.Pool, owner string) *leasetable.Clien
 	return c
 }
 
-// ticks counts job runs per cron tick (the second it belongs to).
-type ticks struct {
-	mu sync.Mutex
-	n  map[time.Time]int
-}
-
-func (tk *ticks) run() {
-	tk.mu.Lock()
-	defer tk.mu.Unlock()
-	tk.n[time.Now().Truncate(time.Second)]++
-}
-
-func (tk *ticks) snapshot() map[time.Time]int {
-	tk.mu.Lock()
-	defer tk.mu.Unlock()
-	out := make(map[time.Time]int, len(tk.n))
-	for k, v := range tk.n {
-		out[k] = v
-	}
-	return out
-}
-
-func startScheduler(t *testing.T, opt gocron.SchedulerOption, tk *ticks) gocron.Scheduler {
+func newLocker(t *testing.T, client *leasetable.Client) *gocronlock.Locker {
 	t.Helper()
-	s, err := gocron.NewScheduler(opt)
+	l, err := gocronlock.NewLocker(client, gocronlock.Config{})
 	require.NoError(t, err)
-	_, err = s.NewJob(gocron.CronJob("* * * * * *", true), gocron.NewTask(tk.run), gocron.WithName("report"))
-	require.NoError(t, err)
-	s.Start()
-	return s
+	t.Cleanup(func() { require.NoError(t, l.Close(context.Background())) })
+	return l
 }
 
-// Two schedulers tick every second; each tick runs the job once.
-func TestTwoSchedulersRunEachTickOnce(t *testing.T) {
-	pool := env.DB(t).Pool(t)
-	tk := &ticks{n: map[time.Time]int{}}
-	var schedulers []gocron.Scheduler
-	var lockers []*gocronlock.Locker
-	for _, owner := range []string{"node-a", "node-b"} {
-		locker, err := gocronlock.NewLocker(newClient(t, pool, owner), gocronlock.Config{MinHold: 500 * time.Millisecond})
+// shutdown stops s when t ends.
+func shutdown(t *testing.T, s gocron.Scheduler) {
+	t.Cleanup(func() { require.NoError(t, s.Shutdown()) })
+}
+
+// everySecond is a cron job on every second. A new one for every job:
+// gocron keeps the parsed schedule in the definition, so one definition
+// shared by schedulers is a data race.
+func everySecond() gocron.JobDefinition { return gocron.CronJob("* * * * * *", true) }
+
+// Without the locker two schedulers run every tick: the tick tests can
+// fail.
+func TestWithoutLockerTicksRunTwice(t *testing.T) {
+	counter := newSlotCounter(time.Second)
+	for range 2 {
+		s, err := gocron.NewScheduler(gocron.WithSchedulerMonitor(counter))
 		require.NoError(t, err)
-		lockers = append(lockers, locker)
-		schedulers = append(schedulers, startScheduler(t, gocron.WithDistributedLocker(locker), tk))
+		_, err = s.NewJob(everySecond(), gocron.NewTask(func() {}), gocron.WithName("report"))
+		require.NoError(t, err)
+		s.Start()
+		shutdown(t, s)
 	}
-	pgtest.Eventually(t, 15*time.Second, func() (bool, error) { return len(tk.snapshot()) >= 4, nil }, "fewer than 4 ticks ran")
-	for _, s := range schedulers {
-		require.NoError(t, s.Shutdown())
-	}
-	for _, l := range lockers {
-		require.NoError(t, l.Close(context.Background()))
-	}
-	for tick, n := range tk.snapshot() {
-		require.Equal(t, 1, n, "tick %s ran %d times", tick.Format(time.TimeOnly), n)
-	}
+	pgtest.Eventually(t, 15*time.Second, func() (bool, error) { return counter.span() >= 3, nil }, "3 ticks ran")
+	_, _, _, doubled, _ := counter.tally()
+	require.Positive(t, doubled)
 }
 
-// Without the locker both schedulers run every tick: the test can fail.
-func TestWithoutLockerEveryTickRunsTwice(t *testing.T) {
-	tk := &ticks{n: map[time.Time]int{}}
-	a := startScheduler(t, gocron.WithLocation(time.UTC), tk)
-	b := startScheduler(t, gocron.WithLocation(time.UTC), tk)
-	pgtest.Eventually(t, 15*time.Second, func() (bool, error) {
-		for _, n := range tk.snapshot() {
-			if n >= 2 {
-				return true, nil
-			}
-		}
-		return false, nil
-	}, "no tick ran twice without a locker")
-	require.NoError(t, a.Shutdown())
-	require.NoError(t, b.Shutdown())
-}
-
-// A run longer than the lease TTL keeps its lock: the lease is renewed.
-func TestLongRunStaysLocked(t *testing.T) {
-	ctx := context.Background()
+// A run longer than the lease TTL keeps the job locked (the lease is
+// renewed), slots that come while it runs are skipped on every scheduler
+// rather than run alongside it, and the lease is free once it returns.
+func TestLongRunNeverOverlaps(t *testing.T) {
 	pool := env.DB(t).Pool(t)
-	locker, err := gocronlock.NewLocker(newClient(t, pool, "node-a"), gocronlock.Config{})
-	require.NoError(t, err)
-	defer locker.Close(ctx)
-	other := newClient(t, pool, "node-b")
-
-	lock, err := locker.Lock(ctx, "long-job")
-	require.NoError(t, err)
-	deadline := time.Now().Add(3 * time.Second) // three TTLs
+	other := newClient(t, pool, "observer")
+	var running, maxRunning, runs atomic.Int32
+	release := make(chan struct{})
+	started := make(chan struct{}, 10)
+	job := func() {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for m := maxRunning.Load(); n > m && !maxRunning.CompareAndSwap(m, n); m = maxRunning.Load() {
+		}
+		if runs.Add(1) == 1 {
+			started <- struct{}{}
+			<-release
+		}
+	}
+	for _, owner := range []string{"node-a", "node-b"} {
+		s, err := newLocker(t, newClient(t, pool, owner)).NewScheduler()
+		require.NoError(t, err)
+		_, err = s.NewJob(everySecond(), gocron.NewTask(job), gocron.WithName("long"))
+		require.NoError(t, err)
+		s.Start()
+		shutdown(t, s)
+	}
+	<-started
+	deadline := time.Now().Add(3 * time.Second) // three TTLs, three slots
 	for time.Now().Before(deadline) {
-		_, err := other.TryAcquire(ctx, "gocron:long-job")
+		_, err := other.TryAcquire(context.Background(), "gocron:long")
 		require.ErrorIs(t, err, leasetable.ErrHeld)
 		time.Sleep(200 * time.Millisecond) // time passing is what is tested
 	}
-	require.NoError(t, lock.Unlock(ctx))
-	// Unlocked after MinHold passed: free at once.
-	l, err := other.TryAcquire(ctx, "gocron:long-job")
-	require.NoError(t, err)
-	require.NoError(t, l.Release(ctx))
+	require.Equal(t, int32(1), runs.Load(), "no slot ran while the first run held the lease")
+	close(release)
+	pgtest.Eventually(t, 10*time.Second, func() (bool, error) { return runs.Load() >= 3, nil }, "runs go on after the long one")
+	require.Equal(t, int32(1), maxRunning.Load())
 }
 
-// A short run keeps the lock for MinHold, then frees it; Close frees it at
-// once.
-func TestMinHoldAndClose(t *testing.T) {
+// RunNow runs the job at once, outside the schedule: it claims no slot,
+// so the scheduled runs are not affected.
+func TestRunNowClaimsNoSlot(t *testing.T) {
+	pool := env.DB(t).Pool(t)
+	s, err := newLocker(t, newClient(t, pool, "node-a")).NewScheduler()
+	require.NoError(t, err)
+	ran := make(chan struct{}, 1)
+	j, err := s.NewJob(gocron.CronJob("0 0 1 1 *", false), gocron.NewTask(func() { ran <- struct{}{} }), gocron.WithName("yearly"))
+	require.NoError(t, err)
+	s.Start()
+	shutdown(t, s)
+	require.NoError(t, j.RunNow())
+	<-ran
+	var slots int
+	require.NoError(t, pool.QueryRow(context.Background(), "SELECT count(*) FROM pgbaton.cron_slot").Scan(&slots))
+	require.Zero(t, slots)
+}
+
+// Setups the Locker cannot serve fail every run with a typed error:
+// no scheduler bound, two jobs sharing a name.
+func TestRefusedSetups(t *testing.T) {
 	ctx := context.Background()
 	pool := env.DB(t).Pool(t)
-	locker, err := gocronlock.NewLocker(newClient(t, pool, "node-a"), gocronlock.Config{MinHold: time.Minute})
+	client := newClient(t, pool, "node-a")
+
+	_, err := newLocker(t, client).Lock(ctx, "report")
+	require.ErrorIs(t, err, gocronlock.ErrNotBound)
+
+	l := newLocker(t, client)
+	s, err := l.NewScheduler()
 	require.NoError(t, err)
-	other := newClient(t, pool, "node-b")
+	shutdown(t, s)
+	for range 2 {
+		_, err = s.NewJob(everySecond(), gocron.NewTask(func() {}), gocron.WithName("dup"))
+		require.NoError(t, err)
+	}
+	_, err = l.Lock(ctx, "dup")
+	require.ErrorIs(t, err, gocronlock.ErrDuplicateJobName)
+	_, err = l.Lock(ctx, "missing")
+	require.ErrorIs(t, err, gocron.ErrJobNotFound)
+}
 
-	lock, err := locker.Lock(ctx, "short-job")
+func TestCloseAndBind(t *testing.T) {
+	ctx := context.Background()
+	pool := env.DB(t).Pool(t)
+	l := newLocker(t, newClient(t, pool, "node-a"))
+	s, err := l.NewScheduler()
 	require.NoError(t, err)
-	require.NoError(t, lock.Unlock(ctx))
-	_, err = other.TryAcquire(ctx, "gocron:short-job")
-	require.ErrorIs(t, err, leasetable.ErrHeld, "kept for MinHold after Unlock")
+	shutdown(t, s)
+	require.NoError(t, l.Bind(s), "binding the same scheduler again is a no-op")
+	s2, err := gocron.NewScheduler()
+	require.NoError(t, err)
+	shutdown(t, s2)
+	require.ErrorIs(t, l.Bind(s2), pgbaton.ErrInvalidArgument, "one Locker per scheduler")
+	_, err = l.NewScheduler()
+	require.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
+	require.ErrorIs(t, l.Bind(nil), pgbaton.ErrInvalidArgument)
 
-	_, err = locker.Lock(ctx, "short-job")
-	require.ErrorIs(t, err, leasetable.ErrHeld, "a second run of the same job is refused")
-
-	require.NoError(t, locker.Close(ctx))
-	l, err := other.TryAcquire(ctx, "gocron:short-job")
-	require.NoError(t, err, "Close released the kept lease")
-	require.NoError(t, l.Release(ctx))
-	_, err = locker.Lock(ctx, "short-job")
+	require.NoError(t, l.Close(ctx))
+	_, err = l.Lock(ctx, "report")
+	require.ErrorIs(t, err, pgbaton.ErrClosed)
+	_, err = l.NewScheduler()
 	require.ErrorIs(t, err, pgbaton.ErrClosed)
 }
 
@@ -185,8 +202,6 @@ func TestBadInput(t *testing.T) {
 	require.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
 	pool := env.DB(t).Pool(t)
 	c := newClient(t, pool, "node-a")
-	_, err = gocronlock.NewLocker(c, gocronlock.Config{MinHold: -time.Second})
-	require.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
 	_, err = gocronlock.NewElector(nil, "x")
 	require.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
 	_, err = gocronlock.NewElector(c, "")

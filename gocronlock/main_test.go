@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/pgbaton/pgbaton/internal/pgtest"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 )
 
 var env *pgtest.Env

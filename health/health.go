@@ -7,15 +7,21 @@
 //	}))
 //
 // The handler answers 200 with a JSON body when every check passes within
-// the timeout, and 503 naming the failed checks otherwise.
+// the timeout, and 503 naming the failed checks otherwise. A check that
+// reports only a degraded mode (an error wrapping pgbaton.ErrDegraded, such
+// as lease waiters polling behind a transaction pooler) keeps the answer
+// 200, with status "degraded" and the reason in the body.
 package health
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/pgbaton/pgbaton"
 )
 
 // Checker is anything with a health check: advisory.Locker and
@@ -38,8 +44,8 @@ const DefaultTimeout = 2 * time.Second
 
 // Report is the JSON body of a Handler's answer.
 type Report struct {
-	Status string            `json:"status"` // "ok" or "unavailable"
-	Checks map[string]string `json:"checks"` // name → "ok" or the error
+	Status string            `json:"status"` // "ok", "degraded" or "unavailable"
+	Checks map[string]string `json:"checks"` // name → "ok", or the error
 }
 
 // Run runs every check concurrently and reports them all.
@@ -49,17 +55,23 @@ func Run(ctx context.Context, checks Checks) Report {
 	var wg sync.WaitGroup
 	for name, c := range checks {
 		wg.Go(func() {
-			res := "ok"
+			res, status := "ok", "ok"
 			if c == nil {
-				res = "no checker"
+				res, status = "no checker", "unavailable"
 			} else if err := c.Check(ctx); err != nil {
-				res = err.Error()
+				res, status = err.Error(), "unavailable"
+				if onlyDegraded(err) {
+					status = "degraded"
+				}
 			}
 			mu.Lock()
 			defer mu.Unlock()
 			rep.Checks[name] = res
-			if res != "ok" {
-				rep.Status = "unavailable"
+			switch {
+			case status == "unavailable":
+				rep.Status = status
+			case status == "degraded" && rep.Status == "ok":
+				rep.Status = status
 			}
 		})
 	}
@@ -81,11 +93,25 @@ func Handler(checks Checks) http.Handler {
 		rep := Run(ctx, checks)
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
-		if rep.Status != "ok" {
+		if rep.Status == "unavailable" {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 		if r.Method == http.MethodGet {
 			_ = json.NewEncoder(w).Encode(rep)
 		}
 	})
+}
+
+// onlyDegraded reports whether err, and every error joined in it, wraps
+// pgbaton.ErrDegraded.
+func onlyDegraded(err error) bool {
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range joined.Unwrap() {
+			if !onlyDegraded(e) {
+				return false
+			}
+		}
+		return true
+	}
+	return errors.Is(err, pgbaton.ErrDegraded)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -11,8 +12,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/health"
-	"github.com/pgbaton/pgbaton/internal/pgtest"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 )
 
 var env *pgtest.Env
@@ -64,4 +66,28 @@ func TestHandlerRejectsOtherMethodsAndNilCheckers(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Equal(t, "no checker", rep.Checks["nil"])
 	require.Equal(t, "renewals late", rep.Checks["bad"])
+}
+
+// A degraded check keeps the service ready; a failed one does not, also
+// when joined with a degraded one.
+func TestHandlerDegraded(t *testing.T) {
+	degraded := health.CheckerFunc(func(context.Context) error {
+		return fmt.Errorf("%w: waiters poll", pgbaton.ErrDegraded)
+	})
+	failed := health.CheckerFunc(func(context.Context) error { return errors.New("down") })
+	code, rep := get(t, health.Handler(health.Checks{"leases": degraded, "other": health.CheckerFunc(func(context.Context) error { return nil })}), http.MethodGet)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "degraded", rep.Status)
+	require.Contains(t, rep.Checks["leases"], "waiters poll")
+	require.Equal(t, "ok", rep.Checks["other"])
+
+	code, rep = get(t, health.Handler(health.Checks{"leases": degraded, "db": failed}), http.MethodGet)
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, "unavailable", rep.Status)
+
+	joined := health.CheckerFunc(func(ctx context.Context) error {
+		return errors.Join(degraded(ctx), failed(ctx))
+	})
+	code, _ = get(t, health.Handler(health.Checks{"leases": joined}), http.MethodGet)
+	require.Equal(t, http.StatusServiceUnavailable, code, "a real failure joined with a degraded mode")
 }

@@ -8,9 +8,47 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgbaton/pgbaton/cmd/pgbaton/internal/opdb"
 )
+
+// sqlstateNotFound is pgbaton's own SQLSTATE for "no such lock", raised by
+// the schema's release functions; pgerrcode has only PostgreSQL's.
+const sqlstateNotFound = "PB404"
+
+// withPool connects (see connect), warns when the server is a standby,
+// runs fn with the pool and closes the pool when fn returns: the one place
+// a command opens and closes its connections.
+func (g *globals) withPool(ctx context.Context, fn func(*pgxpool.Pool) error) error {
+	pool, err := g.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := g.warnIfStandby(ctx, pool); err != nil {
+		return err
+	}
+	return fn(pool)
+}
+
+// warnIfStandby says so on stderr when the server is a standby: its
+// pg_locks holds only the standby's own sessions' locks (none of the
+// primary's), and its leases lag the primary's, so a view of it would
+// otherwise look empty or stale without a word.
+func (g *globals) warnIfStandby(ctx context.Context, pool *pgxpool.Pool) error {
+	info, err := opdb.New().ServerStatus(ctx, pool)
+	if err != nil {
+		return explainQueryError(err)
+	}
+	if info.InRecovery {
+		fmt.Fprintln(g.stderr, "pgbaton: warning: connected to a standby (pg_is_in_recovery): it shows none of the primary's advisory locks, "+
+			"its leases lag the primary's, and nothing can be released here; connect to the primary (e.g. PGTARGETSESSIONATTRS=read-write)")
+	}
+	return nil
+}
 
 // connect opens a pool and checks that the server answers, turning the
 // usual failures into one actionable line.
@@ -19,7 +57,9 @@ func (g *globals) connect(ctx context.Context) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, usageError{fmt.Errorf("bad connection string: %w", err)}
 	}
-	cfg.ConnConfig.RuntimeParams["application_name"] = "pgbaton-cli"
+	if cfg.ConnConfig.RuntimeParams["application_name"] == "" { // PGAPPNAME or the DSN win
+		cfg.ConnConfig.RuntimeParams["application_name"] = "pgbaton-cli"
+	}
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
 	}
@@ -39,12 +79,12 @@ func explainConnectError(cfg *pgxpool.Config, err error) error {
 	var pgErr *pgconn.PgError
 	var netErr net.Error
 	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == "3D000":
-		return fmt.Errorf("database %q does not exist on %s: check --dsn or DATABASE_URL", cfg.ConnConfig.Database, where)
-	case errors.As(err, &pgErr) && (pgErr.Code == "28P01" || pgErr.Code == "28000"):
-		return fmt.Errorf("authentication failed for user %q on %s: check the credentials in --dsn or DATABASE_URL", cfg.ConnConfig.User, where)
+	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InvalidCatalogName:
+		return fmt.Errorf("database %q does not exist on %s: check the connection (pgbaton help environment)", cfg.ConnConfig.Database, where)
+	case errors.As(err, &pgErr) && pgerrcode.IsInvalidAuthorizationSpecification(pgErr.Code):
+		return fmt.Errorf("authentication failed for user %q on %s: check the credentials (pgbaton help environment)", cfg.ConnConfig.User, where)
 	case errors.As(err, &netErr), errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("cannot reach PostgreSQL at %s (%s): is the server running? Set --dsn or DATABASE_URL", where, rootCause(err))
+		return fmt.Errorf("cannot reach PostgreSQL at %s (%s): is the server running? Set --dsn, PGBATON_DSN, DATABASE_URL or PGHOST (pgbaton help environment)", where, rootCause(err))
 	}
 	return fmt.Errorf("connect to %s: %w", where, err)
 }
@@ -68,9 +108,9 @@ func explainQueryError(err error) error {
 		return err
 	}
 	switch pgErr.Code {
-	case "42P01", "3F000", "42883": // undefined table, schema, function
+	case pgerrcode.UndefinedTable, pgerrcode.InvalidSchemaName, pgerrcode.UndefinedFunction:
 		return fmt.Errorf("the pgbaton schema is missing or too old in this database (%s): run `pgbaton migrate up`", pgErr.Message)
-	case "42501": // insufficient privilege
+	case pgerrcode.InsufficientPrivilege:
 		msg := pgErr.Message
 		if pgErr.Hint != "" {
 			msg += " (" + pgErr.Hint + ")"
@@ -78,7 +118,11 @@ func explainQueryError(err error) error {
 			msg += ": grant the role pgbaton_reader (to inspect) or pgbaton_admin (to release)"
 		}
 		return errors.New(msg)
-	case "PB404":
+	case pgerrcode.FeatureNotSupported:
+		if strings.Contains(pgErr.Message, "during recovery") {
+			return fmt.Errorf("this server is a standby, which cannot read pgbaton's unlogged tables (lease waiters): connect to the primary")
+		}
+	case sqlstateNotFound:
 		return fmt.Errorf("%w: %s", errNotFound, pgErr.Message)
 	}
 	return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -11,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/admin/admindb"
 )
 
 // advisoryLock is one row of `pgbaton locks` for an advisory lock.
@@ -19,7 +20,7 @@ type advisoryLock struct {
 	Lock            string    `json:"lock"` // name if registered, else the key
 	Name            string    `json:"name,omitempty"`
 	Namespace       string    `json:"namespace,omitempty"`
-	Key             *int64    `json:"key,omitempty"`
+	Key             *int64    `json:"key,omitempty,string"`
 	Pair            *[2]int32 `json:"pair,omitempty"`
 	Mode            string    `json:"mode"`
 	Granted         bool      `json:"granted"`
@@ -36,8 +37,9 @@ type advisoryLock struct {
 type leaseView struct {
 	Name       string          `json:"name"`
 	Group      string          `json:"group,omitempty"`
+	State      string          `json:"state"` // held, expired or free
 	Owner      string          `json:"owner,omitempty"`
-	Token      int64           `json:"token"`
+	Token      int64           `json:"token,string"`
 	Held       bool            `json:"held"`
 	AcquiredAt string          `json:"acquired_at,omitempty"`
 	ExpiresAt  string          `json:"expires_at,omitempty"`
@@ -49,22 +51,46 @@ type leaseView struct {
 type locksReport struct {
 	Advisory []advisoryLock `json:"advisory"`
 	Leases   []leaseView    `json:"leases"`
+	// cut says how the output was cut short, and how to see the rest.
+	cut []string
 }
 
+// lockFilter is what `locks`, `leases` and `watch` show.
 type lockFilter struct {
 	prefix  string
 	group   string
+	holder  string
+	state   string // leases: held, expired, free, all
+	after   string // leases after this name (the next page)
 	waiting bool
 	limit   int
 }
 
-func (f *lockFilter) flags(cmd *cobra.Command, withWaiting bool) {
-	cmd.Flags().StringVar(&f.prefix, "prefix", "", "only locks whose name starts with this")
+// Lease states `leases --state` accepts.
+var leaseStates = []string{"held", "expired", "free", "all"}
+
+func (f *lockFilter) flags(g *globals, cmd *cobra.Command, what string, withWaiting bool) {
+	cmd.Flags().StringVar(&f.prefix, "prefix", "", "only "+what+" whose name starts with this")
 	cmd.Flags().StringVar(&f.group, "group", "", "only leases of this group")
-	cmd.Flags().IntVar(&f.limit, "limit", 1000, "at most this many leases")
+	cmd.Flags().StringVar(&f.holder, "holder", "", "only locks whose holder (lease owner, or advisory holder's application name or pid) contains this")
+	cmd.Flags().IntVar(&f.limit, "limit", 1000, "at most this many leases (and advisory locks); says so on stderr when there are more")
+	_ = cmd.RegisterFlagCompletionFunc("prefix", g.completeNames(f.groupOf))
+	_ = cmd.RegisterFlagCompletionFunc("group", g.completeGroups)
 	if withWaiting {
-		cmd.Flags().BoolVar(&f.waiting, "waiting", false, "only advisory locks somebody waits for, and the waits")
+		cmd.Flags().BoolVar(&f.waiting, "waiting", false, "only advisory locks somebody waits for, the waits, and lease waiters")
 	}
+}
+
+func (f *lockFilter) groupOf() string { return f.group }
+
+func (f *lockFilter) check() error {
+	if f.limit <= 0 || f.limit >= math.MaxInt32 {
+		return usageError{fmt.Errorf("--limit must be between 1 and %d", math.MaxInt32-1)}
+	}
+	if f.state == "" {
+		f.state = "held"
+	}
+	return oneOf("--state", f.state, leaseStates)
 }
 
 func newLocksCmd(g *globals) *cobra.Command {
@@ -72,34 +98,83 @@ func newLocksCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "locks",
 		Short: "Show every advisory lock and held lease, with holders and waiters",
-		Args:  exactArgs(0),
+		Example: `  pgbaton locks
+  pgbaton locks --prefix job: --holder billing
+  pgbaton locks --waiting -o wide   # contention: who waits for whom
+  pgbaton locks -o json | jq '.advisory[] | select(.waiters > 0)'`,
+		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			pool, err := g.connect(cmd.Context())
-			if err != nil {
+			if err := f.check(); err != nil {
 				return err
 			}
-			defer pool.Close()
-			rep, err := readLocks(cmd.Context(), pool, f)
-			if err != nil {
-				return err
-			}
-			return g.renderLocks(rep)
+			return g.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
+				rep, err := readLocks(cmd.Context(), pool, f)
+				if err != nil {
+					return err
+				}
+				if err := g.renderLocks(rep); err != nil {
+					return err
+				}
+				g.sayCut(rep.cut)
+				return nil
+			})
 		},
 	}
-	f.flags(cmd, true)
+	f.flags(g, cmd, "locks and leases", true)
 	return cmd
 }
 
+// sayCut tells on stderr (stdout stays parseable) that a list was cut
+// short and how to get the rest.
+func (g *globals) sayCut(cut []string) {
+	for _, c := range cut {
+		fmt.Fprintln(g.stderr, "pgbaton: "+c)
+	}
+}
+
 func readLocks(ctx context.Context, pool *pgxpool.Pool, f lockFilter) (*locksReport, error) {
-	if f.limit <= 0 {
-		return nil, usageError{fmt.Errorf("--limit must be positive")}
+	if err := f.check(); err != nil {
+		return nil, err
 	}
-	q := db.New()
-	rows, err := q.AdvisoryLocks(ctx, pool)
+	rep := &locksReport{Leases: []leaseView{}}
+	var cuts [2]string
+	var err error
+	if rep.Advisory, cuts[0], err = readAdvisory(ctx, pool, f); err != nil {
+		return nil, err
+	}
+	// With --waiting, lease waiters are pgbaton leases --waiting's.
+	if !f.waiting {
+		if rep.Leases, cuts[1], err = readLeases(ctx, pool, f); err != nil {
+			return nil, err
+		}
+	}
+	for _, c := range cuts {
+		if c != "" {
+			rep.cut = append(rep.cut, c)
+		}
+	}
+	return rep, nil
+}
+
+// readAdvisory reads the advisory locks f selects, at most f.limit; cut
+// says so when there were more.
+func readAdvisory(ctx context.Context, pool *pgxpool.Pool, f lockFilter) ([]advisoryLock, string, error) {
+	lockState := ""
+	if f.waiting {
+		lockState = "contended"
+	}
+	rows, err := admindb.New().AdvisoryLocks(ctx, pool, admindb.AdvisoryLocksParams{
+		Prefix: f.prefix, Holder: f.holder, LockState: lockState, MaxRows: int32(f.limit) + 1,
+	})
 	if err != nil {
-		return nil, explainQueryError(err)
+		return nil, "", explainQueryError(err)
 	}
-	rep := &locksReport{Advisory: []advisoryLock{}, Leases: []leaseView{}}
+	var cut string
+	if len(rows) > f.limit {
+		rows = rows[:f.limit]
+		cut = fmt.Sprintf("showing the first %d advisory locks; there are more: pass a larger --limit, or narrow with --prefix or --holder", f.limit)
+	}
+	locks := make([]advisoryLock, 0, len(rows))
 	for _, r := range rows {
 		a := advisoryLock{
 			Name: r.Name, Namespace: r.Namespace, Mode: r.Mode, Granted: r.Granted, PID: r.Pid,
@@ -123,29 +198,45 @@ func readLocks(ctx context.Context, pool *pgxpool.Pool, f lockFilter) (*locksRep
 				a.Lock = r.Namespace + "/" + r.Name
 			}
 		}
-		if f.prefix != "" && (r.Name == "" || !strings.HasPrefix(r.Name, f.prefix)) {
-			continue
-		}
-		if f.waiting && r.Waiters == 0 && r.Granted {
-			continue
-		}
-		rep.Advisory = append(rep.Advisory, a)
+		locks = append(locks, a)
 	}
-	if f.waiting {
-		return rep, nil // lease waiters are not visible in the database
-	}
-	leases, err := q.Leases(ctx, pool, db.LeasesParams{Prefix: f.prefix, LeaseGroup: f.group, IncludeFree: false, MaxRows: int32(f.limit)})
-	if err != nil {
-		return nil, explainQueryError(err)
-	}
-	for _, l := range leases {
-		rep.Leases = append(rep.Leases, leaseFromRow(l))
-	}
-	return rep, nil
+	return locks, cut, nil
 }
 
-func leaseFromRow(l db.LeasesRow) leaseView {
-	v := leaseView{Name: l.Name, Group: l.LeaseGroup, Owner: l.Owner, Token: l.Token, Held: l.Held}
+// readLeases reads one page of leases; cut is the note that says how to
+// get the next page, "" when this was the last.
+func readLeases(ctx context.Context, pool *pgxpool.Pool, f lockFilter) ([]leaseView, string, error) {
+	rows, err := admindb.New().Leases(ctx, pool, admindb.LeasesParams{
+		Prefix: f.prefix, After: f.after, LeaseGroup: f.group, Holder: f.holder, LeaseState: f.state, MaxRows: int32(f.limit) + 1,
+	})
+	if err != nil {
+		return nil, "", explainQueryError(err)
+	}
+	var cut string
+	if len(rows) > f.limit {
+		rows = rows[:f.limit]
+		cut = fmt.Sprintf("showing the first %d leases; there are more: the next page is `pgbaton leases ... --after %s`", f.limit, shellQuote(rows[len(rows)-1].Name))
+	}
+	views := make([]leaseView, 0, len(rows))
+	for _, r := range rows {
+		views = append(views, leaseFromRow(r))
+	}
+	return views, cut, nil
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r == '-' || r == '_' || r == ':' || r == '.' || r == '/' || r == '@' || r == '=' || r == ',' ||
+			(r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9'))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func leaseFromRow(l admindb.LeasesRow) leaseView {
+	v := leaseView{Name: l.Name, Group: l.LeaseGroup, State: l.LeaseState, Owner: l.Owner, Token: l.Token, Held: l.Held}
 	if l.AcquiredAt != nil {
 		v.AcquiredAt = l.AcquiredAt.UTC().Format(time.RFC3339Nano)
 	}
@@ -195,7 +286,7 @@ func (g *globals) renderLocks(rep *locksReport) error {
 			rows = append(rows, row)
 		}
 		for _, l := range rep.Leases {
-			row := []string{"lease", l.Name, l.Owner, fmt.Sprintf("token %d", l.Token), "held", l.ExpiresIn, l.HeldFor, "-"}
+			row := []string{"lease", l.Name, l.Owner, fmt.Sprintf("token %d", l.Token), l.State, l.ExpiresIn, l.HeldFor, "-"}
 			if wide {
 				row = append(row, "-", "-", "-", orDash(l.Group))
 			}

@@ -9,18 +9,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pgbaton/pgbaton/internal/pgtest"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 	"github.com/pgbaton/pgbaton/migrations"
 )
 
 var env *pgtest.Env
 
 func TestMain(m *testing.M) {
-	// The demo starts its workers as `<this executable> demo-worker ...`;
-	// under go test that executable is the test binary, so act as the CLI.
-	if len(os.Args) > 1 && os.Args[1] == "demo-worker" {
-		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
-	}
 	env = pgtest.Setup(pgtest.Options{})
 	os.Exit(env.Run(m))
 }
@@ -78,7 +73,7 @@ func TestErrorsAndExitCodes(t *testing.T) {
 	code, _, errOut = cli(t, "status", "--dsn", "postgres://%zz")
 	require.Equal(t, exitUsage, code, errOut)
 
-	code, _, _ = cli(t, "status", "-o", "yaml")
+	code, _, _ = cli(t, "status", "-o", "xml")
 	require.Equal(t, exitUsage, code)
 	code, _, _ = cli(t, "no-such-command")
 	require.Equal(t, exitUsage, code)
@@ -112,4 +107,30 @@ func statusJSON(t *testing.T, url string) statusReport {
 	var rep statusReport
 	require.NoError(t, json.Unmarshal([]byte(out), &rep))
 	return rep
+}
+
+// Every command that talks to the database opens its pool through
+// globals.withPool, which closes it whether the command's body succeeds or
+// fails: no command leaves a session behind.
+func TestEveryCommandClosesItsConnections(t *testing.T) {
+	db := env.DB(t)
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"status"}, exitOK},
+		{[]string{"locks"}, exitOK},
+		{[]string{"leases", "--all"}, exitOK},
+		{[]string{"runs"}, exitOK},
+		{[]string{"events"}, exitOK},
+		{[]string{"watch", "--count", "1", "--interval", "10ms"}, exitOK},
+		{[]string{"migrate", "version"}, exitOK},
+		{[]string{"migrate", "up"}, exitOK},
+		{[]string{"release", "no-such-lock", "--reason", "test", "--yes"}, exitNotFound},
+		{[]string{"serve", "--listen", "256.0.0.1:1"}, exitError}, // connects, then cannot listen
+	} {
+		code, _, errOut := cli(t, append(tc.args, "--dsn", db.URL)...)
+		require.Equal(t, tc.code, code, "%q: %s", tc.args, errOut)
+		env.NoConnections(t, db)
+	}
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pgbaton/pgbaton/internal/pgtest"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -88,7 +88,7 @@ func (f *fixture) golden(t *testing.T, name, got string) {
 
 func TestLocksGolden(t *testing.T) {
 	f := newFixture(t)
-	for _, output := range []string{"table", "wide", "json"} {
+	for _, output := range []string{"table", "wide", "json", "yaml"} {
 		code, out, errOut := cli(t, "locks", "--dsn", f.db.URL, "-o", output)
 		require.Equal(t, exitOK, code, errOut)
 		f.golden(t, "locks-"+output, out)
@@ -118,8 +118,8 @@ func TestReleaseLeaseIsAuditedAndFencesTheOldHolder(t *testing.T) {
 	code, out, errOut := cli(t, "release", "lease:alpha", "--dsn", f.db.URL, "--reason", "worker-1 is wedged", "--yes", "-o", "json")
 	require.Equal(t, exitOK, code, errOut)
 	var res struct {
-		OldToken int64 `json:"old_token"`
-		NewToken int64 `json:"new_token"`
+		OldToken int64 `json:"old_token,string"`
+		NewToken int64 `json:"new_token,string"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &res))
 	require.Equal(t, oldToken, res.OldToken)
@@ -158,9 +158,14 @@ func TestReleaseAdvisoryTerminatesOnlyWhenAsked(t *testing.T) {
 	require.Contains(t, errOut, "(7,-8)", "shows what else the backend holds")
 	require.Contains(t, errOut, "-5")
 
+	// Standard input is not a terminal (tests, scripts, CI): no question
+	// is asked, and nothing happens without --yes.
 	code, _, errOut = cli(t, "release", "job:golden", "--dsn", f.db.URL, "--reason", "stuck", "--terminate-backend")
-	require.Equal(t, exitError, code, "no confirmation on empty stdin")
-	require.Contains(t, errOut, "nothing was changed")
+	require.Equal(t, exitUsage, code, "no confirmation without a terminal")
+	require.Contains(t, errOut, "standard input is not a terminal")
+	require.Contains(t, errOut, "nothing was changed; pass --yes")
+	require.NotContains(t, errOut, "[y/N]", "nothing was asked")
+	require.NoError(t, f.holder.Ping(ctx), "the holder is alive")
 
 	code, _, errOut = cli(t, "release", "job:golden", "--dsn", f.db.URL, "--reason", "stuck", "--terminate-backend", "--yes")
 	require.Equal(t, exitOK, code, errOut)

@@ -5,7 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
+	"math"
 	"strconv"
 	"strings"
 
@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/pgbaton/pgbaton/admin/admindb"
 	"github.com/pgbaton/pgbaton/advisory"
-	"github.com/pgbaton/pgbaton/internal/db"
 )
 
 type releaseOpts struct {
@@ -27,7 +27,7 @@ type releaseOpts struct {
 }
 
 func newReleaseCmd(g *globals) *cobra.Command {
-	o := releaseOpts{stdin: os.Stdin}
+	o := releaseOpts{stdin: g.stdin}
 	cmd := &cobra.Command{
 		Use:   "release NAME",
 		Short: "Force-release a lease, or an advisory lock by terminating its holder's session",
@@ -40,8 +40,22 @@ holds it, which frees every lock that session holds: pgbaton shows them and
 does it only with --terminate-backend.
 
 NAME is a lease name or an advisory lock name; an advisory lock can also be
-given as a bigint key or as "a,b" for an (int, int) pair.`,
+given as a bigint key or as "a,b" for an (int, int) pair. Shell completion
+offers the names the database knows.
+
+It asks for confirmation when standard input is a terminal; otherwise (a
+script, CI, a pipe) it changes nothing unless --yes is given.`,
+		Example: `  pgbaton release nightly-report --reason "worker-3 wedged since 02:00"
+  pgbaton release shard-7 --reason "node drained" --yes       # no question (scripts)
+  pgbaton release job:export --reason "hung" --terminate-backend
+  pgbaton release 42 --kind advisory --reason "stuck key" --terminate-backend`,
 		Args: exactArgs(1),
+		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+			if len(args) > 0 {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			return g.completeNames(func() string { return "" })(cmd, args, toComplete)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if strings.TrimSpace(o.reason) == "" {
 				return usageError{fmt.Errorf("--reason is required: it goes into the audit log")}
@@ -51,12 +65,9 @@ given as a bigint key or as "a,b" for an (int, int) pair.`,
 			default:
 				return usageError{fmt.Errorf("--kind must be auto, lease or advisory, not %q", o.kind)}
 			}
-			pool, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			return g.release(cmd.Context(), pool, args[0], o)
+			return g.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
+				return g.release(cmd.Context(), pool, args[0], o)
+			})
 		},
 	}
 	cmd.Flags().StringVar(&o.reason, "reason", "", "why (required; written to the audit log)")
@@ -69,14 +80,14 @@ given as a bigint key or as "a,b" for an (int, int) pair.`,
 
 func (g *globals) release(ctx context.Context, pool *pgxpool.Pool, name string, o releaseOpts) error {
 	if o.kind != "advisory" {
-		rows, err := db.New().Leases(ctx, pool, db.LeasesParams{Prefix: name, MaxRows: 1000})
+		// Names sort after their prefixes: the lease named name, if held,
+		// is the first held lease whose name starts with it.
+		rows, err := admindb.New().Leases(ctx, pool, admindb.LeasesParams{Prefix: name, LeaseState: "held", MaxRows: 1})
 		if err != nil {
 			return explainQueryError(err)
 		}
-		for _, r := range rows {
-			if r.Name == name {
-				return g.releaseLease(ctx, pool, leaseFromRow(r), o)
-			}
+		if len(rows) == 1 && rows[0].Name == name {
+			return g.releaseLease(ctx, pool, leaseFromRow(rows[0]), o)
 		}
 		if o.kind == "lease" {
 			return fmt.Errorf("%w: no held lease named %q", errNotFound, name)
@@ -85,9 +96,15 @@ func (g *globals) release(ctx context.Context, pool *pgxpool.Pool, name string, 
 	return g.releaseAdvisory(ctx, pool, name, o)
 }
 
+// confirm asks prompt on stderr and reads the answer from stdin, only when
+// stdin is a terminal: a script's empty or piped stdin must not be taken
+// for an answer, nor leave it waiting.
 func (g *globals) confirm(o releaseOpts, prompt string) error {
 	if o.yes {
 		return nil
+	}
+	if !isTerminal(o.stdin) {
+		return usageError{fmt.Errorf("%s: standard input is not a terminal, so nothing was asked and nothing was changed; pass --yes to confirm", strings.TrimSuffix(prompt, "?"))}
 	}
 	fmt.Fprintf(g.stderr, "%s [y/N] ", prompt)
 	line, _ := bufio.NewReader(o.stdin).ReadString('\n')
@@ -102,10 +119,10 @@ func (g *globals) releaseLease(ctx context.Context, pool *pgxpool.Pool, l leaseV
 	if err := g.confirm(o, "Force-release it? Its holder's fenced writes will fail."); err != nil {
 		return err
 	}
-	var res db.ForceReleaseLeaseRow
+	var res admindb.ForceReleaseLeaseRow
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var err error
-		res, err = db.New().ForceReleaseLease(ctx, tx, db.ForceReleaseLeaseParams{Name: l.Name, Reason: o.reason})
+		res, err = admindb.New().ForceReleaseLease(ctx, tx, admindb.ForceReleaseLeaseParams{Name: l.Name, Reason: o.reason})
 		return err
 	})
 	if err != nil {
@@ -115,8 +132,8 @@ func (g *globals) releaseLease(ctx context.Context, pool *pgxpool.Pool, l leaseV
 		Kind     string `json:"kind"`
 		Name     string `json:"name"`
 		OldOwner string `json:"old_owner"`
-		OldToken int64  `json:"old_token"`
-		NewToken int64  `json:"new_token"`
+		OldToken int64  `json:"old_token,string"`
+		NewToken int64  `json:"new_token,string"`
 	}{"lease", l.Name, res.OldOwner, res.OldToken, res.NewToken}
 	return g.render(out, []string{"RELEASED", "OLD OWNER", "OLD TOKEN", "NEW TOKEN"}, func() [][]string {
 		return [][]string{{"lease " + l.Name, res.OldOwner, strconv.FormatInt(res.OldToken, 10), strconv.FormatInt(res.NewToken, 10)}}
@@ -124,7 +141,9 @@ func (g *globals) releaseLease(ctx context.Context, pool *pgxpool.Pool, l leaseV
 }
 
 func (g *globals) releaseAdvisory(ctx context.Context, pool *pgxpool.Pool, name string, o releaseOpts) error {
-	rep, err := readLocks(ctx, pool, lockFilter{limit: 1})
+	// Every advisory lock: the holders of this one, and what else each of
+	// them holds.
+	all, _, err := readAdvisory(ctx, pool, lockFilter{limit: math.MaxInt32 - 1})
 	if err != nil {
 		return err
 	}
@@ -133,7 +152,7 @@ func (g *globals) releaseAdvisory(ctx context.Context, pool *pgxpool.Pool, name 
 		return err
 	}
 	var holders []advisoryLock
-	for _, a := range rep.Advisory {
+	for _, a := range all {
 		if a.Granted && match(a) {
 			holders = append(holders, a)
 		}
@@ -143,7 +162,7 @@ func (g *globals) releaseAdvisory(ctx context.Context, pool *pgxpool.Pool, name 
 	}
 	for _, h := range holders {
 		fmt.Fprintf(g.stderr, "advisory lock %s is held (%s) by backend pid %d (%s, %s), which holds:\n", h.Lock, h.Mode, h.PID, orDash(h.ApplicationName), orDash(h.ClientAddr))
-		for _, other := range rep.Advisory {
+		for _, other := range all {
 			if other.PID == h.PID && other.Granted {
 				fmt.Fprintf(g.stderr, "  %s (%s)\n", other.Lock, other.Mode)
 			}
@@ -162,10 +181,10 @@ func (g *globals) releaseAdvisory(ctx context.Context, pool *pgxpool.Pool, name 
 	}
 	var results []result
 	for _, h := range holders {
-		var res db.TerminateAdvisoryHolderRow
+		var res admindb.TerminateAdvisoryHolderRow
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			var err error
-			res, err = db.New().TerminateAdvisoryHolder(ctx, tx, db.TerminateAdvisoryHolderParams{Pid: h.PID, Target: h.Lock, Reason: o.reason})
+			res, err = admindb.New().TerminateAdvisoryHolder(ctx, tx, admindb.TerminateAdvisoryHolderParams{Pid: h.PID, Target: h.Lock, Reason: o.reason})
 			return err
 		})
 		if err != nil {

@@ -7,37 +7,42 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/admin/admindb"
+	"github.com/pgbaton/pgbaton/cmd/pgbaton/internal/opdb"
+	"github.com/pgbaton/pgbaton/leasetable"
 	"github.com/pgbaton/pgbaton/migrations"
 )
 
 // statusReport is what `pgbaton status` shows.
 type statusReport struct {
-	ServerVersion string   `json:"server_version"`
-	Database      string   `json:"database"`
-	User          string   `json:"user"`
-	Standby       bool     `json:"standby"`
-	SchemaVersion uint     `json:"schema_version"`
-	SchemaDirty   bool     `json:"schema_dirty"`
-	LatestVersion uint     `json:"latest_schema_version"`
-	LockTableUsed int64    `json:"lock_table_used"`
-	LockTableCap  int64    `json:"lock_table_capacity"`
-	AdvisoryLocks int64    `json:"advisory_locks"`
-	Warnings      []string `json:"warnings"`
+	ServerVersion string `json:"server_version"`
+	Database      string `json:"database"`
+	User          string `json:"user"`
+	Standby       bool   `json:"standby"`
+	SchemaVersion uint   `json:"schema_version"`
+	SchemaDirty   bool   `json:"schema_dirty"`
+	LatestVersion uint   `json:"latest_schema_version"`
+	LockTableUsed int64  `json:"lock_table_used"`
+	LockTableCap  int64  `json:"lock_table_capacity"`
+	AdvisoryLocks int64  `json:"advisory_locks"`
+	// Standbys streaming from a primary, and how many are synchronous
+	// (-1: the role may not see it).
+	Standbys     int      `json:"standbys"`
+	SyncStandbys int      `json:"sync_standbys"`
+	Warnings     []string `json:"warnings"`
 }
 
 func newStatusCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status",
 		Short: "Show server version, schema version, lock-table usage and warnings",
-		Args:  exactArgs(0),
+		Example: `  pgbaton status
+  pgbaton status --dsn "host=db1 user=oncall dbname=app" -o json`,
+		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			pool, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			return runStatus(cmd.Context(), g, pool)
+			return g.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
+				return runStatus(cmd.Context(), g, pool)
+			})
 		},
 	}
 }
@@ -56,6 +61,9 @@ func runStatus(ctx context.Context, g *globals, pool *pgxpool.Pool) error {
 			{"schema version", fmt.Sprintf("%d (this build: %d)", rep.SchemaVersion, rep.LatestVersion)},
 			{"lock table", fmt.Sprintf("%d of ~%d (%d advisory)", rep.LockTableUsed, rep.LockTableCap, rep.AdvisoryLocks)},
 		}
+		if !rep.Standby {
+			rows = append(rows, []string{"replication", replicationSummary(rep.Standbys, rep.SyncStandbys)})
+		}
 		for _, w := range rep.Warnings {
 			rows = append(rows, []string{"warning", w})
 		}
@@ -64,8 +72,8 @@ func runStatus(ctx context.Context, g *globals, pool *pgxpool.Pool) error {
 }
 
 func readStatus(ctx context.Context, pool *pgxpool.Pool) (*statusReport, error) {
-	q := db.New()
-	info, err := q.ServerInfo(ctx, pool)
+	q := opdb.New()
+	info, err := q.ServerStatus(ctx, pool)
 	if err != nil {
 		return nil, err
 	}
@@ -76,13 +84,22 @@ func readStatus(ctx context.Context, pool *pgxpool.Pool) (*statusReport, error) 
 	if rep.SchemaVersion, rep.SchemaDirty, err = migrations.Version(ctx, pool); err != nil {
 		return nil, err
 	}
-	usage, err := q.LockTableUsage(ctx, pool)
+	usage, err := admindb.New().LockTableUsage(ctx, pool)
 	if err != nil {
 		return nil, err
 	}
 	rep.LockTableUsed, rep.LockTableCap, rep.AdvisoryLocks = usage.Used, usage.Capacity, usage.Advisory
 	if rep.Standby {
 		rep.Warnings = append(rep.Warnings, "server is a standby: locks and leases need the primary")
+	} else {
+		rs, err := leasetable.ReplicationOf(ctx, pool)
+		if err != nil {
+			return nil, err
+		}
+		rep.Standbys, rep.SyncStandbys = rs.Standbys, rs.SyncStandbys
+		if err := rs.Err(); err != nil {
+			rep.Warnings = append(rep.Warnings, err.Error()+"; use synchronous replication (Patroni: synchronous_mode)")
+		}
 	}
 	if err := migrations.Check(ctx, pool); err != nil {
 		rep.Warnings = append(rep.Warnings, err.Error())
@@ -99,11 +116,23 @@ func readStatus(ctx context.Context, pool *pgxpool.Pool) (*statusReport, error) 
 	return rep, nil
 }
 
+func replicationSummary(standbys, sync int) string {
+	switch {
+	case standbys == 0:
+		return "no standby streams from this server"
+	case sync < 0:
+		return fmt.Sprintf("%d standby(s), synchronous unknown (needs pg_read_all_stats)", standbys)
+	case standbys == 1:
+		return fmt.Sprintf("1 standby, %d synchronous", sync)
+	}
+	return fmt.Sprintf("%d standbys, %d synchronous", standbys, sync)
+}
+
 // behindTransactionPooler reports whether the server backend changes under
 // one client connection, or two client connections share one backend: what a
 // transaction pooler does, and what session locks cannot survive.
 func behindTransactionPooler(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
-	q := db.New()
+	q := opdb.New()
 	a, err := pool.Acquire(ctx)
 	if err != nil {
 		return false, err
@@ -116,7 +145,7 @@ func behindTransactionPooler(ctx context.Context, pool *pgxpool.Pool) (bool, err
 	defer b.Release()
 	var pids [3]int32
 	for i, c := range []*pgxpool.Conn{a, a, b} {
-		if pids[i], err = q.AdvisoryBackendPID(ctx, c); err != nil {
+		if pids[i], err = q.BackendPID(ctx, c); err != nil {
 			return false, err
 		}
 	}

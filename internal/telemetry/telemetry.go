@@ -3,7 +3,14 @@
 // the same attributes. Without a MeterProvider every instrument is a no-op.
 //
 // Cardinality is bounded: attributes are the layer, the result or cause (a
-// few fixed values), and the lock name only when the user asks for it.
+// few fixed values), error.type on failures (see ErrorType), and the lock
+// name only when the user asks for it.
+//
+// The duration histograms carry explicit bucket boundaries through the
+// instrument's advice (WaitBuckets, HoldBuckets): the SDK's default
+// boundaries (0, 5, 10, 25 ... 10000) suit milliseconds, not waits of 100
+// µs to minutes recorded in seconds. A View in the application's
+// MeterProvider still overrides them.
 package telemetry
 
 import (
@@ -24,6 +31,21 @@ const (
 	Held     = "held"     // somebody else holds it (contention)
 	Error    = "error"    // failed for another reason
 )
+
+// WaitBuckets are the boundaries (seconds) of pgbaton.acquire.wait.duration:
+// an uncontended acquire takes 100 µs to a few ms on a LAN, a contended one
+// waits for a holder for up to minutes.
+var WaitBuckets = []float64{
+	0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+	0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600,
+}
+
+// HoldBuckets are the boundaries (seconds) of pgbaton.hold.duration: from a
+// critical section of a millisecond to a leader's term of an hour.
+var HoldBuckets = []float64{
+	0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+	30, 60, 120, 300, 600, 1800, 3600,
+}
 
 // Config selects where metrics go.
 type Config struct {
@@ -66,12 +88,12 @@ func New(layer string, cfg Config) *Instruments {
 	}
 	if i.waitDuration, err = m.Float64Histogram("pgbaton.acquire.wait.duration",
 		metric.WithDescription("Time from asking for a lock or lease to holding it or giving up."),
-		metric.WithUnit("s")); err != nil {
+		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(WaitBuckets...)); err != nil {
 		i.waitDuration, _ = noopM.Float64Histogram("")
 	}
 	if i.holdDuration, err = m.Float64Histogram("pgbaton.hold.duration",
 		metric.WithDescription("How long a lock or lease was held, until release or loss."),
-		metric.WithUnit("s")); err != nil {
+		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(HoldBuckets...)); err != nil {
 		i.holdDuration, _ = noopM.Float64Histogram("")
 	}
 	if i.renewFailures, err = m.Int64Counter("pgbaton.renew.failures",
@@ -116,6 +138,14 @@ func (i *Instruments) Attempt(ctx context.Context, name, result string, took tim
 	}
 }
 
+// AttemptFailed records an acquire attempt of name that failed with err
+// (result error), with err's class as error.type (see ErrorType).
+func (i *Instruments) AttemptFailed(ctx context.Context, name string, err error, took time.Duration) {
+	opt := i.attrs(name, attribute.String("pgbaton.result", Error), attribute.String(ErrorTypeKey, ErrorType(err)))
+	i.attempts.Add(ctx, 1, opt)
+	i.waitDuration.Record(ctx, took.Seconds(), opt)
+}
+
 // Ended records the end of a hold of name that lasted held; cause is ""
 // for a normal release, else why it was lost ("session", "expired",
 // "renew", "superseded", ...).
@@ -127,9 +157,14 @@ func (i *Instruments) Ended(ctx context.Context, name string, held time.Duration
 	}
 }
 
-// RenewFailed records a failed renewal or ping.
-func (i *Instruments) RenewFailed(ctx context.Context, name string) {
-	i.renewFailures.Add(ctx, 1, i.attrs(name))
+// RenewFailed records a failed renewal or ping; err, when known, gives
+// error.type (see ErrorType).
+func (i *Instruments) RenewFailed(ctx context.Context, name string, err error) {
+	if err == nil {
+		i.renewFailures.Add(ctx, 1, i.attrs(name))
+		return
+	}
+	i.renewFailures.Add(ctx, 1, i.attrs(name, attribute.String(ErrorTypeKey, ErrorType(err))))
 }
 
 // SessionOpened and SessionClosed track advisory session connections.

@@ -2,15 +2,28 @@ package telemetry_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
 )
+
+// provider is an SDK MeterProvider whose metrics the test collects.
+func provider() (*sdkmetric.ManualReader, *sdkmetric.MeterProvider) {
+	reader := sdkmetric.NewManualReader()
+	return reader, sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+}
 
 func collect(t *testing.T, r *sdkmetric.ManualReader) map[string]metricdata.Aggregation {
 	t.Helper()
@@ -27,12 +40,11 @@ func collect(t *testing.T, r *sdkmetric.ManualReader) map[string]metricdata.Aggr
 
 func TestInstrumentsRecordWithBoundedAttributes(t *testing.T) {
 	ctx := context.Background()
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	reader, mp := provider()
 	i := telemetry.New("lease", telemetry.Config{MeterProvider: mp})
 	i.Attempt(ctx, "job:a", telemetry.Acquired, 3*time.Millisecond)
 	i.Attempt(ctx, "job:a", telemetry.Held, time.Millisecond)
-	i.RenewFailed(ctx, "job:a")
+	i.RenewFailed(ctx, "job:a", context.DeadlineExceeded)
 	i.Ended(ctx, "job:a", time.Second, "expired")
 
 	got := collect(t, reader)
@@ -48,7 +60,9 @@ func TestInstrumentsRecordWithBoundedAttributes(t *testing.T) {
 	lost := got["pgbaton.lost"].(metricdata.Sum[int64])
 	cause, _ := lost.DataPoints[0].Attributes.Value("pgbaton.cause")
 	require.Equal(t, "expired", cause.AsString())
-	require.Contains(t, got, "pgbaton.renew.failures")
+	renew := got["pgbaton.renew.failures"].(metricdata.Sum[int64])
+	et, _ := renew.DataPoints[0].Attributes.Value(telemetry.ErrorTypeKey)
+	require.Equal(t, "timeout", et.AsString(), "renew failures carry error.type")
 	require.Contains(t, got, "pgbaton.hold.duration")
 
 	named := telemetry.New("advisory", telemetry.Config{MeterProvider: mp, WithNames: true})
@@ -67,4 +81,67 @@ func TestNoProviderIsNoop(t *testing.T) {
 	i.Attempt(context.Background(), "x", telemetry.Acquired, 0)
 	i.SessionOpened(context.Background())
 	i.SessionClosed(context.Background())
+}
+
+// The duration histograms advise explicit boundaries from 100 µs to
+// minutes (waits) and to an hour (holds), which the SDK applies unless a
+// View says otherwise: a 300 µs wait and a 2-minute one land in buckets of
+// their own, not in the SDK default's first and last.
+func TestHistogramsAdviseBuckets(t *testing.T) {
+	ctx := context.Background()
+	reader, mp := provider()
+	i := telemetry.New("advisory", telemetry.Config{MeterProvider: mp})
+	i.Attempt(ctx, "x", telemetry.Acquired, 300*time.Microsecond)
+	i.Attempt(ctx, "x", telemetry.Acquired, 2*time.Minute)
+	i.Ended(ctx, "x", 45*time.Minute, "")
+
+	got := collect(t, reader)
+	wait := got["pgbaton.acquire.wait.duration"].(metricdata.Histogram[float64]).DataPoints[0]
+	require.Equal(t, telemetry.WaitBuckets, wait.Bounds)
+	require.Equal(t, 0.0001, wait.Bounds[0], "100 µs")
+	require.Equal(t, 600.0, wait.Bounds[len(wait.Bounds)-1], "10 minutes")
+	var filled []float64
+	for b, n := range wait.BucketCounts {
+		if n > 0 {
+			filled = append(filled, wait.Bounds[b])
+		}
+	}
+	require.Equal(t, []float64{0.0005, 120}, filled, "upper bounds of the two waits' buckets")
+	hold := got["pgbaton.hold.duration"].(metricdata.Histogram[float64]).DataPoints[0]
+	require.Equal(t, telemetry.HoldBuckets, hold.Bounds)
+	require.Equal(t, 3600.0, hold.Bounds[len(hold.Bounds)-1])
+}
+
+func TestAttemptFailedCarriesErrorType(t *testing.T) {
+	ctx := context.Background()
+	reader, mp := provider()
+	i := telemetry.New("lease", telemetry.Config{MeterProvider: mp})
+	i.AttemptFailed(ctx, "x", fmt.Errorf("acquire x: %w", &pgconn.PgError{Code: "53200"}), time.Millisecond)
+	i.AttemptFailed(ctx, "x", fmt.Errorf("acquire x: %w", context.DeadlineExceeded), time.Second)
+	types := map[string]int64{}
+	for _, dp := range collect(t, reader)["pgbaton.acquire.attempts"].(metricdata.Sum[int64]).DataPoints {
+		et, ok := dp.Attributes.Value(telemetry.ErrorTypeKey)
+		require.True(t, ok)
+		result, _ := dp.Attributes.Value("pgbaton.result")
+		require.Equal(t, telemetry.Error, result.AsString())
+		types[et.AsString()] += dp.Value
+	}
+	require.Equal(t, map[string]int64{"53200": 1, "timeout": 1}, types)
+}
+
+func TestErrorType(t *testing.T) {
+	for want, err := range map[string]error{
+		"":                              nil,
+		"57P01":                         fmt.Errorf("session: %w", &pgconn.PgError{Code: "57P01"}),
+		telemetry.ErrorTimeout:          fmt.Errorf("wait: %w", context.DeadlineExceeded),
+		telemetry.ErrorCanceled:         context.Canceled,
+		telemetry.ErrorStandby:          fmt.Errorf("x: %w", pgbaton.ErrStandby),
+		telemetry.ErrorNotMigrated:      pgbaton.ErrNotMigrated,
+		telemetry.ErrorSchemaTooNew:     pgbaton.ErrSchemaTooNew,
+		telemetry.ErrorConnection:       &net.OpError{Op: "read", Err: errors.New("connection reset by peer")},
+		telemetry.ErrorConnection + " ": io.ErrUnexpectedEOF,
+		telemetry.ErrorOther:            errors.New("something else"),
+	} {
+		require.Equal(t, strings.TrimSpace(want), telemetry.ErrorType(err), "%v", err)
+	}
 }

@@ -1,0 +1,68 @@
+// Package schema reads the pgbaton schema's version with one plain query and
+// compares it with the newest migration this build knows, so that advisory,
+// leasetable and fencedwrite can refuse an unmigrated database without
+// linking golang-migrate. The migrations package applies the files with
+// golang-migrate and reports through this package, so both say the same.
+package schema
+
+//go:generate go run ./gen -dir ../../migrations -out latest.go
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/db"
+)
+
+// ErrDirty is migrations.ErrDirty: a previous migration failed half-way.
+var ErrDirty = errors.New("pgbaton: schema migration is dirty (a previous migration failed)")
+
+// Version returns the schema version recorded in pgbaton.schema_migrations
+// and whether it is dirty; 0 when pgbaton never migrated this database.
+func Version(ctx context.Context, q db.DBTX) (version uint, dirty bool, err error) {
+	row, err := db.New().SchemaVersion(ctx, q)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, false, nil
+	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedTable:
+		return 0, false, nil
+	case err != nil:
+		return 0, false, fmt.Errorf("pgbaton: read schema version: %w", err)
+	}
+	if row.Version < 0 {
+		return 0, row.Dirty, nil
+	}
+	return uint(row.Version), row.Dirty, nil
+}
+
+// Check reads the version and compares it with Latest; see CheckVersion.
+func Check(ctx context.Context, q db.DBTX) error {
+	v, dirty, err := Version(ctx, q)
+	if err != nil {
+		return err
+	}
+	return CheckVersion(v, dirty)
+}
+
+// CheckVersion returns nil when v is Latest and clean, else an error that
+// wraps ErrDirty, pgbaton.ErrNotMigrated or pgbaton.ErrSchemaTooNew.
+func CheckVersion(v uint, dirty bool) error {
+	switch {
+	case dirty:
+		return fmt.Errorf("%w at version %d", ErrDirty, v)
+	case v == 0:
+		return fmt.Errorf("%w: no pgbaton schema in this database; run `pgbaton migrate up` or migrations.Up", pgbaton.ErrNotMigrated)
+	case v < Latest:
+		return fmt.Errorf("%w: schema version %d, this build needs %d; run `pgbaton migrate up` or migrations.Up", pgbaton.ErrNotMigrated, v, Latest)
+	case v > Latest:
+		return fmt.Errorf("%w: database is at version %d, this build knows up to %d; upgrade pgbaton", pgbaton.ErrSchemaTooNew, v, Latest)
+	}
+	return nil
+}
