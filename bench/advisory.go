@@ -89,7 +89,8 @@ func (e *env) newPgbatonNodeApp(ctx context.Context, app string) (*pgbatonNode, 
 	if err != nil {
 		return nil, err
 	}
-	l, err := advisory.New(pool, advisory.Config{})
+	// The Locker's own connections are named "pgbaton advisory <Owner>".
+	l, err := advisory.New(pool, advisory.Config{Owner: app})
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -99,12 +100,12 @@ func (e *env) newPgbatonNodeApp(ctx context.Context, app string) (*pgbatonNode, 
 
 func (n *pgbatonNode) worker(context.Context) (lockWorker, error) { return n, nil }
 
-// conns counts the connections the Locker took for its sessions. The idle
-// connections left in the pool (used once per name for the registry) serve
-// the application's other queries and are not counted.
+// conns counts the connections the Locker took for its sessions (they
+// carry its application_name). The idle connections left in the pool
+// (used once per name for the registry) serve the application's other
+// queries and are not counted.
 func (n *pgbatonNode) conns(ctx context.Context) (float64, error) {
-	all, err := n.e.serverConns(ctx, n.app)
-	return all - float64(n.pool.Stat().TotalConns()), err
+	return n.e.serverConns(ctx, "pgbaton advisory "+n.app)
 }
 
 func (n *pgbatonNode) try(ctx context.Context, key string) (held, error) {

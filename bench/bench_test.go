@@ -22,7 +22,7 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	if os.Getenv("PGBATON_DSN") == "" {
-		cmd := exec.Command("go", append([]string{"run", "github.com/pgbaton/pgbaton/internal/cmd/withpg", "--", os.Args[0]}, os.Args[1:]...)...)
+		cmd := exec.Command("go", append([]string{"run", "github.com/pgbaton/pgbaton/internal/testkit/withpg", "--", os.Args[0]}, os.Args[1:]...)...)
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 		if err := cmd.Run(); err != nil {
 			if exit, ok := err.(*exec.ExitError); ok {

@@ -6,7 +6,7 @@ require (
 	github.com/allisson/go-pglock/v3 v3.0.0
 	github.com/bsm/redislock v0.9.4
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/pgbaton/pgbaton v0.0.0
+	github.com/pgbaton/pgbaton v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/riverqueue/river v0.51.0
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.0
@@ -37,5 +37,3 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 )
-
-replace github.com/pgbaton/pgbaton => ../

@@ -6,8 +6,11 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pgbaton/pgbaton/test/check"
 )
 
 // TestChaos is the Jepsen-style run: workers contend for leases and write
@@ -96,7 +99,7 @@ func TestCheckersBite(t *testing.T) {
 	_, err = pool.Exec(ctx, `INSERT INTO chaos_ledger (key, token, op_id, seq)
 		SELECT key, token, op_id, seq FROM chaos_ledger WHERE id = (SELECT max(id) FROM chaos_ledger)`)
 	require.NoError(t, err)
-	rep, err := checkLedger(ctx, pool, res.events)
+	rep, err := check.CheckLedger(ctx, pool, pgx.Identifier{"chaos_ledger"}, res.events)
 	require.NoError(t, err)
 	assert.Len(t, rep.Lost, 1, "ledger checker missed a lost write")
 	assert.NotEmpty(t, rep.Doubled, "ledger checker missed a doubled write")

@@ -21,9 +21,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pgbaton/pgbaton/internal/faultproxy"
-	"github.com/pgbaton/pgbaton/internal/pgcluster"
-	"github.com/pgbaton/pgbaton/internal/pgtest"
+	"github.com/pgbaton/pgbaton/internal/testkit/faultproxy"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgcluster"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
+	"github.com/pgbaton/pgbaton/test/check"
 )
 
 var (
@@ -74,16 +75,16 @@ type fault struct {
 
 type chaosResult struct {
 	Ops, Faults   int
-	Overlaps      []overlap
+	Overlaps      []check.Overlap
 	Linearizable  porcupine.CheckResult
-	Ledger        ledgerReport
+	Ledger        check.LedgerReport
 	MaxTakeover   time.Duration
 	WorstFault    string
 	WorstByKind   map[string]time.Duration // longest wait for the next grant, per fault kind
 	LateTakeovers []string                 // faults not followed by a grant within the bound
 
-	events []event    // the history, for further checks
-	db     *pgtest.DB // the run's database, until the test ends
+	events []check.Event // the history, for further checks
+	db     *pgtest.DB    // the run's database, until the test ends
 }
 
 // violated reports whether any checker found a violation.
@@ -113,7 +114,7 @@ type chaosRun struct {
 	pool     *pgxpool.Pool
 	target   string // host:port of the server
 	stopFile string
-	hist     *history
+	hist     *check.History
 	keys     []string
 
 	mu     sync.Mutex
@@ -130,7 +131,7 @@ func runChaos(t *testing.T, cfg chaosConfig) chaosResult {
 	d := env.DB(t)
 	pool := d.Pool(t, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["application_name"] = "chaos-parent" })
 	ctx := ctxT(t, cfg.Duration+3*time.Minute)
-	r := &chaosRun{t: t, cfg: cfg, d: d, pool: pool, hist: newHistory(), procs: map[int]*proc{},
+	r := &chaosRun{t: t, cfg: cfg, d: d, pool: pool, hist: check.NewHistory(), procs: map[int]*proc{},
 		stopFile: filepath.Join(t.TempDir(), "stop")}
 	u, err := url.Parse(d.URL)
 	require.NoError(t, err)
@@ -153,17 +154,17 @@ func runChaos(t *testing.T, cfg chaosConfig) chaosResult {
 	sleepCtx(ctx, r.livenessBound())
 	r.stop()
 
-	events := r.hist.snapshot()
+	events := r.hist.Snapshot()
 	res := chaosResult{Faults: len(r.faults), events: events, db: d}
 	for _, ev := range events {
-		if ev.Type != evInvoke {
+		if ev.Type != check.EvInvoke {
 			res.Ops++
 		}
 	}
-	gs, unknown := grants(events)
-	res.Overlaps = overlaps(gs)
-	res.Linearizable = linearizable(gs, unknown, time.Minute)
-	res.Ledger, err = checkLedger(ctx, pool, events)
+	gs, unknown := check.Grants(events)
+	res.Overlaps = check.Overlaps(gs)
+	res.Linearizable = check.Linearizable(gs, unknown, time.Minute)
+	res.Ledger, err = check.CheckLedger(ctx, pool, pgx.Identifier{"chaos_ledger"}, events)
 	require.NoError(t, err)
 	r.liveness(gs, &res)
 	r.noLeaks(ctx)
@@ -190,9 +191,9 @@ func (r *chaosRun) startProc() *proc {
 	go func() {
 		defer close(p.read)
 		for line := range p.child.Lines() {
-			var ev event
+			var ev check.Event
 			if json.Unmarshal([]byte(line), &ev) == nil && ev.Op != "" {
-				r.hist.add(ev)
+				r.hist.Add(ev)
 			}
 		}
 	}()
@@ -216,11 +217,11 @@ func (r *chaosRun) nemesis(ctx context.Context) {
 		case <-time.After(r.cfg.Pause/2 + time.Duration(rng.Int64N(int64(r.cfg.Pause)))):
 		}
 		kind := r.cfg.Faults[rng.IntN(len(r.cfg.Faults))]
-		f := fault{Kind: kind, At: monoNow()}
+		f := fault{Kind: kind, At: check.MonoNow()}
 		victim := r.pickVictim(rng)
-		f.Victim, f.Key = victim.id, r.hist.holders()[victim.id]
+		f.Victim, f.Key = victim.id, r.hist.Holders()[victim.id]
 		r.apply(ctx, rng, &f, victim)
-		f.Healed = monoNow()
+		f.Healed = check.MonoNow()
 		r.mu.Lock()
 		r.faults = append(r.faults, f)
 		r.mu.Unlock()
@@ -229,7 +230,7 @@ func (r *chaosRun) nemesis(ctx context.Context) {
 
 // pickVictim prefers a worker that holds a lease now.
 func (r *chaosRun) pickVictim(rng *rand.Rand) *proc {
-	holders := r.hist.holders()
+	holders := r.hist.Holders()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var ids, held []int
@@ -258,7 +259,7 @@ func (r *chaosRun) apply(ctx context.Context, rng *rand.Rand, f *fault, v *proc)
 		r.mu.Lock()
 		delete(r.procs, v.id)
 		r.mu.Unlock()
-		r.hist.forget(v.id)
+		r.hist.Forget(v.id)
 		r.startProc()
 	case faultPause:
 		v.child.Signal(t, syscall.SIGSTOP)
@@ -336,7 +337,7 @@ func (r *chaosRun) stop() {
 // granted again within the bound. For a killed or paused holder that is a
 // takeover, counted from the fault's start; otherwise the holder may keep
 // its lease and finish, so it is counted from the fault's end.
-func (r *chaosRun) liveness(gs []grant, res *chaosResult) {
+func (r *chaosRun) liveness(gs []check.Grant, res *chaosResult) {
 	bound := r.livenessBound()
 	for _, f := range r.faults {
 		from := f.Healed
@@ -394,7 +395,7 @@ func (r *chaosRun) noLeaks(ctx context.Context) {
 	// Killed holders' leases run out at their TTL; nothing else may stay.
 	pgtest.Eventually(t, 3*r.cfg.TTL, func() (bool, error) {
 		var n int
-		err := r.pool.QueryRow(ctx, "SELECT count(*) FROM pgbaton.lease WHERE expires_at > clock_timestamp()").Scan(&n)
+		err := r.pool.QueryRow(ctx, "SELECT count(*) FROM pgbaton.lease_status WHERE held").Scan(&n)
 		return n == 0, err
 	}, "leases still held after every worker stopped")
 	var locks []string
@@ -411,7 +412,7 @@ func (r *chaosRun) noLeaks(ctx context.Context) {
 	env.NoConnections(t, r.d)
 }
 
-func (r *chaosRun) dumpHistory(events []event) {
+func (r *chaosRun) dumpHistory(events []check.Event) {
 	path := filepath.Join(os.TempDir(), fmt.Sprintf("chaos-history-%d.jsonl", r.cfg.Seed))
 	var b strings.Builder
 	for _, ev := range events {

@@ -13,8 +13,8 @@ import (
 
 	"github.com/pgbaton/pgbaton/advisory"
 	"github.com/pgbaton/pgbaton/fencedwrite"
-	"github.com/pgbaton/pgbaton/internal/pgcluster"
-	"github.com/pgbaton/pgbaton/internal/pgtest"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgcluster"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 	"github.com/pgbaton/pgbaton/leasetable"
 	"github.com/pgbaton/pgbaton/migrations"
 )

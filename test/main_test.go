@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgbaton/pgbaton/internal/pgtest"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 )
 
 var env *pgtest.Env

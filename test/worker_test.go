@@ -16,6 +16,7 @@ import (
 	"github.com/pgbaton/pgbaton/advisory"
 	"github.com/pgbaton/pgbaton/fencedwrite"
 	"github.com/pgbaton/pgbaton/leasetable"
+	"github.com/pgbaton/pgbaton/test/check"
 )
 
 // workerArgs is what the parent passes to a worker process.
@@ -79,7 +80,7 @@ func childWorker(ctx context.Context, raw []string) error {
 		return err
 	}
 	defer pool.Close()
-	w := &worker{a: a, pool: pool, em: &emitter{proc: a.Proc}, rng: rand.New(rand.NewPCG(a.Seed, uint64(a.Proc)))}
+	w := &worker{a: a, pool: pool, em: check.NewEmitter(a.Proc, os.Stdout), rng: rand.New(rand.NewPCG(a.Seed, uint64(a.Proc)))}
 	if a.Advisory {
 		// g = PingInterval + PingTimeout plays the part of the TTL.
 		w.locker, err = advisory.New(pool, advisory.Config{PingInterval: a.TTL / 3, PingTimeout: a.TTL * 2 / 3})
@@ -119,7 +120,7 @@ type worker struct {
 	pool   *pgxpool.Pool
 	client *leasetable.Client // leases, or
 	locker *advisory.Locker   // advisory session locks
-	em     *emitter
+	em     *check.Emitter
 	rng    *rand.Rand
 }
 
@@ -171,30 +172,30 @@ func (w *worker) acquire(ctx context.Context, key string) (held, string, error) 
 	}
 	switch {
 	case err == nil:
-		return h, evOK, nil
+		return h, check.EvOK, nil
 	case errors.Is(err, context.DeadlineExceeded):
-		return nil, evFail, err
+		return nil, check.EvFail, err
 	default:
-		return nil, evUnknown, err
+		return nil, check.EvUnknown, err
 	}
 }
 
 // round is one acquire → writes → release cycle on a random key.
 func (w *worker) round(ctx context.Context, n int) {
 	key := w.a.Keys[w.rng.IntN(len(w.a.Keys))]
-	w.em.emit(event{Key: key, Op: opAcquire, Type: evInvoke})
+	w.em.Emit(check.Event{Key: key, Op: check.OpAcquire, Type: check.EvInvoke})
 	l, typ, err := w.acquire(ctx, key)
 	if err != nil {
-		w.em.emit(event{Key: key, Op: opAcquire, Type: typ, Err: err.Error()})
-		if typ == evUnknown {
+		w.em.Emit(check.Event{Key: key, Op: check.OpAcquire, Type: typ, Err: err.Error()})
+		if typ == check.EvUnknown {
 			// The server is unreachable (restart, stall): pace the
 			// retries instead of spinning on connection errors.
 			time.Sleep(50*time.Millisecond + time.Duration(w.rng.Int64N(int64(100*time.Millisecond))))
 		}
 		return
 	}
-	lastValid := monoNow() // granted by now
-	w.em.emit(event{Key: key, Op: opAcquire, Type: evOK, Mono: lastValid, Token: l.Token()})
+	lastValid := check.MonoNow() // granted by now
+	w.em.Emit(check.Event{Key: key, Op: check.OpAcquire, Type: check.EvOK, Mono: lastValid, Token: l.Token()})
 	for i := range w.a.Writes {
 		t, ok := w.valid(l)
 		if !ok {
@@ -204,13 +205,13 @@ func (w *worker) round(ctx context.Context, n int) {
 		id := fmt.Sprintf("p%d-%d-%d", w.a.Proc, n, i)
 		// The invoke carries the instant the lease was checked valid: the
 		// critical section provably extends to it.
-		w.em.emit(event{Key: key, Op: opWrite, Type: evInvoke, Mono: t, Token: l.Token(), OpID: id})
+		w.em.Emit(check.Event{Key: key, Op: check.OpWrite, Type: check.EvInvoke, Mono: t, Token: l.Token(), OpID: id})
 		typ, err := w.write(ctx, l, id)
-		ev := event{Key: key, Op: opWrite, Type: typ, Token: l.Token(), OpID: id}
+		ev := check.Event{Key: key, Op: check.OpWrite, Type: typ, Token: l.Token(), OpID: id}
 		if err != nil {
 			ev.Err = err.Error()
 		}
-		w.em.emit(ev)
+		w.em.Emit(ev)
 		if w.a.Work > 0 {
 			time.Sleep(time.Duration(w.rng.Int64N(int64(w.a.Work)))) // the work itself
 		}
@@ -220,17 +221,17 @@ func (w *worker) round(ctx context.Context, n int) {
 	}
 	// The release's invoke is the end of the critical section: the last
 	// instant the worker knew it held the lease.
-	w.em.emit(event{Key: key, Op: opRelease, Type: evInvoke, Mono: lastValid, Token: l.Token()})
+	w.em.Emit(check.Event{Key: key, Op: check.OpRelease, Type: check.EvInvoke, Mono: lastValid, Token: l.Token()})
 	rctx, cancel := context.WithTimeout(ctx, w.a.TTL)
 	err = l.release(rctx)
 	cancel()
 	switch {
 	case err == nil:
-		w.em.emit(event{Key: key, Op: opRelease, Type: evOK, Token: l.Token()})
+		w.em.Emit(check.Event{Key: key, Op: check.OpRelease, Type: check.EvOK, Token: l.Token()})
 	case errors.Is(err, leasetable.ErrNotHeld) || errors.Is(err, leasetable.ErrLeaseLost) || errors.Is(err, advisory.ErrLockLost):
-		w.em.emit(event{Key: key, Op: opRelease, Type: evFail, Token: l.Token(), Err: err.Error()})
+		w.em.Emit(check.Event{Key: key, Op: check.OpRelease, Type: check.EvFail, Token: l.Token(), Err: err.Error()})
 	default:
-		w.em.emit(event{Key: key, Op: opRelease, Type: evUnknown, Token: l.Token(), Err: err.Error()})
+		w.em.Emit(check.Event{Key: key, Op: check.OpRelease, Type: check.EvUnknown, Token: l.Token(), Err: err.Error()})
 	}
 }
 
@@ -238,7 +239,7 @@ func (w *worker) round(ctx context.Context, n int) {
 // context is live and its local deadline (before the database's expiry)
 // has not passed. The broken variant believes it always holds.
 func (w *worker) valid(l held) (int64, bool) {
-	t := monoNow()
+	t := check.MonoNow()
 	if w.a.Broken {
 		return t, true
 	}
@@ -267,13 +268,13 @@ func (w *worker) write(ctx context.Context, l held, id string) (string, error) {
 	err := fencedwrite.InTx(wctx, w.pool, l, body)
 	switch {
 	case err == nil:
-		return evOK, nil
+		return check.EvOK, nil
 	case errors.Is(err, fencedwrite.ErrCommitUnknown):
-		return evUnknown, err
+		return check.EvUnknown, err
 	default:
 		// InTx returns nil only if the transaction committed and
 		// ErrCommitUnknown when it cannot tell: anything else wrote nothing.
-		return evFail, err
+		return check.EvFail, err
 	}
 }
 
@@ -282,14 +283,14 @@ func (w *worker) write(ctx context.Context, l held, id string) (string, error) {
 func plainWrite(ctx context.Context, pool *pgxpool.Pool, body func(pgx.Tx) error) (string, error) {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
-		return evFail, err
+		return check.EvFail, err
 	}
 	if err := body(tx); err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return evFail, err
+		return check.EvFail, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return evUnknown, err
+		return check.EvUnknown, err
 	}
-	return evOK, nil
+	return check.EvOK, nil
 }

@@ -1,22 +1,19 @@
-package test
+package check
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"sort"
 	"time"
 
 	"github.com/anishathalye/porcupine"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// grant is one critical section reconstructed from a history: a lease
-// acquired by proc, from the acquire's ok to the last instant the holder
+// Grant is one critical section reconstructed from a history: a lease
+// acquired by Proc, from the acquire's ok to the last instant the holder
 // checked it still held the lease (End). A proc that died mid-section
 // ends at its last such check.
-type grant struct {
+type Grant struct {
 	Proc                int
 	Key                 string
 	Token               int64
@@ -25,36 +22,38 @@ type grant struct {
 	ReleaseOutcomeKnown bool
 }
 
-// grants pairs acquire, write and release events per proc.
-func grants(events []event) (gs []grant, unknownAcquires []event) {
-	open := map[int]*grant{}
-	invokes := map[int]event{} // pending acquire invoke per proc
+// Grants pairs acquire, write and release events per proc. It returns the
+// critical sections, ordered by start, and the invokes of acquires whose
+// outcome is unknown.
+func Grants(events []Event) (gs []Grant, unknownAcquires []Event) {
+	open := map[int]*Grant{}
+	invokes := map[int]Event{} // pending acquire invoke per proc
 	for _, ev := range events {
 		switch ev.Op {
-		case opAcquire:
+		case OpAcquire:
 			switch ev.Type {
-			case evInvoke:
+			case EvInvoke:
 				invokes[ev.Proc] = ev
-			case evOK:
+			case EvOK:
 				inv := invokes[ev.Proc]
 				delete(invokes, ev.Proc)
-				open[ev.Proc] = &grant{Proc: ev.Proc, Key: ev.Key, Token: ev.Token, Invoke: inv.Mono, Start: ev.Mono, End: ev.Mono}
-			case evUnknown:
+				open[ev.Proc] = &Grant{Proc: ev.Proc, Key: ev.Key, Token: ev.Token, Invoke: inv.Mono, Start: ev.Mono, End: ev.Mono}
+			case EvUnknown:
 				unknownAcquires = append(unknownAcquires, invokes[ev.Proc])
 				delete(invokes, ev.Proc)
-			case evFail:
+			case EvFail:
 				delete(invokes, ev.Proc)
 			}
-		case opWrite:
-			if g := open[ev.Proc]; g != nil && ev.Type == evInvoke {
+		case OpWrite:
+			if g := open[ev.Proc]; g != nil && ev.Type == EvInvoke {
 				g.End = max(g.End, ev.Mono)
 			}
-		case opRelease:
+		case OpRelease:
 			g := open[ev.Proc]
 			if g == nil {
 				continue
 			}
-			if ev.Type == evInvoke {
+			if ev.Type == EvInvoke {
 				g.End = max(g.End, ev.Mono)
 				continue
 			}
@@ -74,33 +73,34 @@ func grants(events []event) (gs []grant, unknownAcquires []event) {
 	return gs, unknownAcquires
 }
 
-// overlap is a pair of critical sections of one key that overlap in time.
-type overlap struct{ A, B grant }
+// Overlap is a pair of critical sections of one key that overlap in time.
+type Overlap struct{ A, B Grant }
 
-func (o overlap) String() string {
+func (o Overlap) String() string {
 	return fmt.Sprintf("key %s: p%d token %d [%s..%s] and p%d token %d [%s..%s]", o.A.Key,
-		o.A.Proc, o.A.Token, ms(o.A.Start), ms(o.A.End), o.B.Proc, o.B.Token, ms(o.B.Start), ms(o.B.End))
+		o.A.Proc, o.A.Token, Seconds(o.A.Start), Seconds(o.A.End), o.B.Proc, o.B.Token, Seconds(o.B.Start), Seconds(o.B.End))
 }
 
-// overlaps is the direct interval check of mutual exclusion: two critical
+// Overlaps is the direct interval check of mutual exclusion: two critical
 // sections of one key must not overlap. Each section runs from the
 // acquire's ok (after the grant) to the holder's last successful validity
 // check (before the loss), so it lies inside the true holding interval and
 // any overlap found is a real violation.
-func overlaps(gs []grant) []overlap {
-	var out []overlap
+func Overlaps(gs []Grant) []Overlap {
+	var out []Overlap
 	for i := range gs {
 		for j := i + 1; j < len(gs); j++ {
 			a, b := gs[i], gs[j]
 			if a.Key == b.Key && a.Proc != b.Proc && b.Start <= a.End && a.Start <= b.End {
-				out = append(out, overlap{a, b})
+				out = append(out, Overlap{a, b})
 			}
 		}
 	}
 	return out
 }
 
-func ms(mono int64) string { return fmt.Sprintf("%.3fs", float64(mono)/1e9) }
+// Seconds formats a MonoNow reading.
+func Seconds(mono int64) string { return fmt.Sprintf("%.3fs", float64(mono)/1e9) }
 
 // Porcupine model: a mutex per key (one partition per key).
 type mutexInput struct {
@@ -166,14 +166,14 @@ var mutexModel = porcupine.NondeterministicModel{
 	},
 }
 
-// linearizable checks the history against the mutex model with porcupine.
+// Linearizable checks the history against the mutex model with porcupine.
 // A grant is an acquire that took effect between its invoke and its ok and
 // a release that took effect between the end of the critical section and
 // the release's completion; an acquire whose outcome is unknown, and the
 // release of a worker that died, may take effect at any time after their
 // invoke (Return = infinity), as Jepsen treats indeterminate operations.
 // Acquires that failed have no effect and are left out.
-func linearizable(gs []grant, unknownAcquires []event, timeout time.Duration) porcupine.CheckResult {
+func Linearizable(gs []Grant, unknownAcquires []Event, timeout time.Duration) porcupine.CheckResult {
 	var ops []porcupine.Operation
 	for _, g := range gs {
 		ops = append(ops, porcupine.Operation{ClientId: g.Proc, Input: mutexInput{g.Proc, true, g.Key}, Call: g.Invoke, Output: outOK, Return: g.Start})
@@ -187,67 +187,4 @@ func linearizable(gs []grant, unknownAcquires []event, timeout time.Duration) po
 		ops = append(ops, porcupine.Operation{ClientId: inv.Proc, Input: mutexInput{inv.Proc, true, inv.Key}, Call: inv.Mono, Output: outUnknown, Return: math.MaxInt64})
 	}
 	return porcupine.CheckOperationsTimeout(mutexModel.ToModel(), ops, timeout)
-}
-
-// ledgerReport is the fencing checker's verdict.
-type ledgerReport struct {
-	Rows          int
-	StaleAccepted []string // rows committed after a row of the key with a larger token
-	Lost          []string // writes acknowledged but not in the ledger
-	Doubled       []string // op ids twice in the ledger, or present though reported failed or never invoked
-}
-
-// checkLedger compares the ledger with the history. Rows of a key are
-// ordered by seq, which the per-key head row hands out in commit order.
-func checkLedger(ctx context.Context, pool *pgxpool.Pool, events []event) (ledgerReport, error) {
-	var r ledgerReport
-	rows, err := pool.Query(ctx, "SELECT key, token, op_id FROM chaos_ledger ORDER BY key, seq")
-	if err != nil {
-		return r, err
-	}
-	type row struct {
-		Key   string
-		Token int64
-		OpID  string
-	}
-	ledger, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
-	if err != nil {
-		return r, err
-	}
-	r.Rows = len(ledger)
-	outcome := map[string]string{} // op id -> last write event type
-	token := map[string]int64{}
-	for _, ev := range events {
-		if ev.Op == opWrite {
-			outcome[ev.OpID] = ev.Type
-			token[ev.OpID] = ev.Token
-		}
-	}
-	seen := map[string]int{}
-	maxTok := map[string]int64{}
-	for _, l := range ledger {
-		if l.Token < maxTok[l.Key] {
-			r.StaleAccepted = append(r.StaleAccepted, fmt.Sprintf("%s token %d committed after token %d (%s)", l.Key, l.Token, maxTok[l.Key], l.OpID))
-		}
-		maxTok[l.Key] = max(maxTok[l.Key], l.Token)
-		seen[l.OpID]++
-		switch o, ok := outcome[l.OpID]; {
-		case !ok:
-			r.Doubled = append(r.Doubled, l.OpID+" never invoked")
-		case o == evFail:
-			r.Doubled = append(r.Doubled, l.OpID+" reported failed but committed")
-		case seen[l.OpID] == 2:
-			r.Doubled = append(r.Doubled, l.OpID+" committed twice")
-		}
-		if tok, ok := token[l.OpID]; ok && tok != l.Token {
-			r.Doubled = append(r.Doubled, fmt.Sprintf("%s committed with token %d, invoked with %d", l.OpID, l.Token, tok))
-		}
-	}
-	for id, o := range outcome {
-		if o == evOK && seen[id] == 0 {
-			r.Lost = append(r.Lost, id)
-		}
-	}
-	sort.Strings(r.Lost)
-	return r, nil
 }

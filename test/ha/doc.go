@@ -1,0 +1,26 @@
+// Package ha is pgbaton's HA test bed: the workload of advisory lockers,
+// lease holders doing fenced writes, claimers working items and an
+// election, all through one multi-host URL
+// (target_session_attrs=read-write), against a real Patroni cluster on
+// loopback (internal/testkit/hacluster), through a switchover, failovers (SIGKILL
+// of the leader's node) in asynchronous and synchronous mode and with a
+// lagging asynchronous standby, and a crash of the leader's PostgreSQL
+// restarted in place.
+//
+// After each nemesis the suite checks the history with test/check's
+// checkers (no two valid holders overlap, no stale token accepted by a
+// fenced write, no work item lost or doubled, tokens never go backwards)
+// and liveness (every client works again within the failover time + 2 s;
+// advisory holders are told within PingInterval + PingTimeout), and
+// prints one line per nemesis:
+//
+//	ha: failover  failover_ms 5039 clients_ok_ms 5681 (bound 7039) told_ms 83 (bound 1500) token 1099511628043(e1+267) -> 2199023255842(e2+290) overlaps 0 ...
+//
+// (a token is epoch * 2^40 + sequence, migration 0012).
+//
+// It needs the Debian packages patroni and etcd-server and runs only
+// with the build tag ha:
+//
+//	make test-ha                     # installs them when missing (as root)
+//	go test -tags ha -v ./test/ha/   # once they are installed
+package ha
