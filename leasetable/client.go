@@ -48,8 +48,12 @@ type Client struct {
 	leases map[*Lease]struct{}
 	sems   map[string]int // semaphores registered by this client: name -> slots
 	// unreturned are leases whose release or completion could not reach
-	// the database; Close tries again.
+	// the database. They are given back after the next successful
+	// keep-alive (returnUnreturned), and by Close at the latest: bound to a
+	// live session, they would otherwise stay held for as long as the
+	// client runs.
 	unreturned map[*Lease]struct{}
+	returning  atomic.Bool // a returnUnreturned is on its way
 	// handedOff are leases completed in a caller's transaction
 	// (CompleteTx), until settle learns how that transaction ended.
 	handedOff map[*Lease]struct{}

@@ -363,3 +363,37 @@ func TestRenewalRetriesAfterConnectionReset(t *testing.T) {
 	}
 	require.NoError(t, l.Release(ctx))
 }
+
+// A release that cannot reach the server (here: a silent partition) fails,
+// and the lease must not then live on with the client's session, renewed
+// by every keep-alive: the client gives it back as soon as it reaches the
+// server again, long before the lease's own TTL. (Seen in the HA test bed:
+// after a switchover every lease whose release fell into the outage
+// blocked its waiters for a whole TTL after the new primary was up.)
+func TestFailedReleaseIsGivenBackWhenTheServerIsBack(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	proxied, proxy := proxiedPool(t, d)
+	ctx := ctxT(t, time.Minute)
+	const ttl = 10 * time.Second
+	a := newClient(t, proxied, leasetable.Config{Owner: "a", TTL: ttl, RenewInterval: 200 * time.Millisecond, ReleaseTimeout: 300 * time.Millisecond})
+	b := newClient(t, pool, leasetable.Config{Owner: "b", TTL: ttl})
+	la, err := a.TryAcquire(ctx, "back")
+	require.NoError(t, err)
+
+	proxy.Stall()
+	// No deadline of its own: ReleaseTimeout bounds the release.
+	err = la.Release(context.Background())
+	proxy.Resume()
+	require.Error(t, err, "a release through a stalled connection cannot succeed")
+	require.NotErrorIs(t, err, leasetable.ErrNotHeld)
+
+	start := time.Now()
+	actx, cancel := context.WithTimeout(ctx, ttl/2)
+	defer cancel()
+	lb, err := b.Acquire(actx, "back")
+	require.NoError(t, err, "the failed release was not given back once the server was reachable again")
+	t.Logf("given back %s after the partition ended (TTL %s)", time.Since(start).Round(time.Millisecond), ttl)
+	require.NoError(t, lb.Release(ctx))
+	require.NoError(t, a.Close(ctx), "nothing left for Close to give back")
+}

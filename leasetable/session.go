@@ -214,6 +214,9 @@ func (s *session) keepalive() {
 		for _, ref := range orphans {
 			c.goBackground(func(ctx context.Context) { c.releaseRef(ctx, s, ref) })
 		}
+		if c.hasUnreturned() {
+			c.goBackground(c.returnUnreturned)
+		}
 		s.afterKeepalive()
 	case err == nil:
 		// The database no longer has the session (it expired there first,

@@ -311,7 +311,14 @@ func runPhase(t *testing.T, ctx context.Context, c *hacluster.Cluster, pool *pgx
 		t.Logf("overlap: %s", o)
 	}
 	t.Logf("clients working again, after the new primary: %s", sinceUp(w, f))
-	logClient(t, w, events, r.slowest, f.Up-int64(time.Second), t0+int64(r.clientsOK))
+	logClient(t, w, events, r.slowest, t0, t0+int64(r.clientsOK))
+	if traceLib {
+		for i := range leaseWorkers {
+			if name := w.key("lease-%d", i); !strings.Contains(r.slowest, name) {
+				logClient(t, w, events, fmt.Sprintf("p%d-lease-%d", phase, i), t0, t0+int64(r.clientsOK))
+			}
+		}
+	}
 	for _, s := range r.backwards[:min(3, len(r.backwards))] {
 		t.Logf("backwards: %s", s)
 	}
@@ -464,6 +471,17 @@ func logClient(t *testing.T, w *workload, events []check.Event, name string, fro
 			for _, p := range c.procs {
 				procs[p] = true
 			}
+		}
+	}
+	for _, c := range w.clients {
+		if strings.Contains(name, c.name) {
+			c.mu.Lock()
+			for _, tr := range c.trace {
+				if tr.at >= from && tr.at <= to {
+					t.Logf("slowest: %s %+dms lib: %s", name, (tr.at-to)/1e6, tr.msg)
+				}
+			}
+			c.mu.Unlock()
 		}
 	}
 	w.mu.Unlock()

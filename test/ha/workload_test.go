@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -50,9 +51,16 @@ type client struct {
 	// leads at a time.
 	group *client
 
-	mu   sync.Mutex
-	ok   []int64        // MonoNow of every successful acquire (claim, election)
-	errs map[string]int // errors and logged warnings, by message
+	mu    sync.Mutex
+	ok    []int64        // MonoNow of every successful acquire (claim, election)
+	errs  map[string]int // errors and logged warnings, by message
+	trace []traced       // the library's debug log, with PGBATON_HA_TRACE set
+}
+
+// traced is one debug log record of a client's library.
+type traced struct {
+	at  int64 // MonoNow
+	msg string
 }
 
 func (c *client) success(at int64) {
@@ -115,10 +123,31 @@ func shorten(s string) string {
 
 // errorLog is a slog handler that counts a client's warnings and errors
 // (lost leases, failed renewals, lost sessions) as the client's errors.
+// With PGBATON_HA_TRACE set it also keeps every debug record, to show
+// what the slowest client was doing after a fault.
 type errorLog struct{ c *client }
 
-func (h errorLog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+var traceLib = os.Getenv("PGBATON_HA_TRACE") != ""
+
+func (h errorLog) Enabled(_ context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn || traceLib
+}
+
 func (h errorLog) Handle(_ context.Context, r slog.Record) error {
+	if traceLib {
+		var b strings.Builder
+		b.WriteString(r.Message)
+		r.Attrs(func(a slog.Attr) bool {
+			fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+			return true
+		})
+		h.c.mu.Lock()
+		h.c.trace = append(h.c.trace, traced{at: check.MonoNow(), msg: b.String()})
+		h.c.mu.Unlock()
+	}
+	if r.Level < slog.LevelWarn {
+		return nil
+	}
 	msg := r.Message
 	r.Attrs(func(a slog.Attr) bool {
 		if a.Key == "error" {
