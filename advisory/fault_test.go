@@ -54,6 +54,38 @@ func TestLossAfterTerminate(t *testing.T) {
 	require.NoError(t, c.Unlock(ctx))
 }
 
+// A server that ends an idle holder's session (pg_terminate_backend here;
+// a shutdown or a Patroni switchover sends the same FATAL then EOF) is
+// heard at once, not at the next ping: the lock is free on the server
+// from that moment, and in a switchover the new primary may grant it
+// within milliseconds. The HA test bed saw two holders overlap by 255 ms
+// when the old holder only learnt at its next ping.
+func TestTerminatedIdleSessionToldAtOnce(t *testing.T) {
+	d := env.DB(t)
+	admin := adminPool(t)
+	ctx := ctxT(t)
+	const ping = 10 * time.Second // the ping must not be what tells
+	l := newLocker(t, d.Pool(t), advisory.Config{PingInterval: ping})
+	for i := range 5 {
+		key := advisory.Int64(int64(100 + i))
+		lk, err := l.TryLock(ctx, key)
+		require.NoError(t, err)
+		pid := holderPID(t, admin, d, int64(100+i))
+		time.Sleep(20 * time.Millisecond) // idle: what is asserted is that an idle session is watched
+		env.Terminate(t, pid)
+		killed := time.Now()
+		select {
+		case <-lk.Done():
+		case <-time.After(time.Second):
+			t.Fatalf("round %d: loss not told within 1s of the termination (PingInterval %s)", i, ping)
+		}
+		told := time.Since(killed)
+		t.Logf("round %d: told %s after pg_terminate_backend returned", i, told.Round(time.Microsecond))
+		require.Less(t, told, 200*time.Millisecond)
+		require.ErrorIs(t, lk.Err(), advisory.ErrLockLost)
+	}
+}
+
 // A normal unlock is never reported as a loss, and an idle session stays
 // up across many pings.
 func TestNoFalseLoss(t *testing.T) {

@@ -218,6 +218,17 @@ func (s *session) run() {
 	cfg := s.hooks.cfg
 	ping := time.NewTimer(cfg.PingInterval)
 	defer ping.Stop()
+	// Watching the socket while idle (idleWatch) starts after
+	// idleWatchAfter of idleness.
+	watchT := time.NewTimer(time.Hour)
+	watchT.Stop()
+	defer watchT.Stop()
+	var watch *idleWatch
+	defer func() {
+		if watch != nil {
+			watch.stop()
+		}
+	}()
 	var (
 		queue    []*request // taken from callers, not sent yet
 		inflight []*batch   // sent, oldest first
@@ -235,7 +246,25 @@ func (s *session) run() {
 			queue = s.linger(queue)
 		}
 		if pending == nil && len(queue) == 0 && len(inflight) == 0 {
+			if watch == nil {
+				watchT.Reset(idleWatchAfter)
+			}
+			var readable <-chan struct{}
+			if watch != nil {
+				readable = watch.readable
+			}
 			select {
+			case <-watchT.C:
+				watch = startIdleWatch(s.w.nc)
+				continue
+			case <-readable:
+				// The server sent something unasked: it is ending the
+				// session, most likely. A ping reads it now.
+				<-watch.done
+				watch = nil
+				cfg.Logger.Debug("advisory: the server sent to an idle session; pinging now", "pid", s.pid)
+				queue = append(queue, &request{op: opPing, result: make(chan result, 1)})
+				continue
 			case r := <-s.reqs:
 				queue = append(queue, r)
 			case <-ping.C:
@@ -250,6 +279,12 @@ func (s *session) run() {
 			case <-s.kill:
 				s.finish(s.killErr, queue, inflight, false)
 				return
+			}
+			// Busy again: the socket is the goroutine's alone.
+			watchT.Stop()
+			if watch != nil {
+				watch.stop()
+				watch = nil
 			}
 			continue
 		}

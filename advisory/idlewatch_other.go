@@ -1,0 +1,10 @@
+//go:build !unix
+
+package advisory
+
+import "syscall"
+
+const canWatchIdle = false
+
+// waitReadable is not available here: sessions rely on their pings.
+func waitReadable(syscall.RawConn) bool { return false }
