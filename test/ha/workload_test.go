@@ -33,6 +33,7 @@ const (
 	leaseWorkers    = 3
 	leaseKeys       = 2
 	writesPerGrant  = 3
+	leaseThink      = 50 * time.Millisecond // between a release and the next acquire
 	advisoryLockers = 2
 	claimers        = 2
 	campaigners     = 2
@@ -430,6 +431,11 @@ func (w *workload) leaseWorker(ctx context.Context, c *client, i int, pool *pgxp
 			c.failed(err)
 		}
 		w.emit(check.Event{Proc: proc, Key: key, Op: check.OpRelease, Type: typ, Token: l.Token(), Err: errString(err)})
+		// A worker does something else between grants. Without it, the
+		// releaser takes the key straight back before the woken waiter
+		// looks, and a worker's first grant after a failover measures
+		// its luck rather than the failover.
+		sleepUnless(ctx, leaseThink)
 	}
 	return nil
 }
