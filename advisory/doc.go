@@ -124,6 +124,17 @@
 // Lock asked after more than PingInterval + PingTimeout without an answer
 // reports the loss. New work opens a new session.
 //
+// A session that has been idle for a millisecond also waits for its
+// socket to become readable (in the runtime's network poller, peeking,
+// consuming nothing): the server sends an idle session nothing unless it
+// is ending it (FATAL then EOF, or a reset: pg_terminate_backend, a
+// shutdown, a Patroni switchover, a crash). The session then pings at
+// once and its Locks report the loss within microseconds instead of at
+// the next ping — which matters in a switchover, where the new primary
+// may grant the lock well within PingInterval. Only a silent loss (a host
+// or network gone without a word) waits for the ping. Loops that lock and
+// unlock in a row never start the watch.
+//
 // The timing argument. Let g = PingInterval + PingTimeout (3s by default).
 // The client declares a session lost at most g after the last moment the
 // server demonstrably heard from it (the send time of the last answered
