@@ -46,6 +46,7 @@ type options struct {
 	impls    string
 	out      string
 	cpuprof  string
+	charts   string
 }
 
 func run(args []string, stdout io.Writer) error {
@@ -62,6 +63,7 @@ func run(args []string, stdout io.Writer) error {
 	fs.StringVar(&o.impls, "impls", "", "measure only implementations whose name matches this regexp (for profiling)")
 	fs.StringVar(&o.out, "out", "", "also write the report to this file")
 	fs.StringVar(&o.cpuprof, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	fs.StringVar(&o.charts, "charts", "", "also draw SVG charts into this directory, linked from the report (relative to -out)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -149,6 +151,9 @@ func benchmark(ctx context.Context, dsn string, o options, log io.Writer) (strin
 		}
 	}
 	writeTargets(&b, e, all)
+	if o.charts != "" {
+		b.WriteString(chartsSection(o.charts, o.out, all, logf))
+	}
 	b.WriteString("## Figures\n\n")
 	b.WriteString(tables.String())
 	fmt.Fprintf(&b, "Load average at the end: %s\n", loadavg())
