@@ -92,11 +92,11 @@ fuzz-short: deps-postgres ## Run each fuzz target briefly (FUZZTIME each), after
 	$(GO) test -run '^$$' -fuzz '^FuzzCLIArgs$$' -fuzztime=$(FUZZTIME) ./cmd/pgbaton/
 
 .PHONY: bench
-bench: deps-postgres ## Side-by-side benchmarks vs raw pgx, go-pglock, River, gue, redislock; writes bench/RESULTS.md
+bench: deps-postgres ## Side-by-side benchmarks vs raw pgx, go-pglock, River, gue, redislock; writes bench/RESULTS.md and bench/charts/*.svg
 	@mkdir -p $(TOOLS)
 	cd bench && $(GO) build -o $(TOOLS)/pgbaton-bench .
 	cd bench && $(GO) run github.com/pgbaton/pgbaton/internal/testkit/withpg -durable -set max_connections=1300 -- \
-		$(TOOLS)/pgbaton-bench -out RESULTS.md $(BENCHARGS)
+		$(TOOLS)/pgbaton-bench -out RESULTS.md -charts charts $(BENCHARGS)
 
 .PHONY: bench-smoke
 bench-smoke: deps-postgres ## Build, vet and smoke-test bench/ (every scenario once, tiny; seconds)
