@@ -64,6 +64,14 @@ func writeTargets(w io.Writer, e *env, f figures) {
 				fmt.Sprintf("pgbaton ÷ River = %s", ratio(pg, rv)), verdict(pg >= rv, pg, rv)})
 		}
 	}
+	t = e.contendedScenario(8).title
+	pg, raw := f.median(t, "pgbaton", "acquisitions/s"), f.median(t, "raw pgx", "acquisitions/s")
+	rows = append(rows, row{"advisory contended, 8 clients on one key ≥ 1.0× raw pgx",
+		fmt.Sprintf("pgbaton ÷ raw pgx = %s", ratio(pg, raw)), verdict(pg >= raw, pg, raw)})
+	t = e.handoverScenario(true).title
+	pg, raw = f.median(t, "pgbaton", "p50 ms"), f.median(t, "raw pgx", "p50 ms")
+	rows = append(rows, row{"advisory handover after SIGKILL of the holder, p50 ≤ 1.2× raw pgx",
+		fmt.Sprintf("%.3f ms vs %.3f ms = %s", pg, raw, ratio(pg, raw)), verdict(pg <= 1.2*raw, pg, raw)})
 	p50 := f.median("Lease: handover latency on release", "pgbaton", "p50 ms")
 	rows = append(rows, row{"lease handover on release p50 ≤ 2 ms", fmt.Sprintf("%.3f ms", p50), verdict(p50 <= 2, p50)})
 
