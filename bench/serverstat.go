@@ -68,6 +68,15 @@ func (m *monitor) queryRow(ctx context.Context, sql string, args []any, dest ...
 	return m.c.QueryRow(ctx, sql, args...).Scan(dest...)
 }
 
+// exec runs one statement without results.
+func (m *monitor) exec(ctx context.Context, sql string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.txns++
+	_, err := m.c.Exec(ctx, sql)
+	return err
+}
+
 // query runs one statement that returns rows.
 func (m *monitor) query(ctx context.Context, sql string, args []any, row func(pgx.Rows) error) error {
 	m.mu.Lock()
