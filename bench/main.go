@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"regexp"
 	"runtime/pprof"
 	"slices"
@@ -173,6 +174,11 @@ func benchmark(ctx context.Context, dsn string, o options, log io.Writer) (strin
 	writeTargets(&b, e, all)
 	b.WriteString("## Figures\n\n")
 	b.WriteString(tables.String())
+	if o.out != "" {
+		if err := writeKeepAliveChart(&b, e, all, filepath.Join(filepath.Dir(o.out), "keepalive.svg")); err != nil {
+			return "", err
+		}
+	}
 	fmt.Fprintf(&b, "Load average at the end: %s\n", loadavg())
 	return b.String(), nil
 }

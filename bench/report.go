@@ -157,6 +157,10 @@ func ratio(a, b float64) string {
 	if math.IsNaN(a) || math.IsNaN(b) || b == 0 {
 		return "–"
 	}
+	if r := a / b; r > 0 && r < 0.095 {
+		// Two significant digits: 0.0031×, not 0.00×.
+		return fmt.Sprintf("%.*f×", 1-int(math.Floor(math.Log10(r))), r)
+	}
 	return fmt.Sprintf("%.2f×", a/b)
 }
 
