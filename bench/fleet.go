@@ -20,7 +20,11 @@ const (
 	fleetWaitLimit   = 5 * time.Second // an Acquire that waits longer counts as an error
 	fleetSampleEvery = 250 * time.Millisecond
 	fleetOpeners     = 16 // clients created concurrently (not timed)
+	fleetPerName     = 10 // clients per shared lease name: some acquires wait
 )
+
+// fleetNames is how many lease names a fleet of clients shares.
+func fleetNames(clients int) int { return max(clients/fleetPerName, 2) }
 
 // fleetRuns numbers the runs: names, owners and application names are
 // fresh in every run.
@@ -36,18 +40,21 @@ func fleetTitle(clients int) string {
 func (e *env) fleetScenario(clients int) *scenario {
 	sc := &scenario{
 		title: fleetTitle(clients),
-		note: fmt.Sprintf("%s leasetable.Clients in one process, each with its own pgxpool (MaxConns %d) and owner, as %s pods would run "+
-			"them. Each loops for %s: Acquire one of %s shared lease names at random (waits when another client holds it; more than %s "+
-			"counts as an error), Renew, Release; Register %d new work items in a shared group, Claim %d, Complete them; then "+
-			"pauses a random 0–%s (mean %s). ops/s: those library calls that succeeded ÷ the window. Acquire latency: call to "+
-			"return, waits included. Connections: the most server connections of the fleet seen at once (pg_stat_activity "+
-			"sampled every %s, pool and LISTEN connections by client) ÷ clients, and the most any one client had. Server CPU: "+
-			"the cluster's processes, in %% of one core; client CPU: this process, all clients. NoListen: the documented fleet "+
-			"setting, no LISTEN connection; a waiter looks again at the holder's known expiry, at most every PollInterval. Default: "+
-			"one LISTEN connection per client taken out of its pool at its first wait (up to MaxConns + 1 connections); "+
-			"skipped when %s clients × %d connections would not fit the server's max_connections.",
-			thousands(clients), fleetMaxConns, thousands(clients), e.fleetWindow, thousands(clients), fleetWaitLimit, fleetItems,
-			fleetItems, 2*e.fleetPause, e.fleetPause, fleetSampleEvery, thousands(clients), fleetMaxConns+1),
+		note: fmt.Sprintf("%s leasetable.Clients in one process, each with its own pgxpool (MaxConns %d) and owner, as %s "+
+			"pods would run them. Each starts at a random instant within %s and loops: Acquire one of %s shared lease names "+
+			"at random (it waits when another client holds it, so p99 shows waits; a wait over %s counts as an error), Renew, "+
+			"Release; Register %d new work items in a shared group, Claim %d, Complete them; then pauses a random 0–%s "+
+			"(mean %s). After a warm-up of %s, a window of %s is measured. ops/s: the library calls that succeeded ÷ the "+
+			"window. Acquire latency: call to return, waits included. Connections: the most server connections of the fleet "+
+			"seen at once (pg_stat_activity sampled every %s, pool and LISTEN connections by client) ÷ clients, and the most "+
+			"any one client had. Server CPU: the cluster's processes, in %% of one core; client CPU: this process, all "+
+			"clients. NoListen: the documented fleet setting, no LISTEN connection; a waiter looks again at the holder's "+
+			"known expiry, at most every PollInterval. Default: one LISTEN connection per client, taken out of its pool at "+
+			"its first wait (up to MaxConns + 1 connections); skipped when %s clients × %d connections would not fit the "+
+			"server's max_connections.",
+			thousands(clients), fleetMaxConns, thousands(clients), 2*e.fleetPause, thousands(fleetNames(clients)),
+			fleetWaitLimit, fleetItems, fleetItems, 2*e.fleetPause, e.fleetPause, e.fleetWarmup(), e.fleetWindow,
+			fleetSampleEvery, thousands(clients), fleetMaxConns+1),
 		metrics: []metric{
 			{name: "ops/s", higherBetter: true},
 			{name: "acquire p50 ms", format: "%.2f"},
@@ -99,7 +106,7 @@ func (e *env) fleetRun(ctx context.Context, clients int, cfg leasetable.Config) 
 	defer mon.close(ctx)
 	run := fleetRuns.Add(1)
 	prefix := fmt.Sprintf("bench-fleet-%d", run)
-	shared := make([]string, clients)
+	shared := make([]string, fleetNames(clients))
 	for i := range shared {
 		shared[i] = fmt.Sprintf("%s/lease/%d", prefix, i)
 	}
@@ -145,21 +152,31 @@ func (e *env) fleetRun(ctx context.Context, clients int, cfg leasetable.Config) 
 		return nil, err
 	}
 
-	// The window.
-	a, err := mon.sample(ctx)
-	if err != nil {
-		return nil, err
-	}
-	end := a.at.Add(e.fleetWindow)
+	// The clients start at random instants within two pauses, as pods
+	// do, and run a warm-up first (not measured); then the window.
+	from := time.Now().Add(e.fleetWarmup())
+	end := from.Add(e.fleetWindow)
 	wctx, stop := context.WithDeadline(ctx, end)
 	defer stop()
+	var wg sync.WaitGroup
+	for i, f := range fleet {
+		wg.Go(func() { f.loop(wctx, i, shared, group, e.fleetPause, from, end) })
+	}
+	select {
+	case <-time.After(time.Until(from)):
+	case <-ctx.Done():
+		wg.Wait()
+		return nil, ctx.Err()
+	}
+	a, err := mon.sample(ctx)
+	if err != nil {
+		stop()
+		wg.Wait()
+		return nil, err
+	}
 	var peakTotal, peakOne int
 	sampled := make(chan error, 1)
 	go func() { sampled <- sampleFleetConns(ctx, wctx.Done(), mon, prefix, &peakTotal, &peakOne) }()
-	var wg sync.WaitGroup
-	for i, f := range fleet {
-		wg.Go(func() { f.loop(wctx, i, shared, group, e.fleetPause, end) })
-	}
 	<-wctx.Done()
 	b, err := mon.sample(ctx)
 	if err != nil {
@@ -197,15 +214,29 @@ func (e *env) fleetRun(ctx context.Context, clients int, cfg leasetable.Config) 
 		"server CPU %": u.serverCPU, "client CPU %": u.clientCPU, "errors": float64(errs)}, nil
 }
 
-// loop is one client's churn until ctx ends; what completes after end is
-// not counted.
-func (f *fleetClient) loop(ctx context.Context, i int, shared []string, group string, pause time.Duration, end time.Time) {
+// fleetWarmup is how long the fleet runs before the window: every
+// client has started and made a round.
+func (e *env) fleetWarmup() time.Duration { return 2*e.fleetPause + time.Second }
+
+// loop is one client's churn until ctx ends; calls count if they end
+// between from and end, acquire latencies if the call also began after
+// from.
+func (f *fleetClient) loop(ctx context.Context, i int, shared []string, group string, pause time.Duration, from, end time.Time) {
 	rng := rand.New(rand.NewPCG(uint64(i), uint64(len(shared))))
 	seq := 0
-	// done records the result of one call made while the window lasted.
+	sleep := func() {
+		if pause > 0 {
+			select {
+			case <-time.After(time.Duration(rng.Int64N(int64(2 * pause)))):
+			case <-ctx.Done():
+			}
+		}
+	}
+	sleep()
+	// done records the result of one call.
 	done := func(err error) bool {
-		switch {
-		case ctx.Err() != nil || time.Now().After(end):
+		switch now := time.Now(); {
+		case ctx.Err() != nil || now.Before(from) || now.After(end):
 			return false
 		case err != nil:
 			f.errs++
@@ -224,7 +255,7 @@ func (f *fleetClient) loop(ctx context.Context, i int, shared []string, group st
 		l, err := f.c.Acquire(actx, name)
 		took := time.Since(start)
 		cancel()
-		if done(err) {
+		if done(err) && !start.Before(from) {
 			f.lat = append(f.lat, took)
 		}
 		if err == nil {
@@ -242,12 +273,7 @@ func (f *fleetClient) loop(ctx context.Context, i int, shared []string, group st
 		if done(err) && len(ls) > 0 {
 			done(f.c.Complete(ctx, ls...))
 		}
-		if pause > 0 {
-			select {
-			case <-time.After(time.Duration(rng.Int64N(int64(2 * pause)))):
-			case <-ctx.Done():
-			}
-		}
+		sleep()
 	}
 }
 

@@ -71,7 +71,7 @@ func run(args []string, stdout io.Writer) error {
 	fs.IntVar(&o.keepRaw, "keepraw", 1000, "largest lease count at which naive per-lease renewal is measured too (above: computed)")
 	fs.StringVar(&o.fleet, "fleet", "100,200,500", "client counts for the fleet scenarios")
 	fs.DurationVar(&o.fleetWin, "fleetwindow", 10*time.Second, "length of one fleet run")
-	fs.DurationVar(&o.pause, "fleetpause", 100*time.Millisecond, "mean pause of a fleet client between iterations (uniform 0 to twice this)")
+	fs.DurationVar(&o.pause, "fleetpause", time.Second, "mean pause of a fleet client between iterations (uniform 0 to twice this)")
 	fs.DurationVar(&o.poll, "fleetpoll", 100*time.Millisecond, "PollInterval of the fleet's NoListen clients")
 	fs.StringVar(&o.only, "only", "", "run only scenarios whose title matches this regexp")
 	fs.StringVar(&o.impls, "impls", "", "measure only implementations whose name matches this regexp (for profiling)")
