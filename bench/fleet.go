@@ -179,15 +179,15 @@ func (e *env) fleetRun(ctx context.Context, clients int, cfg leasetable.Config) 
 	go func() { sampled <- sampleFleetConns(ctx, wctx.Done(), mon, prefix, &peakTotal, &peakOne) }()
 	<-wctx.Done()
 	b, err := mon.sample(ctx)
+	wg.Wait()
+	if serr := <-sampled; err == nil {
+		err = serr
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
 	if err != nil {
 		return nil, err
-	}
-	wg.Wait()
-	if err := <-sampled; err != nil {
-		return nil, err
-	}
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
 	}
 
 	u := between(a, b)
@@ -209,7 +209,7 @@ func (e *env) fleetRun(ctx context.Context, clients int, cfg leasetable.Config) 
 		e.logf("  %s: %d errors, the first: %v", prefix, errs, first)
 	}
 	p50, p99 := percentiles(lat)
-	return sample{"ops/s": float64(ops) / u.seconds, "acquire p50 ms": p50, "acquire p99 ms": p99,
+	return sample{"ops/s": float64(ops) / e.fleetWindow.Seconds(), "acquire p50 ms": p50, "acquire p99 ms": p99,
 		"conns/client": float64(peakTotal) / float64(clients), "max conns/client": float64(peakOne),
 		"server CPU %": u.serverCPU, "client CPU %": u.clientCPU, "errors": float64(errs)}, nil
 }
