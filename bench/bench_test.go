@@ -45,11 +45,14 @@ func TestSmoke(t *testing.T) {
 	var log strings.Builder
 	report, err := benchmark(ctx, os.Getenv("PGBATON_DSN"), options{
 		runs: 1, window: 50 * time.Millisecond, samples: 3, killRuns: 2, rows: 200, backlog: 300, holds: "1,10",
+		keep: "100", keepHold: time.Second, keepRaw: 100,
+		fleet: "5", fleetWin: 500 * time.Millisecond, pause: 10 * time.Millisecond, poll: 100 * time.Millisecond,
 	}, &log)
 	if err != nil {
 		t.Fatalf("benchmark: %v\n%s", err, log.String())
 	}
-	e := &env{window: time.Millisecond, samples: 1, killRuns: 1, rows: 200, backlog: 300, holds: []int{1, 10}}
+	e := &env{window: time.Millisecond, samples: 1, killRuns: 1, rows: 200, backlog: 300, holds: []int{1, 10},
+		keepAlive: []int{100}, keepRaw: 100, fleet: []int{5}, fleetPoll: 100 * time.Millisecond}
 	for _, sc := range e.scenarios() {
 		if !strings.Contains(report, "### "+sc.title+"\n") {
 			t.Errorf("report lacks %q", sc.title)
@@ -58,6 +61,13 @@ func TestSmoke(t *testing.T) {
 			if !strings.Contains(report, "| "+im.name+" |") {
 				t.Errorf("%s: no row for %s", sc.title, im.name)
 			}
+		}
+	}
+	// Losing a lease is a bug, not a slow run: the keep-alive scenarios
+	// must keep every one.
+	for _, line := range strings.Split(report, "\n") {
+		if strings.HasPrefix(line, "| one client keeps ") && !strings.HasSuffix(line, "| met |") {
+			t.Errorf("keep-alive target not met: %s", line)
 		}
 	}
 	if strings.Contains(report, "failed:") {

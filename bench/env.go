@@ -35,6 +35,32 @@ type env struct {
 	backlog  int           // rows queued behind them in the deep claim scenarios (0: none)
 	holds    []int         // lock counts for the connections/memory scenario
 	self     string        // this binary, for child processes
+
+	keepAlive []int         // lease counts of the keep-alive scenarios
+	keepHold  time.Duration // how long they are held
+	keepRaw   int           // largest count at which naive renewal is measured
+
+	fleet          []int         // client counts of the fleet scenarios
+	fleetWindow    time.Duration // length of one fleet run
+	fleetPause     time.Duration // mean pause of a fleet client between iterations
+	fleetPoll      time.Duration // PollInterval of NoListen fleets
+	maxConnections int           // the server's max_connections, 0 if unknown
+
+	logf func(format string, args ...any) // progress and warnings, not the report
+}
+
+// serverMaxConnections is the server's max_connections, or 0.
+func (e *env) serverMaxConnections(ctx context.Context) int {
+	c, err := e.conn(ctx, "bench-monitor")
+	if err != nil {
+		return 0
+	}
+	defer c.Close(ctx)
+	var n int
+	if c.QueryRow(ctx, "SELECT current_setting('max_connections')::int").Scan(&n) != nil {
+		return 0
+	}
+	return n
 }
 
 // pgxConfig parses the DSN and tags the connections with an application

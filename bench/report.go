@@ -46,6 +46,8 @@ type scenario struct {
 	runs int
 	// noWarmup skips the warm-up run (runs that set up their own data).
 	noWarmup bool
+	// noRatios leaves out the ratio columns (no raw pgx row to compare).
+	noRatios bool
 }
 
 // effectiveRuns is how many recorded runs sc gets when runs are asked for.
@@ -155,6 +157,10 @@ func ratio(a, b float64) string {
 	if math.IsNaN(a) || math.IsNaN(b) || b == 0 {
 		return "–"
 	}
+	if r := a / b; r > 0 && r < 0.095 {
+		// Two significant digits: 0.0031×, not 0.00×.
+		return fmt.Sprintf("%.*f×", 1-int(math.Floor(math.Log10(r))), r)
+	}
 	return fmt.Sprintf("%.2f×", a/b)
 }
 
@@ -172,12 +178,19 @@ func writeTable(w io.Writer, sc *scenario, results []*result, runs int) {
 	if sc.note != "" {
 		fmt.Fprintf(w, "%s\n\n", sc.note)
 	}
-	fmt.Fprintf(w, "Median of %d interleaved runs, min–max in brackets; ratios on %s (%s).\n\n", runs, p.name, better)
+	if runs == 1 {
+		fmt.Fprintf(w, "One run; ratios on %s (%s).\n\n", p.name, better)
+	} else {
+		fmt.Fprintf(w, "Median of %d interleaved runs, min–max in brackets; ratios on %s (%s).\n\n", runs, p.name, better)
+	}
 	hdr := []string{"implementation"}
 	for _, m := range sc.metrics {
 		hdr = append(hdr, m.name)
 	}
-	hdr = append(hdr, "÷ raw pgx", "pgbaton ÷ this")
+	if !sc.noRatios {
+		hdr = append(hdr, "÷ raw pgx", "pgbaton ÷ this")
+	}
+	pad := len(hdr) - 2 // empty cells after a skipped or failed row's reason
 	fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(hdr, " | "), strings.Repeat(" --- |", len(hdr)))
 	var raw, ours float64 = math.NaN(), math.NaN()
 	for _, r := range results {
@@ -193,12 +206,12 @@ func writeTable(w io.Writer, sc *scenario, results []*result, runs int) {
 		switch {
 		case r.impl.skip != "":
 			row = append(row, "skipped: "+r.impl.skip)
-			for range len(sc.metrics) + 1 {
+			for range pad {
 				row = append(row, "")
 			}
 		case r.err != nil && len(r.values[p.name]) == 0:
 			row = append(row, "failed: "+strings.ReplaceAll(r.err.Error(), "|", "/"))
-			for range len(sc.metrics) + 1 {
+			for range pad {
 				row = append(row, "")
 			}
 		default:
@@ -210,8 +223,10 @@ func writeTable(w io.Writer, sc *scenario, results []*result, runs int) {
 				}
 				row = append(row, cell)
 			}
-			med := r.median(p.name)
-			row = append(row, ratio(med, raw), ratio(ours, med))
+			if !sc.noRatios {
+				med := r.median(p.name)
+				row = append(row, ratio(med, raw), ratio(ours, med))
+			}
 		}
 		fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
 	}

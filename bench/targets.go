@@ -75,6 +75,15 @@ func writeTargets(w io.Writer, e *env, f figures) {
 	p50 := f.median("Lease: handover latency on release", "pgbaton", "p50 ms")
 	rows = append(rows, row{"lease handover on release p50 ≤ 2 ms", fmt.Sprintf("%.3f ms", p50), verdict(p50 <= 2, p50)})
 
+	for _, n := range e.keepAlive {
+		t := keepAliveTitle(n)
+		lost, held := f.median(t, "pgbaton", "lost"), f.median(t, "pgbaton", "held at end")
+		cps := f.median(t, "pgbaton", "commits/s")
+		rows = append(rows, row{fmt.Sprintf("one client keeps %s leases alive (TTL %s): none lost", thousands(n), keepTTL),
+			fmt.Sprintf("%.0f lost, %.0f held at the end, %.1f commits/s", lost, held, cps),
+			verdict(lost == 0 && held == float64(n), lost, held, cps)})
+	}
+
 	fmt.Fprintf(w, "## Targets\n\n| target | figure (medians) | verdict |\n| --- | --- | --- |\n")
 	for _, r := range rows {
 		fmt.Fprintf(w, "| %s | %s | %s |\n", r.target, r.figure, r.verdict)

@@ -1,0 +1,309 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgbaton/pgbaton/leasetable"
+)
+
+const (
+	fleetMaxConns    = 2               // pool_max_conns of every client, as the README advises for fleets
+	fleetItems       = 5               // work items registered, claimed and completed per iteration
+	fleetWaitLimit   = 5 * time.Second // an Acquire that waits longer counts as an error
+	fleetSampleEvery = 250 * time.Millisecond
+	fleetOpeners     = 16 // clients created concurrently (not timed)
+	fleetPerName     = 10 // clients per shared lease name: some acquires wait
+)
+
+// fleetNames is how many lease names a fleet of clients shares.
+func fleetNames(clients int) int { return max(clients/fleetPerName, 2) }
+
+// fleetRuns numbers the runs: names, owners and application names are
+// fresh in every run.
+var fleetRuns atomic.Int64
+
+func fleetTitle(clients int) string {
+	return fmt.Sprintf("Fleet: %s clients", thousands(clients))
+}
+
+// fleetScenario: clients separate leasetable Clients, each with its own
+// small pool, as many pods would run them, churn leases and work items
+// for e.fleetWindow.
+func (e *env) fleetScenario(clients int) *scenario {
+	sc := &scenario{
+		title: fleetTitle(clients),
+		note: fmt.Sprintf("%s leasetable.Clients in one process, each with its own pgxpool (MaxConns %d) and owner, as %s "+
+			"pods would run them. Each starts at a random instant within %s and loops: Acquire one of %s shared lease names "+
+			"at random (it waits when another client holds it, so p99 shows waits; a wait over %s counts as an error), Renew, "+
+			"Release; Register %d new work items in a shared group, Claim %d, Complete them; then pauses a random 0–%s "+
+			"(mean %s). After a warm-up of %s, a window of %s is measured. ops/s: the library calls that succeeded ÷ the "+
+			"window. Acquire latency: call to return, waits included. Connections: the most server connections of the fleet "+
+			"seen at once (pg_stat_activity sampled every %s, pool and LISTEN connections by client) ÷ clients, and the most "+
+			"any one client had. Server CPU: the cluster's processes, in %% of one core; client CPU: this process, all "+
+			"clients. NoListen: the documented fleet setting, no LISTEN connection; a waiter looks again at the holder's "+
+			"known expiry, at most every PollInterval. Default: one LISTEN connection per client, taken out of its pool at "+
+			"its first wait (up to MaxConns + 1 connections); skipped when %s clients × %d connections would not fit the "+
+			"server's max_connections.",
+			thousands(clients), fleetMaxConns, thousands(clients), 2*e.fleetPause, thousands(fleetNames(clients)),
+			fleetWaitLimit, fleetItems, fleetItems, 2*e.fleetPause, e.fleetPause, e.fleetWarmup(), e.fleetWindow,
+			fleetSampleEvery, thousands(clients), fleetMaxConns+1),
+		metrics: []metric{
+			{name: "ops/s", higherBetter: true},
+			{name: "acquire p50 ms", format: "%.2f"},
+			{name: "acquire p99 ms", format: "%.1f"},
+			{name: "conns/client", format: "%.2f"},
+			{name: "max conns/client"},
+			{name: "server CPU %"},
+			{name: "client CPU %"},
+			{name: "errors"},
+		},
+		runs:     3,
+		noWarmup: true, // every run opens its own fleet
+		noRatios: true,
+	}
+	sc.impls = append(sc.impls, &impl{
+		name: fmt.Sprintf("pgbaton, NoListen, PollInterval %s", e.fleetPoll),
+		run: func(ctx context.Context) (sample, error) {
+			return e.fleetRun(ctx, clients, leasetable.Config{NoListen: true, PollInterval: e.fleetPoll})
+		},
+	})
+	listen := &impl{
+		name: "pgbaton, default config (LISTEN)",
+		run: func(ctx context.Context) (sample, error) {
+			return e.fleetRun(ctx, clients, leasetable.Config{})
+		},
+	}
+	if need := clients*(fleetMaxConns+1) + 20; e.maxConnections > 0 && need > e.maxConnections {
+		listen.skip = fmt.Sprintf("needs up to %s connections, max_connections is %s", thousands(need), thousands(e.maxConnections))
+	}
+	sc.impls = append(sc.impls, listen)
+	return sc
+}
+
+// fleetClient is one member of the fleet.
+type fleetClient struct {
+	pool *pgxpool.Pool
+	c    *leasetable.Client
+	lat  []time.Duration // acquire latencies
+	ops  int64
+	errs int64
+	err  error // the first error
+}
+
+func (e *env) fleetRun(ctx context.Context, clients int, cfg leasetable.Config) (sample, error) {
+	mon, err := e.newMonitor(ctx, "bench-monitor")
+	if err != nil {
+		return nil, err
+	}
+	defer mon.close(ctx)
+	run := fleetRuns.Add(1)
+	prefix := fmt.Sprintf("bench-fleet-%d", run)
+	shared := make([]string, fleetNames(clients))
+	for i := range shared {
+		shared[i] = fmt.Sprintf("%s/lease/%d", prefix, i)
+	}
+	group := prefix + "/items"
+
+	// Open the fleet (not timed).
+	fleet := make([]*fleetClient, clients)
+	defer func() {
+		// Close them all, then remove the rows of this run (not timed).
+		cctx := context.WithoutCancel(ctx)
+		_ = parallel(fleetOpeners, func(w int) error {
+			for i := w; i < clients; i += fleetOpeners {
+				if f := fleet[i]; f != nil {
+					_ = f.c.Close(cctx)
+					f.pool.Close()
+				}
+			}
+			return nil
+		})
+		var n int
+		_ = mon.queryRow(cctx, "WITH d AS (DELETE FROM pgbaton.lease WHERE name LIKE $1 RETURNING 1) SELECT count(*) FROM d",
+			[]any{prefix + "/%"}, &n)
+	}()
+	err = parallel(fleetOpeners, func(w int) error {
+		for i := w; i < clients; i += fleetOpeners {
+			id := fmt.Sprintf("%s-%d", prefix, i)
+			pool, err := e.pool(ctx, id, fleetMaxConns)
+			if err != nil {
+				return err
+			}
+			cc := cfg
+			cc.Owner = id
+			c, err := leasetable.New(ctx, pool, cc)
+			if err != nil {
+				pool.Close()
+				return err
+			}
+			fleet[i] = &fleetClient{pool: pool, c: c}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	// The clients start at random instants within two pauses, as pods
+	// do, and run a warm-up first (not measured); then the window.
+	from := time.Now().Add(e.fleetWarmup())
+	end := from.Add(e.fleetWindow)
+	wctx, stop := context.WithDeadline(ctx, end)
+	defer stop()
+	var wg sync.WaitGroup
+	for i, f := range fleet {
+		wg.Go(func() { f.loop(wctx, i, shared, group, e.fleetPause, from, end) })
+	}
+	select {
+	case <-time.After(time.Until(from)):
+	case <-ctx.Done():
+		wg.Wait()
+		return nil, ctx.Err()
+	}
+	a, err := mon.sample(ctx)
+	if err != nil {
+		stop()
+		wg.Wait()
+		return nil, err
+	}
+	var peakTotal, peakOne int
+	sampled := make(chan error, 1)
+	go func() { sampled <- sampleFleetConns(ctx, wctx.Done(), mon, prefix, &peakTotal, &peakOne) }()
+	<-wctx.Done()
+	b, err := mon.sample(ctx)
+	wg.Wait()
+	if serr := <-sampled; err == nil {
+		err = serr
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		return nil, err
+	}
+
+	u := between(a, b)
+	var lat []time.Duration
+	var ops, errs int64
+	var first error
+	for _, f := range fleet {
+		lat = append(lat, f.lat...)
+		ops += f.ops
+		errs += f.errs
+		if first == nil {
+			first = f.err
+		}
+	}
+	if ops == 0 {
+		return nil, fmt.Errorf("no operation succeeded: %v", first)
+	}
+	if first != nil {
+		e.logf("  %s: %d errors, the first: %v", prefix, errs, first)
+	}
+	p50, p99 := percentiles(lat)
+	return sample{"ops/s": float64(ops) / e.fleetWindow.Seconds(), "acquire p50 ms": p50, "acquire p99 ms": p99,
+		"conns/client": float64(peakTotal) / float64(clients), "max conns/client": float64(peakOne),
+		"server CPU %": u.serverCPU, "client CPU %": u.clientCPU, "errors": float64(errs)}, nil
+}
+
+// fleetWarmup is how long the fleet runs before the window: every
+// client has started and made a round.
+func (e *env) fleetWarmup() time.Duration { return 2*e.fleetPause + time.Second }
+
+// loop is one client's churn until ctx ends; calls count if they end
+// between from and end, acquire latencies if the call also began after
+// from.
+func (f *fleetClient) loop(ctx context.Context, i int, shared []string, group string, pause time.Duration, from, end time.Time) {
+	rng := rand.New(rand.NewPCG(uint64(i), uint64(len(shared))))
+	seq := 0
+	sleep := func() {
+		if pause > 0 {
+			select {
+			case <-time.After(time.Duration(rng.Int64N(int64(2 * pause)))):
+			case <-ctx.Done():
+			}
+		}
+	}
+	sleep()
+	// done records the result of one call.
+	done := func(err error) bool {
+		switch now := time.Now(); {
+		case ctx.Err() != nil || now.Before(from) || now.After(end):
+			return false
+		case err != nil:
+			f.errs++
+			if f.err == nil {
+				f.err = err
+			}
+			return false
+		}
+		f.ops++
+		return true
+	}
+	for ctx.Err() == nil {
+		name := shared[rng.IntN(len(shared))]
+		actx, cancel := context.WithTimeout(ctx, fleetWaitLimit)
+		start := time.Now()
+		l, err := f.c.Acquire(actx, name)
+		took := time.Since(start)
+		cancel()
+		if done(err) && !start.Before(from) {
+			f.lat = append(f.lat, took)
+		}
+		if err == nil {
+			done(l.Renew(ctx))
+			done(l.Release(ctx))
+		}
+		items := make([]string, fleetItems)
+		for k := range items {
+			seq++
+			items[k] = fmt.Sprintf("%s/%d-%d", group, i, seq)
+		}
+		_, err = f.c.Register(ctx, group, items...)
+		done(err)
+		ls, err := f.c.Claim(ctx, group, fleetItems)
+		if done(err) && len(ls) > 0 {
+			done(f.c.Complete(ctx, ls...))
+		}
+		sleep()
+	}
+}
+
+// sampleFleetConns counts the fleet's server connections by client until
+// stop is closed: the pool's connections carry the client's id as
+// application_name, the LISTEN connection "pgbaton lease listener <owner>".
+func sampleFleetConns(ctx context.Context, stop <-chan struct{}, mon *monitor, prefix string, peakTotal, peakOne *int) error {
+	t := time.NewTicker(fleetSampleEvery)
+	defer t.Stop()
+	for {
+		total := 0
+		err := mon.query(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND "+
+			"application_name LIKE $1 GROUP BY substring(application_name from $2)",
+			[]any{"%" + prefix + "-%", prefix + "-[0-9]+"}, func(r pgx.Rows) error {
+				var n int
+				if err := r.Scan(&n); err != nil {
+					return err
+				}
+				total += n
+				*peakOne = max(*peakOne, n)
+				return nil
+			})
+		if err != nil {
+			return err
+		}
+		*peakTotal = max(*peakTotal, total)
+		select {
+		case <-t.C:
+		case <-stop:
+			return nil
+		}
+	}
+}
