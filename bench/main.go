@@ -13,7 +13,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"regexp"
 	"runtime/pprof"
 	"slices"
@@ -179,11 +178,6 @@ func benchmark(ctx context.Context, dsn string, o options, log io.Writer) (strin
 	}
 	b.WriteString("## Figures\n\n")
 	b.WriteString(tables.String())
-	if o.out != "" {
-		if err := writeKeepAliveChart(&b, e, all, filepath.Join(filepath.Dir(o.out), "keepalive.svg")); err != nil {
-			return "", err
-		}
-	}
 	fmt.Fprintf(&b, "Load average at the end: %s\n", loadavg())
 	return b.String(), nil
 }
