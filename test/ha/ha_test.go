@@ -90,18 +90,18 @@ func TestHA(t *testing.T) {
 	admin := pgtest.Pool(t, c.URL("postgres"))
 	_, err = admin.Exec(ctx, "CREATE DATABASE pgbaton")
 	require.NoError(t, err)
-	admin.Close()
 	// pgx stops trying the other hosts of a URL when one answers that the
-	// database does not exist: wait until every node has it.
-	for _, n := range c.Nodes() {
-		pgtest.Eventually(t, time.Minute, func() (bool, error) {
-			conn, err := connectPrimary(ctx, c.NodeURL(n.Name, "pgbaton"))
-			if err == nil {
-				conn.Close(ctx)
-			}
-			return err == nil, nil
-		}, "database pgbaton not replicated to %s", n.Name)
-	}
+	// database does not exist: wait until every replica has replayed it,
+	// as the leader sees them.
+	var lsn string
+	require.NoError(t, admin.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn))
+	replicas := len(c.Nodes()) - 1
+	pgtest.Eventually(t, time.Minute, func() (bool, error) {
+		var n int
+		err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_replication WHERE replay_lsn >= $1::pg_lsn", lsn).Scan(&n)
+		return n == replicas, err
+	}, "database pgbaton not replayed by the replicas (LSN %s)", lsn)
+	admin.Close()
 	url := c.URL("pgbaton")
 	require.NoError(t, migrations.UpURL(ctx, url))
 	pool := pgtest.Pool(t, url)
@@ -200,7 +200,7 @@ func runPhase(t *testing.T, ctx context.Context, c *hacluster.Cluster, pool *pgx
 		maxLag = 1 << 30
 	}
 	require.NoError(t, c.SetConfig(ctx, map[string]any{"synchronous_mode": nm.sync, "maximum_lag_on_failover": maxLag}))
-	leader, err := c.WaitHealthy(ctx, nm.sync)
+	leader, err := waitHealthy(ctx, c, nm.sync)
 	require.NoError(t, err)
 	other := ""
 	for _, n := range c.Nodes() {
@@ -216,7 +216,7 @@ func runPhase(t *testing.T, ctx context.Context, c *hacluster.Cluster, pool *pgx
 		group: fmt.Sprintf("ha:p%d:items", phase)}
 	prepare(t, ctx, pool, w)
 	// Everything prepared is on the replica before the fault.
-	_, err = c.WaitHealthy(ctx, nm.sync)
+	_, err = waitHealthy(ctx, c, nm.sync)
 	require.NoError(t, err)
 	old, err := whoIsPrimary(ctx, c.URL("postgres"))
 	require.NoError(t, err)
@@ -231,7 +231,7 @@ func runPhase(t *testing.T, ctx context.Context, c *hacluster.Cluster, pool *pgx
 		// Item registrations stay out of the lost window: an item whose
 		// registration is lost never existed for the new primary.
 		w.stopFeeding()
-		_, err = c.WaitHealthy(ctx, false)
+		_, err = waitHealthy(ctx, c, false)
 		require.NoError(t, err)
 		c.StallReplication(leader)
 		time.Sleep(lagFor) // the lag is the point: commits the replica never gets
@@ -323,6 +323,14 @@ func runPhase(t *testing.T, ctx context.Context, c *hacluster.Cluster, pool *pgx
 		t.Logf("backwards: %s", s)
 	}
 	return r
+}
+
+// waitHealthy is c.WaitHealthy, bounded: a replica that never streams
+// fails the phase instead of hanging the run.
+func waitHealthy(ctx context.Context, c *hacluster.Cluster, sync bool) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	return c.WaitHealthy(ctx, sync)
 }
 
 // prepare creates the phase's ledger.

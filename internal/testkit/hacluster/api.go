@@ -11,6 +11,8 @@ import (
 	"os/exec"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Member is one node as Patroni's REST API (GET /cluster) describes it.
@@ -103,10 +105,18 @@ func (c *Cluster) WaitHealthy(ctx context.Context, sync bool) (string, error) {
 		s, err := c.Status(ctx)
 		if err == nil {
 			if leader, ok := healthy(s, len(c.nodes), sync); ok {
-				return leader, nil
+				// Patroni 3.0 reports a replica "running" with no lag as
+				// soon as its PostgreSQL runs, even before its WAL
+				// receiver streams: ask the leader.
+				n, serr := c.streaming(ctx, leader)
+				if serr == nil && n == len(c.nodes)-1 {
+					return leader, nil
+				}
+				last = fmt.Sprintf("leader %s: %d of %d replicas streaming (%v)", leader, n, len(c.nodes)-1, serr)
+			} else {
+				b, _ := json.Marshal(s)
+				last = string(b)
 			}
-			b, _ := json.Marshal(s)
-			last = string(b)
 		} else {
 			last = err.Error()
 		}
@@ -116,6 +126,21 @@ func (c *Cluster) WaitHealthy(ctx context.Context, sync bool) (string, error) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// streaming counts the replicas streaming from leader, by its
+// pg_stat_replication.
+func (c *Cluster) streaming(ctx context.Context, leader string) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.NodeURL(leader, "postgres"))
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var n int
+	err = conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'").Scan(&n)
+	return n, err
 }
 
 func healthy(s Status, nodes int, sync bool) (string, bool) {

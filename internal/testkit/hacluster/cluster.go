@@ -167,7 +167,9 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
-	if _, err := c.WaitHealthy(ctx, false); err != nil {
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if _, err := c.WaitHealthy(wctx, false); err != nil {
 		return nil, err
 	}
 	cfg.Logger.Info("patroni cluster up", "dir", dir, "nodes", len(c.nodes))
@@ -389,8 +391,8 @@ func (c *Cluster) logTail(name string) string {
 		return ""
 	}
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > 30 {
-		lines = lines[len(lines)-30:]
+	if len(lines) > 80 {
+		lines = lines[len(lines)-80:]
 	}
 	return strings.Join(lines, "\n")
 }
