@@ -53,10 +53,11 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte, wait
 		})
 		return row, err
 	}, func(ctx context.Context, row db.LeaseAttemptRow, err error) {
-		switch {
-		case err == nil && row.Acquired:
-			c.releaseGrants(ctx, []string{name}, []int64{row.Token})
-		case err != nil:
+		// Granted, or maybe granted: give back what the request id got.
+		// releaseRef tries again after the session's next keep-alive if
+		// the server cannot be reached now; the grant is bound to the
+		// session, so without that it would be kept alive with it.
+		if err != nil || row.Acquired {
 			c.releaseRef(ctx, s, p.Ref)
 		}
 	})
@@ -189,17 +190,15 @@ func (c *Client) releaseRef(ctx context.Context, s *session, ref pgtype.UUID) {
 	}
 }
 
-// releaseGrants gives back grants nobody took: of a caller that gave up
-// while they were in flight. Best effort: what fails expires at its TTL.
+// releaseGrants gives back grants the client cannot keep because it
+// closed while they were in flight (grants whose caller gave up go back by
+// request id, releaseRef). Best effort: the client's session ends with
+// it, so what fails here expires at its TTL.
 func (c *Client) releaseGrants(ctx context.Context, names []string, tokens []int64) {
 	if len(names) == 0 {
 		return
 	}
-	err := c.retry(ctx, true, func(ctx context.Context) error {
-		_, err := c.q.LeaseReleaseMany(ctx, c.pool, db.LeaseReleaseManyParams{Names: names, Tokens: tokens, Owner: c.cfg.Owner})
-		return err
-	})
-	if err != nil {
+	if _, err := c.releaseMany(ctx, names, tokens); err != nil {
 		c.log.Warn("pgbaton: giving back a grant whose caller gave up failed; it expires at its TTL",
 			"leases", names, "error", err)
 		return

@@ -98,9 +98,9 @@ func (c *Client) claim(ctx context.Context, group string, n int, waitStart time.
 		})
 		return rows, err
 	}, func(ctx context.Context, rows []db.LeaseClaimRow, err error) {
-		if err == nil {
-			c.releaseClaimed(ctx, rows)
-		} else {
+		// As in attempt: by request id, tried again after the next
+		// keep-alive when the server cannot be reached now.
+		if err != nil || len(rows) > 0 {
 			c.releaseRef(ctx, s, p.Ref)
 		}
 	})
@@ -224,7 +224,9 @@ func (c *Client) CompleteAndClaim(ctx context.Context, group string, n int, done
 			return
 		}
 		_ = cb.finish(r.deleted, nil)
-		c.releaseClaimed(ctx, r.claimed)
+		if len(r.claimed) > 0 {
+			c.releaseRef(ctx, s, ref) // as in Claim
+		}
 	})
 	if err != nil {
 		err = c.dbError("complete and claim from "+group, err)

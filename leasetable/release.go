@@ -20,11 +20,7 @@ func (c *Client) releaseAll(ctx context.Context, leases []*Lease) error {
 	names, tokens := grants(leases)
 	ctx, cancel := c.cleanupContext(ctx)
 	defer cancel()
-	var freed []string
-	err := c.retry(ctx, true, func(ctx context.Context) (err error) {
-		freed, err = c.q.LeaseReleaseMany(ctx, c.pool, db.LeaseReleaseManyParams{Names: names, Tokens: tokens, Owner: c.cfg.Owner})
-		return err
-	})
+	freed, err := c.releaseMany(ctx, names, tokens)
 	if err != nil {
 		err = c.dbError("release", err)
 		for _, l := range leases {
@@ -52,6 +48,17 @@ func (c *Client) releaseAll(ctx context.Context, leases []*Lease) error {
 		l.recordReleased(!gone[l.name])
 	}
 	return nil
+}
+
+// releaseMany gives back the grants (names[i], tokens[i]) in one round
+// trip, once more on a fresh connection if need be, and returns the names
+// it freed (not those taken over meanwhile).
+func (c *Client) releaseMany(ctx context.Context, names []string, tokens []int64) (freed []string, err error) {
+	err = c.retry(ctx, true, func(ctx context.Context) (err error) {
+		freed, err = c.q.LeaseReleaseMany(ctx, c.pool, db.LeaseReleaseManyParams{Names: names, Tokens: tokens, Owner: c.cfg.Owner})
+		return err
+	})
+	return freed, err
 }
 
 // grants are the names and tokens of leases, as the batch protocol
@@ -99,11 +106,7 @@ func (c *Client) returnUnreturned(ctx context.Context) {
 	names, tokens := grants(leases)
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReleaseTimeout)
 	defer cancel()
-	var freed []string
-	err := c.retry(ctx, true, func(ctx context.Context) (err error) {
-		freed, err = c.q.LeaseReleaseMany(ctx, c.pool, db.LeaseReleaseManyParams{Names: names, Tokens: tokens, Owner: c.cfg.Owner})
-		return err
-	})
+	freed, err := c.releaseMany(ctx, names, tokens)
 	if err != nil {
 		c.log.Debug("pgbaton: giving back leases whose release failed; trying again later", "leases", len(leases), "error", err)
 		return
