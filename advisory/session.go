@@ -224,6 +224,9 @@ func (s *session) run() {
 	watchT.Stop()
 	defer watchT.Stop()
 	var watch *idleWatch
+	// Without a descriptor to wait on (other systems, custom dialers) the
+	// session relies on its pings alone and never arms the watch timer.
+	watchable := canWatchIdle && rawConnOf(s.w.nc) != nil
 	defer func() {
 		if watch != nil {
 			watch.stop()
@@ -246,7 +249,7 @@ func (s *session) run() {
 			queue = s.linger(queue)
 		}
 		if pending == nil && len(queue) == 0 && len(inflight) == 0 {
-			if watch == nil {
+			if watchable && watch == nil {
 				watchT.Reset(idleWatchAfter)
 			}
 			var readable <-chan struct{}
@@ -277,6 +280,10 @@ func (s *session) run() {
 			case c := <-s.ctl:
 				pending = c
 			case <-s.kill:
+				if watch != nil {
+					watch.stop() // before finish: nothing outlives the session
+					watch = nil
+				}
 				s.finish(s.killErr, queue, inflight, false)
 				return
 			}
