@@ -2,5 +2,5 @@
 
 package schema
 
-// Latest is the newest schema version this build knows (0014_batch_joins.up.sql).
-const Latest uint = 14
+// Latest is the newest schema version this build knows (0015_settle_pairs.up.sql).
+const Latest uint = 15
