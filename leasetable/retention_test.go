@@ -156,6 +156,9 @@ SELECT count(*) FROM pgbaton.complete_many(ARRAY(SELECT name FROM c), ARRAY(SELE
 		if slots <= slotKept+100 && runs <= runKept+100 {
 			t.Logf("pruned down to %d cron slots (7 of 100 days: %d) and %d job runs (30 of 100 days: %d) in %s",
 				slots, slotKept, runs, runKept, time.Since(start).Round(time.Millisecond))
+			// Not too far either: what is younger than its retention stays.
+			assert.GreaterOrEqual(t, slots, slotKept-100, "cron slots younger than 7 days were pruned")
+			assert.GreaterOrEqual(t, runs, runKept-100, "job runs younger than 30 days were pruned")
 			break
 		}
 		require.True(t, time.Now().Before(deadline), "still %d cron slots and %d job runs", slots, runs)
