@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 	"github.com/pgbaton/pgbaton/leasetable"
 )
 
@@ -176,11 +177,7 @@ func TestIdleSessionLapses(t *testing.T) {
 		return n
 	}
 	require.Equal(t, 1, sessions())
-	deadline := time.Now().Add(10 * time.Second)
-	for sessions() > 0 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond) // poll until the idle session is gone, bounded
-	}
-	require.Zero(t, sessions(), "idle session still there")
+	pgtest.Eventually(t, 10*time.Second, func() (bool, error) { return sessions() == 0, nil }, "idle session still there")
 	before := sent.snapshot()
 	time.Sleep(time.Second) // nothing to keep alive: nothing should be sent
 	// A keep-alive every RenewInterval would be 6 statements in that second.
