@@ -171,9 +171,6 @@ func (c *Client) Complete(ctx context.Context, leases ...*Lease) error {
 	})
 	if err != nil {
 		err = c.dbError("complete", err)
-		for _, l := range cb.leases {
-			c.remember(l)
-		}
 	}
 	return cb.finish(deleted, err)
 }
@@ -181,8 +178,9 @@ func (c *Client) Complete(ctx context.Context, leases ...*Lease) error {
 // CompleteAndClaim completes done (as Complete) and claims up to n leases
 // of group (as Claim) in one round trip and one transaction: a worker's
 // loop pays one commit per batch instead of two. If the round trip fails,
-// neither happened: done stay uncompleted, their rows expire at their TTL
-// and are claimed again, as after a failed Complete. If some of done were
+// neither happened: done stay uncompleted, and are given back once the
+// server is reached again (at their TTL at the latest) and claimed again,
+// as after a failed Complete. If some of done were
 // not completed (released, lost or taken over before), the error wraps
 // ErrNotHeld and the claimed leases are returned all the same: they are
 // held and must be completed or released.
@@ -204,10 +202,14 @@ func (c *Client) CompleteAndClaim(ctx context.Context, group string, n int, done
 		leases, err := c.Claim(ctx, group, n)
 		return leases, errors.Join(doneErr, err)
 	}
+	if ctx.Err() != nil {
+		// Nothing is sent (inFlight would not): done stay uncompleted.
+		return nil, cb.finish(nil, ctxErr(ctx))
+	}
 	start := time.Now()
 	s, err := c.sessionFor(ctx)
 	if err != nil {
-		return nil, err
+		return nil, cb.finish(nil, err)
 	}
 	p := cb.params(c)
 	ref := newRef()
@@ -422,6 +424,9 @@ func (cb *completion) finish(deleted []string, err error) error {
 		for _, l := range cb.leases {
 			l.setReleaseErr(err)
 			l.recordReleased(false)
+			// Stopped but not completed: given back after the next
+			// keep-alive (or by Close), not kept alive with the session.
+			l.c.remember(l)
 		}
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 	"github.com/pgbaton/pgbaton/leasetable"
 )
 
@@ -50,4 +51,37 @@ func TestSettleManyReleasesEachWithItsToken(t *testing.T) {
 	var owner *string
 	require.NoError(t, pool.QueryRow(context.Background(), "SELECT owner FROM pgbaton.lease WHERE name = 'b'").Scan(&owner))
 	require.Nil(t, owner, "b is free again")
+}
+
+// CompleteAndClaim with a context that has already ended sends nothing:
+// its done leases are not completed, and must go back (after the next
+// keep-alive) instead of staying bound to the client's live session until
+// it ends.
+func TestCompleteAndClaimWithEndedContextGivesDoneBack(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := ctxT(t, time.Minute)
+	const ttl = 10 * time.Second
+	a := newClient(t, pool, leasetable.Config{Owner: "a", TTL: ttl, RenewInterval: 200 * time.Millisecond})
+	b := newClient(t, pool, leasetable.Config{Owner: "b", TTL: ttl})
+	_, err := a.Register(ctx, "cc", "item")
+	require.NoError(t, err)
+	done, err := a.Claim(ctx, "cc", 1)
+	require.NoError(t, err)
+	require.Len(t, done, 1)
+
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = a.CompleteAndClaim(ended, "cc", 1, done...)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Error(t, done[0].Complete(ctx), "the item was not completed")
+
+	start := time.Now()
+	var got []*leasetable.Lease
+	pgtest.Eventually(t, ttl/2, func() (bool, error) {
+		got, err = b.Claim(ctx, "cc", 1)
+		return len(got) == 1, err
+	}, "the uncompleted item was not given back before half its TTL")
+	t.Logf("claimable again after %s (TTL %s)", time.Since(start).Round(time.Millisecond), ttl)
+	require.NoError(t, b.Complete(ctx, got...))
 }
