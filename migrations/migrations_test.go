@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbaton/pgbaton"
@@ -145,4 +146,26 @@ func TestStandbyIsRefused(t *testing.T) {
 // the two must agree. When this fails, run `make generate`.
 func TestLatestIsTheLibrarysLatest(t *testing.T) {
 	require.Equal(t, migrations.Latest(), schema.Latest, "internal/schema/latest.go is stale: run `make generate`")
+}
+
+// TestNoFunctionIsReplannedAtEveryCall: Postgres (before 18) keeps no plan
+// of a LANGUAGE sql function it cannot inline, and one with a SET clause,
+// SECURITY DEFINER or a body that is not a SELECT is never inlined: every
+// call parses and plans its body again. complete_many was such a function; planning its join cost
+// about 110 µs per CompleteAndClaim, a third of a claim loop's time. The
+// functions pgbaton calls are plpgsql (plans cached per session) or
+// inlinable SQL.
+func TestNoFunctionIsReplannedAtEveryCall(t *testing.T) {
+	ctx := context.Background()
+	pool := env.DB(t).Pool(t)
+	rows, err := pool.Query(ctx, `
+		SELECT p.oid::regprocedure::text FROM pg_proc p
+		  JOIN pg_language lang ON lang.oid = p.prolang
+		 WHERE p.pronamespace = 'pgbaton'::regnamespace AND lang.lanname = 'sql'
+		   AND (p.proconfig IS NOT NULL OR p.prosecdef OR btrim(p.prosrc, E' \n\t') !~* '^select')
+		 ORDER BY 1`)
+	require.NoError(t, err)
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Empty(t, names, "LANGUAGE sql functions Postgres cannot inline, so plans at every call: make them plpgsql")
 }

@@ -2,5 +2,5 @@
 
 package schema
 
-// Latest is the newest schema version this build knows (0015_settle_pairs.up.sql).
-const Latest uint = 15
+// Latest is the newest schema version this build knows (0016_cached_plans.up.sql).
+const Latest uint = 16
