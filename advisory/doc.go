@@ -24,16 +24,18 @@
 //	defer lk.Unlock(ctx)
 //	// work, watching lk.Done()
 //
-// Lock and RLock wait on a connection of their own, so a wait never holds
-// up the shared session. When the caller's context ends the wait is
-// cancelled on the server, and because Postgres may grant the lock just as
-// the cancel arrives, the waiting connection releases whatever it holds
-// before it is closed. A granted wait's connection becomes a session, and
-// the connections of sessions that fall idle are kept (two at most) for
-// the next waits, so a contended lock does not open a backend per wait; a
-// Lock that finds such a connection waits on it straight away (granted
-// in one round trip if the key is free), as a plain pg_advisory_lock
-// would.
+// Lock and RLock wait on a session of their own, so a wait never holds up
+// the shared session: the session's goroutine runs the blocking
+// pg_advisory_lock, and the lock, once granted, is held on that session.
+// When the caller's context ends the wait is cancelled on the server, and
+// because Postgres may grant the lock just as the cancel arrives, the
+// waiting session releases whatever it holds before its connection is
+// closed. Sessions that fall idle are kept (two at most, goroutine and
+// all, pinging and watching their connection like any session) for the
+// next waits, so a contended lock neither opens a backend nor starts a
+// session per wait; a Lock that finds such a session waits on it straight
+// away (granted in one round trip if the key is free), as a plain
+// pg_advisory_lock would.
 //
 // Every connection a Locker holds locks on carries the application_name
 // "pgbaton advisory <Config.Owner>" (host:pid by default), so

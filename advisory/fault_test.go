@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbaton/pgbaton/advisory"
@@ -419,4 +420,48 @@ func TestServerRestart(t *testing.T) {
 		}
 		return true, lk.Unlock(ctx)
 	}, "locking works again after the restart")
+}
+
+// A session kept idle for the next blocking wait (a spare) whose backend
+// is terminated is replaced without the wait failing, and its end is not
+// a lost session: it held nothing.
+func TestWaitAfterSpareTerminated(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	admin := adminPool(t)
+	ctx := ctxT(t)
+	l := newLocker(t, pool, advisory.Config{})
+	other := newLocker(t, pool, advisory.Config{})
+	key := advisory.Int64(77)
+
+	// contended has l wait for key while other holds it, and returns the
+	// backend l got it on.
+	contended := func() uint32 {
+		t.Helper()
+		held, err := other.Lock(ctx, key)
+		require.NoError(t, err)
+		got := make(chan *advisory.Lock, 1)
+		go func() {
+			lk, err := l.Lock(ctx, key)
+			assert.NoError(t, err)
+			got <- lk
+		}()
+		pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
+			_, waiting := advisoryLocks(t, admin, d)
+			return waiting == 1, nil
+		}, "l never waited")
+		require.NoError(t, held.Unlock(ctx))
+		lk := <-got
+		require.NotNil(t, lk)
+		pid := holderPID(t, admin, d, 77)
+		require.NoError(t, lk.Unlock(ctx)) // its session becomes a spare
+		return pid
+	}
+	spare := contended()
+	connects := l.Stats().Connects
+	env.Terminate(t, spare)
+	again := contended()
+	assert.NotEqual(t, spare, again)
+	assert.Equal(t, connects+1, l.Stats().Connects, "one new connection for the wait")
+	assert.Zero(t, l.Stats().LostSessions)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,7 +33,7 @@ type Locker struct {
 	total    int                 // locks held or being taken: the MaxLocks budget
 	names    map[string]struct{} // names recorded in the registry
 	bg       sync.WaitGroup      // blocking waits and retiring sessions
-	spares   []*ownedConn        // idle connections kept for waits
+	spares   []*session          // idle sessions kept for waits (not in sessions)
 	spreadAt time.Duration       // l.since() before which no session opens to spread load
 
 	stats   counters
@@ -301,9 +302,9 @@ func (l *Locker) settleTurn(key Key, id lockID, shared bool, e *entry, s *sessio
 // On success the returned session's count includes the lock.
 func (l *Locker) take(ctx context.Context, key Key, id lockID, shared, wait bool, e *entry, contended *bool) (*session, error) {
 	if wait {
-		if oc, ok := l.takeSpare(); ok {
+		if sp, ok := l.takeSpare(); ok {
 			l.markWaiting(e)
-			s, err := l.wait(ctx, id, shared, oc, contended)
+			s, err := l.wait(ctx, id, shared, sp, contended)
 			if err != nil {
 				return nil, fmt.Errorf("advisory: lock %s: %w", key, err)
 			}
@@ -466,7 +467,19 @@ func (l *Locker) spreadLocked() {
 	go func() {
 		defer l.bg.Done()
 		defer func() { <-l.opening }()
-		oc, err := l.spareOrConn(l.ctx)
+		if s, ok := l.takeSpare(); ok {
+			l.mu.Lock()
+			if l.closed {
+				l.mu.Unlock()
+				l.dropSpare(s)
+				return
+			}
+			s.shared = true
+			l.sessions = append(l.sessions, s)
+			l.mu.Unlock()
+			return
+		}
+		oc, err := l.openConn(l.ctx)
 		l.mu.Lock()
 		if err != nil {
 			l.spreadAt = l.since() + l.cfg.RetryDelay
@@ -488,29 +501,12 @@ func (l *Locker) spreadLocked() {
 	}()
 }
 
-// spareOrConn returns a kept spare connection that still answers, or a
-// new one.
-func (l *Locker) spareOrConn(ctx context.Context) (*ownedConn, error) {
-	for {
-		oc, ok := l.takeSpare()
-		if !ok {
-			return l.openConn(ctx)
-		}
-		pctx, cancel := context.WithTimeout(ctx, l.cfg.PingTimeout)
-		err := oc.conn.Ping(pctx)
-		cancel()
-		if err == nil {
-			return oc, nil
-		}
-		closeConn(oc.conn)
-	}
-}
-
 // unreserve gives back a lock counted in by reserveSession or held on s.
-// A session that falls idle may retire: its connection becomes a spare.
-// That is a hand-over between goroutines, without a round trip, unless an
-// unlock found the backend holding less than it should (then everything
-// is released first, in the background).
+// A session that falls idle may retire: it is kept, goroutine and all, as
+// a spare for the next blocking wait. That is a hand-over in the Locker's
+// books, without a round trip, unless an unlock found the backend holding
+// less than it should (then everything is released first, in the
+// background).
 func (l *Locker) unreserve(s *session) {
 	l.mu.Lock()
 	s.count--
@@ -526,39 +522,58 @@ func (l *Locker) unreserve(s *session) {
 	go l.parkSession(s)
 }
 
-// parkSession stops s and keeps its connection as a spare.
+// parkSession keeps the idle session s as a spare, cleared first if an
+// unlock found its backend holding less than it should.
 func (l *Locker) parkSession(s *session) {
 	defer l.bg.Done()
-	if oc := s.park(); oc != nil {
-		l.addSpare(oc)
+	if s.dirty.Load() {
+		var err error
+		s.withConn(func(oc *ownedConn) {
+			ctx, cancel := context.WithTimeout(context.Background(), l.cfg.PingTimeout)
+			err = releaseAll(ctx, oc)
+			cancel()
+		})
+		if err != nil {
+			s.abort(fmt.Errorf("%w: %w", ErrLockLost, err))
+			return
+		}
+		s.dirty.Store(false)
 	}
+	l.addSpare(s)
 }
 
-// maxSpares bounds the idle connections kept for blocking waits.
+// maxSpares bounds the idle sessions kept for blocking waits.
 const maxSpares = 2
 
-// addSpare keeps oc, holding no locks, for a later wait.
-func (l *Locker) addSpare(oc *ownedConn) {
+// addSpare keeps s, idle and holding no locks, for a later wait.
+func (l *Locker) addSpare(s *session) {
 	l.mu.Lock()
-	if l.closed || len(l.spares) >= maxSpares {
+	if l.closed || len(l.spares) >= maxSpares || !s.alive() {
 		l.mu.Unlock()
-		closeConn(oc.conn)
+		l.dropSpare(s)
 		return
 	}
-	l.spares = append(l.spares, oc)
+	l.spares = append(l.spares, s)
 	l.mu.Unlock()
 }
 
-// takeSpare returns a kept connection, or ok false.
-func (l *Locker) takeSpare() (*ownedConn, bool) {
+// takeSpare returns a kept idle session, or ok false.
+func (l *Locker) takeSpare() (*session, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.spares) == 0 {
 		return nil, false
 	}
-	oc := l.spares[len(l.spares)-1]
+	s := l.spares[len(l.spares)-1]
 	l.spares = l.spares[:len(l.spares)-1]
-	return oc, true
+	return s, true
+}
+
+// dropSpare ends an idle session that holds no locks and is in no list.
+func (l *Locker) dropSpare(s *session) {
+	if oc := s.park(); oc != nil {
+		closeConn(oc.conn)
+	}
 }
 
 // retireLocked decides, with l.mu held, whether an idle session should be
@@ -602,16 +617,25 @@ func (l *Locker) removeSession(s *session) {
 // sessionEnded runs once when s is lost, closed or parked, from its
 // goroutine: every lock on it is cancelled with the cause, and its keys
 // are free to be taken again (on another session).
-func (l *Locker) sessionEnded(s *session, cause error) (lost int) {
+func (l *Locker) sessionEnded(s *session, cause error) (lost int, spare bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if i := slices.Index(l.spares, s); i >= 0 {
+		// An idle spare noticed its connection had gone: the next wait
+		// opens another.
+		l.spares = slices.Delete(l.spares, i, i+1)
+		return 0, true
+	}
+	if s.count == 0 && !slices.Contains(l.sessions, s) {
+		return 0, true // a spare taken for a wait, or a wait's session: it held nothing
+	}
 	l.removeSession(s)
 	if !errors.Is(cause, pgbaton.ErrClosed) {
 		l.stats.lostSessions.Add(1)
 		l.reopen.Store(true)
 	}
 	if s.count == 0 {
-		return 0 // no lock held or being taken here (a parked session)
+		return 0, false // no lock held or being taken here (a parked session)
 	}
 	metricCause := lossCause(cause)
 	if !errors.Is(cause, ErrLockLost) {
@@ -630,7 +654,7 @@ func (l *Locker) sessionEnded(s *session, cause error) (lost int) {
 		l.total--
 		e.notify()
 	}
-	return lost
+	return lost, false
 }
 
 // Close releases every lock the Locker holds (their contexts are
@@ -674,8 +698,8 @@ func (l *Locker) Close(ctx context.Context) error {
 	spares := l.spares
 	l.spares = nil
 	l.mu.Unlock()
-	for _, oc := range spares {
-		closeConn(oc.conn)
+	for _, s := range spares {
+		l.dropSpare(s)
 	}
 	return errors.Join(errs...)
 }

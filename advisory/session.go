@@ -71,8 +71,9 @@ type sessionHooks struct {
 	metrics *metrics
 	// ended is told once, from the session's goroutine, that the session
 	// is over (lost, closed or parked), before exited is closed; it
-	// returns the number of locks that went with it.
-	ended func(s *session, cause error) int
+	// returns the number of locks that went with it, and whether it was
+	// an idle spare (whose end costs nothing).
+	ended func(s *session, cause error) (lost int, spare bool)
 }
 
 type request struct {
@@ -101,6 +102,12 @@ type control struct {
 	ctx   context.Context
 	fn    func(*ownedConn) // controlFunc
 	reply chan controlReply
+
+	// controlWait: the lock to wait for, and the Locker's context (its
+	// end gives the wait up, like ctx's).
+	id         lockID
+	sharedLock bool
+	stop       context.Context
 }
 
 type controlKind int
@@ -109,11 +116,16 @@ const (
 	controlShutdown controlKind = iota // release everything, close
 	controlPark                        // stop, keep the connection as a spare
 	controlFunc                        // run fn with the connection (tests)
+	controlWait                        // block until the lock is granted (see runWait)
 )
 
 type controlReply struct {
 	err  error
 	kept *ownedConn // controlPark
+
+	// controlWait: the key was held when the wait began; the connection
+	// had failed before the wait could run (a spare gone stale).
+	waited, stale bool
 }
 
 // newSession starts a session on oc.
@@ -330,9 +342,10 @@ func (s *session) run() {
 		if err := s.receive(b); err != nil {
 			if errors.Is(err, ErrSessionPooling) {
 				s.leavePooler(err, queue, inflight)
-				return
+			} else {
+				s.finish(err, queue, inflight, false)
 			}
-			s.finish(err, queue, inflight, false)
+			s.dropControl(pending)
 			return
 		}
 	}
@@ -495,10 +508,18 @@ func (s *session) leavePooler(cause error, queue []*request, inflight []*batch) 
 func (s *session) control(c *control, queue []*request) bool {
 	if s.expired() && c.kind != controlShutdown {
 		s.finish(s.lostErr(), queue, nil, false)
-		c.reply <- controlReply{}
+		c.reply <- controlReply{err: s.lostErr(), stale: true}
 		return true
 	}
 	switch c.kind {
+	case controlWait:
+		rep, goOn := s.runWait(c)
+		if !goOn {
+			// Given up or failed: the backend was cleared (or is gone).
+			s.finish(fmt.Errorf("%w: %w", ErrLockLost, pgbaton.ErrClosed), queue, nil, false)
+		}
+		c.reply <- rep
+		return !goOn
 	case controlFunc:
 		c.fn(s.ownedConn)
 		c.reply <- controlReply{}
@@ -534,6 +555,20 @@ func (s *session) control(c *control, queue []*request) bool {
 	}
 }
 
+// dropControl answers a control that was taken but never ran because the
+// session ended first (its caller waits for an answer): a wait may try
+// another session.
+func (s *session) dropControl(c *control) {
+	if c == nil {
+		return
+	}
+	rep := controlReply{stale: true}
+	if c.kind == controlWait {
+		rep.err = s.cause
+	}
+	c.reply <- rep
+}
+
 // finish ends the session: every request taken is answered with cause,
 // the connection is closed (unless kept as a spare), and the Locker
 // cancels the session's locks.
@@ -560,9 +595,9 @@ func (s *session) finish(cause error, queue []*request, inflight []*batch, keep 
 		_ = s.w.nc.Close()
 	}
 	s.hooks.metrics.sessionClosed()
-	lost := s.hooks.ended(s, cause)
+	lost, spare := s.hooks.ended(s, cause)
 	switch {
-	case errors.Is(cause, pgbaton.ErrClosed):
+	case errors.Is(cause, pgbaton.ErrClosed), spare:
 		s.hooks.cfg.Logger.Debug("advisory: session closed", "pid", s.pid, "kept", keep)
 	default:
 		s.hooks.cfg.Logger.Warn("advisory: session lost; its locks are cancelled with ErrLockLost", "pid", s.pid, "locks", lost, "err", cause)

@@ -20,8 +20,7 @@ import (
 // ownedConn is a connection the Locker took out of the pool for good and
 // made its own: probed (server kind, standby, pooler), tagged
 // (application_name, token) and with the session statements prepared.
-// Sessions and blocking waits run on ownedConns; idle ones are kept as
-// spares.
+// Sessions (and the blocking waits they run) are on ownedConns.
 type ownedConn struct {
 	conn  *pgx.Conn
 	pid   int32

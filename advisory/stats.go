@@ -24,7 +24,7 @@ type Stats struct {
 	// locks with it.
 	LostSessions int64
 	// Connects counts connections taken from the pool for sessions and
-	// waits. Idle sessions' connections are kept as spares for waits, so
+	// waits. Idle sessions are kept as spares for waits, so
 	// this grows slower than the number of waits.
 	Connects int64
 }

@@ -7,25 +7,27 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
 )
 
-// wait blocks in pg_advisory_lock on a connection of its own: oc, or a
-// spare, or a new one. Once the lock is granted the connection becomes a
-// session holding it (and later other locks too). A wait given up (ctx
-// ended, Locker closed) is cancelled on the server; because Postgres may
-// grant the lock just as the cancel arrives, the connection then releases
-// every advisory lock it holds before it is closed, so nothing is left
-// behind. contended is set when the key was held as the wait began.
-func (l *Locker) wait(ctx context.Context, id lockID, shared bool, oc *ownedConn, contended *bool) (*session, error) {
+// wait blocks in pg_advisory_lock on a session of its own: s (a spare),
+// or another spare, or a new one. The session's goroutine runs the wait
+// (see session.runWait); once the lock is granted the session holds it
+// (and later other locks too), so the unlock goes out on the same
+// goroutine with no session set up or torn down per acquisition. A wait
+// given up (ctx ended, Locker closed) is cancelled on the server and its
+// session ends: because Postgres may grant the lock just as the cancel
+// arrives, the connection releases every advisory lock it holds before it
+// is closed, so nothing is left behind. contended is set when the key was
+// held as the wait began.
+func (l *Locker) wait(ctx context.Context, id lockID, shared bool, s *session, contended *bool) (*session, error) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		if oc != nil {
-			closeConn(oc.conn)
+		if s != nil {
+			l.dropSpare(s)
 		}
 		return nil, pgbaton.ErrClosed
 	}
@@ -34,36 +36,72 @@ func (l *Locker) wait(ctx context.Context, id lockID, shared bool, oc *ownedConn
 	defer l.bg.Done()
 
 	for attempt := 0; ; attempt++ {
-		spare := oc != nil
+		spare := s != nil
 		if !spare {
-			oc, spare = l.takeSpare()
+			s, spare = l.takeSpare()
 		}
 		if !spare {
-			var err error
-			if oc, err = l.openConn(ctx); err != nil {
+			oc, err := l.openConn(ctx)
+			if err != nil {
 				return nil, err
 			}
+			l.mu.Lock()
+			if l.closed {
+				l.mu.Unlock()
+				closeConn(oc.conn)
+				return nil, pgbaton.ErrClosed
+			}
+			s = l.newSession(oc)
+			l.mu.Unlock()
 		}
-		s, err := l.waitOn(ctx, oc, id, shared, contended)
-		var pgErr *pgconn.PgError
-		if err != nil && spare && attempt < maxSpares && ctx.Err() == nil && !errors.As(err, &pgErr) && oc.conn.IsClosed() {
-			oc = nil
-			continue // the spare went stale while idle: take another
+		rep, ok := s.sendControl(&control{kind: controlWait, ctx: ctx, stop: l.ctx, id: id, sharedLock: shared})
+		if !ok || rep.stale {
+			if spare && attempt < maxSpares && ctx.Err() == nil && l.ctx.Err() == nil {
+				s = nil
+				continue // the spare went stale while idle: take another
+			}
+			if !ok {
+				<-s.exited
+				return nil, fmt.Errorf("wait for lock: %w", s.cause)
+			}
 		}
-		return s, err
+		if rep.waited {
+			*contended = true
+		}
+		if rep.err != nil {
+			return nil, rep.err
+		}
+		if rep.waited {
+			l.stats.contended.Add(1)
+		}
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			_ = s.shutdown(context.Background())
+			return nil, pgbaton.ErrClosed
+		}
+		s.count = 1
+		l.sessions = append(l.sessions, s)
+		l.mu.Unlock()
+		return s, nil
 	}
 }
 
-// waitOn blocks in pg_advisory_lock on oc (see wait).
-func (l *Locker) waitOn(ctx context.Context, oc *ownedConn, id lockID, shared bool, contended *bool) (*session, error) {
-	// The query runs under its own context: cancelling it through pgx would
-	// close the connection, and the server would release a lock granted in
-	// the meantime only when it notices, some time later. Instead, when the
-	// caller gives up (or Close is called), a cancel request stops the wait
-	// on the server and the connection is cleared.
-	wctx, wcancel := context.WithCancelCause(ctx)
+// runWait blocks in pg_advisory_lock on the session's connection, from
+// its goroutine, with nothing else on the wire. It reports whether the
+// session goes on: only when the lock was granted to a caller still
+// waiting for it.
+//
+// The statement runs under its own context: cancelling it through pgx
+// would close the connection, and the server would release a lock granted
+// in the meantime only when it notices, some time later. Instead, when the
+// caller gives up (or Close is called), a cancel request stops the wait on
+// the server and the backend is cleared before the session ends.
+func (s *session) runWait(c *control) (controlReply, bool) {
+	pingTimeout := s.hooks.cfg.PingTimeout
+	wctx, wcancel := context.WithCancelCause(c.ctx)
 	defer wcancel(nil)
-	stopClose := context.AfterFunc(l.ctx, func() { wcancel(pgbaton.ErrClosed) })
+	stopClose := context.AfterFunc(c.stop, func() { wcancel(pgbaton.ErrClosed) })
 	defer stopClose()
 	qctx, qcancel := context.WithCancel(context.Background())
 	defer qcancel()
@@ -71,44 +109,29 @@ func (l *Locker) waitOn(ctx context.Context, oc *ownedConn, id lockID, shared bo
 	var kill *time.Timer // written before cancelled is closed
 	stop := context.AfterFunc(wctx, func() {
 		defer close(cancelled)
-		cctx, cancel := context.WithTimeout(context.Background(), l.cfg.PingTimeout)
+		cctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
 		defer cancel()
-		_ = oc.conn.PgConn().CancelRequest(cctx)
+		_ = s.conn.PgConn().CancelRequest(cctx)
 		// If the statement is still running when the cancel should have
 		// landed, the server is unreachable: drop the connection.
-		kill = time.AfterFunc(l.cfg.PingTimeout, qcancel)
+		kill = time.AfterFunc(pingTimeout, qcancel)
 	})
-	waited, err := blockingLock(qctx, oc, id, shared)
+	waited, err := blockingLock(qctx, s.ownedConn, c.id, c.sharedLock)
 	if !stop() {
 		// Given up. Postgres may have granted the lock just as the cancel
-		// arrived (err == nil), so clear the connection either way.
+		// arrived (err == nil), so clear the backend either way.
 		<-cancelled
 		kill.Stop()
-		if waited || err != nil {
-			*contended = true
-		}
-		l.clearAndClose(oc)
-		return nil, context.Cause(wctx)
+		s.clearBackend()
+		return controlReply{err: context.Cause(wctx), waited: waited || err != nil}, false
 	}
 	if err != nil {
-		closeConn(oc.conn)
-		return nil, mapError("wait for lock", err)
+		// A connection that failed (or that the server ended: FATAL)
+		// took nothing with it: another one can wait instead.
+		return controlReply{err: mapError("wait for lock", err), stale: s.conn.IsClosed()}, false
 	}
-	if waited {
-		*contended = true
-		l.stats.contended.Add(1)
-	}
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		l.clearAndClose(oc)
-		return nil, pgbaton.ErrClosed
-	}
-	s := l.newSession(oc)
-	s.count = 1
-	l.sessions = append(l.sessions, s)
-	l.mu.Unlock()
-	return s, nil
+	s.lastOK.Store(int64(s.hooks.since()))
+	return controlReply{waited: waited}, true
 }
 
 // blockingLock takes the lock, waiting as long as it takes; waited says
@@ -131,17 +154,17 @@ func blockingLock(ctx context.Context, oc *ownedConn, id lockID, shared bool) (w
 	return waited, err
 }
 
-// clearAndClose releases whatever advisory locks oc's backend holds, then
-// closes it. If the connection is broken, the server releases them when
-// it notices the client has gone.
-func (l *Locker) clearAndClose(oc *ownedConn) {
-	if !oc.conn.IsClosed() {
-		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.PingTimeout)
-		err := releaseAll(ctx, oc)
-		cancel()
-		if err != nil {
-			l.cfg.Logger.Warn("advisory: clearing an abandoned wait failed; the server releases its locks when it notices the closed connection", "err", err)
-		}
+// clearBackend releases whatever advisory locks the session's backend
+// holds, before the session ends. If the connection is broken, the server
+// releases them when it notices the client has gone.
+func (s *session) clearBackend() {
+	if s.conn.IsClosed() {
+		return
 	}
-	closeConn(oc.conn)
+	ctx, cancel := context.WithTimeout(context.Background(), s.hooks.cfg.PingTimeout)
+	err := releaseAll(ctx, s.ownedConn)
+	cancel()
+	if err != nil {
+		s.hooks.cfg.Logger.Warn("advisory: clearing an abandoned wait failed; the server releases its locks when it notices the closed connection", "err", err)
+	}
 }
