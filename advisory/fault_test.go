@@ -446,10 +446,7 @@ func TestWaitAfterSpareTerminated(t *testing.T) {
 			assert.NoError(t, err)
 			got <- lk
 		}()
-		pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
-			_, waiting := advisoryLocks(t, admin, d)
-			return waiting == 1, nil
-		}, "l never waited")
+		eventuallyWaiting(t, admin, d, 1)
 		require.NoError(t, held.Unlock(ctx))
 		lk := <-got
 		require.NotNil(t, lk)
