@@ -570,11 +570,7 @@ func (l *Locker) takeSpare() (*session, bool) {
 }
 
 // dropSpare ends an idle session that holds no locks and is in no list.
-func (l *Locker) dropSpare(s *session) {
-	if oc := s.park(); oc != nil {
-		closeConn(oc.conn)
-	}
-}
+func (l *Locker) dropSpare(s *session) { s.retire() }
 
 // retireLocked decides, with l.mu held, whether an idle session should be
 // closed. A session made from a granted wait goes as soon as another
@@ -614,20 +610,18 @@ func (l *Locker) removeSession(s *session) {
 	}
 }
 
-// sessionEnded runs once when s is lost, closed or parked, from its
+// sessionEnded runs once when s is lost or closed, from its
 // goroutine: every lock on it is cancelled with the cause, and its keys
 // are free to be taken again (on another session).
 func (l *Locker) sessionEnded(s *session, cause error) (lost int, spare bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if i := slices.Index(l.spares, s); i >= 0 {
-		// An idle spare noticed its connection had gone: the next wait
-		// opens another.
-		l.spares = slices.Delete(l.spares, i, i+1)
-		return 0, true
-	}
 	if s.count == 0 && !slices.Contains(l.sessions, s) {
-		return 0, true // a spare taken for a wait, or a wait's session: it held nothing
+		// A spare (kept, or taken for a wait) or a wait's session: it held
+		// nothing. A kept one noticed its connection had gone: the next
+		// wait opens another.
+		l.spares = slices.DeleteFunc(l.spares, func(o *session) bool { return o == s })
+		return 0, true
 	}
 	l.removeSession(s)
 	if !errors.Is(cause, pgbaton.ErrClosed) {
@@ -635,7 +629,7 @@ func (l *Locker) sessionEnded(s *session, cause error) (lost int, spare bool) {
 		l.reopen.Store(true)
 	}
 	if s.count == 0 {
-		return 0, false // no lock held or being taken here (a parked session)
+		return 0, false // an idle shared session: no lock held or being taken
 	}
 	metricCause := lossCause(cause)
 	if !errors.Is(cause, ErrLockLost) {

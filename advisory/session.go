@@ -37,8 +37,8 @@ const (
 // each caller its own, pings when the session was idle for a
 // PingInterval, and on any failure answers everything pending with the
 // cause and ends the session, which cancels every lock on it. Callers
-// never touch the connection; what else must run on it (releasing
-// everything, parking it as a spare) is a control request the goroutine
+// never touch the connection; what else must run on it (a blocking wait,
+// releasing everything, closing it) is a control request the goroutine
 // runs between batches.
 type session struct {
 	*ownedConn
@@ -51,7 +51,7 @@ type session struct {
 	killOnce sync.Once
 	killErr  error // why abort was called; set before kill is closed
 
-	dead   chan struct{} // closed once no more requests run: lost, closed or parked
+	dead   chan struct{} // closed once no more requests run: lost or closed
 	exited chan struct{} // closed when the goroutine is done and the Locker knows
 	cause  error         // why the session ended; set before dead is closed
 
@@ -70,7 +70,7 @@ type sessionHooks struct {
 	stats   *counters
 	metrics *metrics
 	// ended is told once, from the session's goroutine, that the session
-	// is over (lost, closed or parked), before exited is closed; it
+	// is over (lost or closed), before exited is closed; it
 	// returns the number of locks that went with it, and whether it was
 	// an idle spare (whose end costs nothing).
 	ended func(s *session, cause error) (lost int, spare bool)
@@ -114,14 +114,13 @@ type controlKind int
 
 const (
 	controlShutdown controlKind = iota // release everything, close
-	controlPark                        // stop, keep the connection as a spare
+	controlRetire                      // stop and close: an idle spare, holding nothing
 	controlFunc                        // run fn with the connection (tests)
 	controlWait                        // block until the lock is granted (see runWait)
 )
 
 type controlReply struct {
-	err  error
-	kept *ownedConn // controlPark
+	err error
 
 	// controlWait: the key was held when the wait began; the connection
 	// had failed before the wait could run (a spare gone stale).
@@ -296,7 +295,7 @@ func (s *session) run() {
 					watch.stop() // before finish: nothing outlives the session
 					watch = nil
 				}
-				s.finish(s.killErr, queue, inflight, false)
+				s.finish(s.killErr, queue, inflight)
 				return
 			}
 			// Busy again: the socket is the goroutine's alone.
@@ -327,7 +326,7 @@ func (s *session) run() {
 			b, err := s.send(queue[:n])
 			queue = queue[n:]
 			if err != nil {
-				s.finish(err, queue, inflight, false)
+				s.finish(err, queue, inflight)
 				return
 			}
 			inflight = append(inflight, b)
@@ -343,7 +342,7 @@ func (s *session) run() {
 			if errors.Is(err, ErrSessionPooling) {
 				s.leavePooler(err, queue, inflight)
 			} else {
-				s.finish(err, queue, inflight, false)
+				s.finish(err, queue, inflight)
 			}
 			s.dropControl(pending)
 			return
@@ -500,14 +499,14 @@ func (s *session) leavePooler(cause error, queue []*request, inflight []*batch) 
 		}
 		cancel()
 	}
-	s.finish(cause, nil, nil, false)
+	s.finish(cause, nil, nil)
 }
 
 // control runs c with nothing on the wire; it reports whether the session
 // is over. queue holds requests not sent yet (a shutdown answers them).
 func (s *session) control(c *control, queue []*request) bool {
 	if s.expired() && c.kind != controlShutdown {
-		s.finish(s.lostErr(), queue, nil, false)
+		s.finish(s.lostErr(), queue, nil)
 		c.reply <- controlReply{err: s.lostErr(), stale: true}
 		return true
 	}
@@ -516,7 +515,7 @@ func (s *session) control(c *control, queue []*request) bool {
 		rep, goOn := s.runWait(c)
 		if !goOn {
 			// Given up or failed: the backend was cleared (or is gone).
-			s.finish(fmt.Errorf("%w: %w", ErrLockLost, pgbaton.ErrClosed), queue, nil, false)
+			s.finish(fmt.Errorf("%w: %w", ErrLockLost, pgbaton.ErrClosed), queue, nil)
 		}
 		c.reply <- rep
 		return !goOn
@@ -524,20 +523,10 @@ func (s *session) control(c *control, queue []*request) bool {
 		c.fn(s.ownedConn)
 		c.reply <- controlReply{}
 		return false
-	case controlPark:
-		closed := fmt.Errorf("%w: %w", ErrLockLost, pgbaton.ErrClosed)
-		if s.dirty.Load() {
-			ctx, cancel := context.WithTimeout(c.ctx, s.hooks.cfg.PingTimeout)
-			err := releaseAll(ctx, s.ownedConn)
-			cancel()
-			if err != nil {
-				s.finish(closed, queue, nil, false)
-				c.reply <- controlReply{}
-				return true
-			}
-		}
-		s.finish(closed, queue, nil, true)
-		c.reply <- controlReply{kept: s.ownedConn}
+	case controlRetire:
+		// Closing the connection ends the backend and whatever it held.
+		s.finish(fmt.Errorf("%w: %w", ErrLockLost, pgbaton.ErrClosed), queue, nil)
+		c.reply <- controlReply{}
 		return true
 	default: // controlShutdown
 		closed := fmt.Errorf("%w: %w", ErrLockLost, pgbaton.ErrClosed)
@@ -549,7 +538,7 @@ func (s *session) control(c *control, queue []*request) bool {
 		}
 		_ = s.conn.Close(ctx)
 		cancel()
-		s.finish(closed, nil, nil, false)
+		s.finish(closed, nil, nil)
 		c.reply <- controlReply{err: err}
 		return true
 	}
@@ -570,9 +559,8 @@ func (s *session) dropControl(c *control) {
 }
 
 // finish ends the session: every request taken is answered with cause,
-// the connection is closed (unless kept as a spare), and the Locker
-// cancels the session's locks.
-func (s *session) finish(cause error, queue []*request, inflight []*batch, keep bool) {
+// the connection is closed, and the Locker cancels the session's locks.
+func (s *session) finish(cause error, queue []*request, inflight []*batch) {
 	s.failQueue(queue, cause)
 	for _, b := range inflight {
 		_ = s.withBatch(b.reqs, cause)
@@ -589,16 +577,14 @@ func (s *session) finish(cause error, queue []*request, inflight []*batch, keep 
 		}
 		break
 	}
-	if !keep {
-		// A hard close of the socket tells the server at once if the
-		// network still works.
-		_ = s.w.nc.Close()
-	}
+	// A hard close of the socket tells the server at once if the network
+	// still works.
+	_ = s.w.nc.Close()
 	s.hooks.metrics.sessionClosed()
 	lost, spare := s.hooks.ended(s, cause)
 	switch {
 	case errors.Is(cause, pgbaton.ErrClosed), spare:
-		s.hooks.cfg.Logger.Debug("advisory: session closed", "pid", s.pid, "kept", keep)
+		s.hooks.cfg.Logger.Debug("advisory: session closed", "pid", s.pid)
 	default:
 		s.hooks.cfg.Logger.Warn("advisory: session lost; its locks are cancelled with ErrLockLost", "pid", s.pid, "locks", lost, "err", cause)
 	}
@@ -643,18 +629,14 @@ func (s *session) shutdown(ctx context.Context) error {
 	}
 }
 
-// park stops an idle session but keeps its connection, cleared of locks,
-// for a later blocking wait; nil if that was not possible.
-func (s *session) park() *ownedConn {
-	rep, ok := s.sendControl(&control{kind: controlPark, ctx: context.Background()})
+// retire stops an idle session that holds nothing and closes its
+// connection.
+func (s *session) retire() {
+	s.sendControl(&control{kind: controlRetire, ctx: context.Background()})
 	<-s.exited
-	if !ok {
-		return nil
-	}
-	return rep.kept
 }
 
-// withConn runs fn with the connection to itself (tests).
+// withConn runs fn with the connection to itself, between batches.
 func (s *session) withConn(fn func(*ownedConn)) {
 	s.sendControl(&control{kind: controlFunc, fn: fn, ctx: context.Background()})
 }

@@ -80,6 +80,15 @@ func (l *Locker) wait(ctx context.Context, id lockID, shared bool, s *session, c
 			_ = s.shutdown(context.Background())
 			return nil, pgbaton.ErrClosed
 		}
+		select {
+		case <-s.dead:
+			// Lost since the grant, before the Locker knew of it: kept
+			// out of the sessions, which it would never leave.
+			l.mu.Unlock()
+			<-s.exited
+			return nil, fmt.Errorf("wait for lock: %w", s.cause)
+		default:
+		}
 		s.count = 1
 		l.sessions = append(l.sessions, s)
 		l.mu.Unlock()

@@ -99,7 +99,7 @@ func (l *Locker) readyConn(ctx context.Context, oc *ownedConn) error {
 // session keeps batches on the wire back to back instead. Answers are
 // read through the connection's own pgproto3.Frontend, whose buffer pgx
 // shares, so pgx can be used again on the connection between batches (to
-// release everything, to park it).
+// wait for a lock, to release everything).
 type wire struct {
 	nc    net.Conn
 	fe    *pgproto3.Frontend
