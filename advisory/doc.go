@@ -37,6 +37,15 @@
 // away (granted in one round trip if the key is free), as a plain
 // pg_advisory_lock would.
 //
+// On a direct connection (see Unsafe setups) sessions call the lock
+// functions by the protocol's fast-path function call instead of running
+// statements: one message per lock or unlock, run by the backend without
+// a parse, a plan or an executor. It is what makes a lock handed between
+// clients on one key faster than raw pgx running SELECT
+// pg_advisory_lock(...) (see the README's Speed section). Through a
+// pooler or proxy, sessions run prepared statements that carry the token
+// described below.
+//
 // Every connection a Locker holds locks on carries the application_name
 // "pgbaton advisory <Config.Owner>" (host:pid by default), so
 // pg_stat_activity and `pgbaton locks` show which process holds which
@@ -198,13 +207,15 @@
 // asked right after, must not be served by the session's backend
 // (a transaction pooler hands out the server connection released last).
 //
-// After that, every session statement carries a random token that the
-// session set on its backend and does nothing on a backend without it
+// After that, on a connection that is not direct, every session
+// statement carries a random token that the session set on its backend
+// and does nothing on a backend without it
 // ("WHERE current_setting('pgbaton.session_token', true) = $token"): a
 // statement that a pooler moves to another backend, or a backend that a
 // pooler lent to another session since, is noticed at once and never
 // locks or unlocks anything there, so two Lockers can never hold one key
-// through one shared backend. Locks taken before such a late detection are
+// through one shared backend. (A direct connection's backend is its own
+// for life: its pings check the backend's pid instead.) Locks taken before such a late detection are
 // released on the session's backend if the pooler lets it be reached
 // again. SQLSTATE 53200 (the server's shared lock table is full) becomes
 // ErrLockTableFull, and a Locker refuses to hold more than

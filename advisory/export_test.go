@@ -9,13 +9,10 @@ import (
 // session.
 func SessionSettingsForTest(t testing.TB, l *Locker) map[string]string {
 	t.Helper()
-	s, err := l.reserveSession(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.pending.Add(-1) // no request goes through the queue
+	s := firstSession(t, l)
 	defer l.unreserve(s)
 	got := map[string]string{}
+	var err error
 
 	s.withConn(func(oc *ownedConn) {
 		conn := oc.conn
@@ -31,4 +28,25 @@ func SessionSettingsForTest(t testing.TB, l *Locker) map[string]string {
 		t.Fatal(err)
 	}
 	return got
+}
+
+// FastPathForTest reports whether the Locker's first session calls the
+// lock functions by the fast-path protocol.
+func FastPathForTest(t testing.TB, l *Locker) bool {
+	t.Helper()
+	s := firstSession(t, l)
+	defer l.unreserve(s)
+	return s.fast != nil
+}
+
+// firstSession reserves the Locker's first session (opening it if need
+// be); the caller must unreserve it.
+func firstSession(t testing.TB, l *Locker) *session {
+	t.Helper()
+	s, err := l.reserveSession(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.pending.Add(-1) // no request goes through the queue
+	return s
 }

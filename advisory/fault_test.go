@@ -3,7 +3,6 @@ package advisory_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"syscall"
 	"testing"
@@ -14,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbaton/pgbaton/advisory"
-	"github.com/pgbaton/pgbaton/internal/testkit/faultproxy"
 	"github.com/pgbaton/pgbaton/internal/testkit/pgcluster"
 	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 )
@@ -107,20 +105,10 @@ func TestNoFalseLoss(t *testing.T) {
 // server still holds the lock, so nobody else can have been granted it
 // before the holder gave up. Once the connection is cut, it is free.
 func TestLossOnStalledNetwork(t *testing.T) {
-	c := env.Cluster()
-	if c == nil {
-		t.Skip("needs the throwaway cluster's TCP port") // only with PGBATON_TEST_DSN
-	}
 	d := env.DB(t)
 	admin := adminPool(t)
 	ctx := ctxT(t)
-	proxy, err := faultproxy.New(fmt.Sprintf("127.0.0.1:%d", c.Port()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = proxy.Close() })
-	proxied := pgtest.Pool(t, d.URL, func(cfg *pgxpool.Config) {
-		cfg.ConnConfig.Host = "127.0.0.1"
-		cfg.ConnConfig.Port = uint16(proxy.Port())
-	})
+	proxy, proxied := proxiedPool(t, d)
 	const ping, timeout = 200 * time.Millisecond, 300 * time.Millisecond
 	l := newLocker(t, proxied, advisory.Config{PingInterval: ping, PingTimeout: timeout})
 	lk, err := l.TryLock(ctx, advisory.Int64(11))

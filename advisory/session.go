@@ -250,7 +250,8 @@ func (s *session) run() {
 	)
 	for {
 		if pending != nil && len(inflight) == 0 {
-			if s.control(pending, queue) {
+			var over bool
+			if queue, over = s.control(pending, queue); over {
 				return
 			}
 			pending = nil
@@ -428,7 +429,7 @@ func (s *session) failure(err error) error {
 // transaction up to the Sync); their callers send them again. An error
 // ends the session; b's requests have been answered with it.
 func (s *session) receive(b *batch) error {
-	out, err := s.w.read(len(b.reqs), b.deadline)
+	out, err := s.w.read(b.reqs, b.deadline)
 	var lost error
 	switch {
 	case err != nil:
@@ -446,16 +447,17 @@ func (s *session) receive(b *batch) error {
 	}
 	s.lastOK.Store(int64(b.sent))
 	for i, r := range b.reqs {
+		pgErr, retry := out.answer(i)
 		switch {
-		case out.failedAt < 0 || i < out.failedAt:
+		case retry:
+			r.result <- result{retry: true}
+		case pgErr != nil:
+			r.result <- result{err: mapError("advisory lock", pgErr)}
+		default:
 			if !out.ok[i] && (r.op == opUnlock || r.op == opUnlockShared) {
 				s.dirty.Store(true)
 			}
 			r.result <- result{ok: out.ok[i]}
-		case i == out.failedAt:
-			r.result <- result{err: mapError("advisory lock", out.pgErr)}
-		default:
-			r.result <- result{retry: true}
 		}
 	}
 	return nil
@@ -473,7 +475,7 @@ func (s *session) failQueue(queue []*request, err error) {
 // cleared next. It reports whether the connection is still usable.
 func (s *session) drainWire(inflight []*batch, cause error) bool {
 	for i, b := range inflight {
-		_, err := s.w.read(len(b.reqs), b.deadline)
+		_, err := s.w.read(b.reqs, b.deadline)
 		s.failQueue(b.reqs, cause)
 		if err != nil {
 			for _, rest := range inflight[i+1:] {
@@ -503,31 +505,36 @@ func (s *session) leavePooler(cause error, queue []*request, inflight []*batch) 
 }
 
 // control runs c with nothing on the wire; it reports whether the session
-// is over. queue holds requests not sent yet (a shutdown answers them).
-func (s *session) control(c *control, queue []*request) bool {
+// is over. queue holds requests not sent yet (a shutdown answers them); a
+// wait may put one in front of them.
+func (s *session) control(c *control, queue []*request) ([]*request, bool) {
 	if s.expired() && c.kind != controlShutdown {
 		s.finish(s.lostErr(), queue, nil)
 		c.reply <- controlReply{err: s.lostErr(), stale: true}
-		return true
+		return nil, true
 	}
 	switch c.kind {
 	case controlWait:
-		rep, goOn := s.runWait(c)
+		rep, goOn, owed := s.runWait(c)
 		if !goOn {
 			// Given up or failed: the backend was cleared (or is gone).
 			s.finish(fmt.Errorf("%w: %w", ErrLockLost, pgbaton.ErrClosed), queue, nil)
 		}
 		c.reply <- rep
-		return !goOn
+		if owed != nil {
+			// Sent before any unlock of the caller's can be.
+			queue = append([]*request{owed}, queue...)
+		}
+		return queue, !goOn
 	case controlFunc:
 		c.fn(s.ownedConn)
 		c.reply <- controlReply{}
-		return false
+		return queue, false
 	case controlRetire:
 		// Closing the connection ends the backend and whatever it held.
 		s.finish(fmt.Errorf("%w: %w", ErrLockLost, pgbaton.ErrClosed), queue, nil)
 		c.reply <- controlReply{}
-		return true
+		return nil, true
 	default: // controlShutdown
 		closed := fmt.Errorf("%w: %w", ErrLockLost, pgbaton.ErrClosed)
 		s.failQueue(queue, pgbaton.ErrClosed)
@@ -540,7 +547,7 @@ func (s *session) control(c *control, queue []*request) bool {
 		cancel()
 		s.finish(closed, nil, nil)
 		c.reply <- controlReply{err: err}
-		return true
+		return nil, true
 	}
 }
 

@@ -26,6 +26,7 @@ type ownedConn struct {
 	pid   int32
 	token string // set on the backend; every session statement checks it
 	names stmtNames
+	fast  *fastFuncs // set on a direct connection: see fastpath.go
 }
 
 // openConn takes a connection out of the pool for good (Hijack: the pool
@@ -78,14 +79,15 @@ func (l *Locker) setupConn(ctx context.Context, conn *pgx.Conn) (*ownedConn, err
 		return nil, fmt.Errorf("%w (a pooler is in between: its cancel key %d is not backend %d; if it runs in session mode, set Config.SessionPooler)",
 			ErrSessionPooling, conn.PgConn().PID(), row.Pid)
 	}
-	if !direct(conn, row) {
+	isDirect := direct(conn, row)
+	if !isDirect {
 		if err := l.checkProxy(ctx, conn, row); err != nil {
 			return nil, err
 		}
 	}
 	oc := &ownedConn{conn: conn, pid: row.Pid, token: newToken()}
 	oc.names = namesFor(oc.token)
-	if err := l.readyConn(ctx, oc); err != nil {
+	if err := l.readyConn(ctx, oc, isDirect); err != nil {
 		return nil, err
 	}
 	return oc, nil

@@ -99,14 +99,15 @@ func (l *Locker) wait(ctx context.Context, id lockID, shared bool, s *session, c
 // runWait blocks in pg_advisory_lock on the session's connection, from
 // its goroutine, with nothing else on the wire. It reports whether the
 // session goes on: only when the lock was granted to a caller still
-// waiting for it.
+// waiting for it; and an unlock owed when the backend took the key twice
+// (fastWait), for the session to send before anything else.
 //
 // The statement runs under its own context: cancelling it through pgx
 // would close the connection, and the server would release a lock granted
 // in the meantime only when it notices, some time later. Instead, when the
 // caller gives up (or Close is called), a cancel request stops the wait on
 // the server and the backend is cleared before the session ends.
-func (s *session) runWait(c *control) (controlReply, bool) {
+func (s *session) runWait(c *control) (_ controlReply, goOn bool, owed *request) {
 	pingTimeout := s.hooks.cfg.PingTimeout
 	wctx, wcancel := context.WithCancelCause(c.ctx)
 	defer wcancel(nil)
@@ -125,27 +126,38 @@ func (s *session) runWait(c *control) (controlReply, bool) {
 		// landed, the server is unreachable: drop the connection.
 		kill = time.AfterFunc(pingTimeout, qcancel)
 	})
-	waited, err := blockingLock(qctx, s.ownedConn, c.id, c.sharedLock)
+	waited, extra, err := blockingLock(qctx, s.ownedConn, c.id, c.sharedLock)
 	if !stop() {
 		// Given up. Postgres may have granted the lock just as the cancel
 		// arrived (err == nil), so clear the backend either way.
 		<-cancelled
 		kill.Stop()
 		s.clearBackend()
-		return controlReply{err: context.Cause(wctx), waited: waited || err != nil}, false
+		return controlReply{err: context.Cause(wctx), waited: waited || err != nil}, false, nil
 	}
 	if err != nil {
 		// A connection that failed (or that the server ended: FATAL)
 		// took nothing with it: another one can wait instead.
-		return controlReply{err: mapError("wait for lock", err), stale: s.conn.IsClosed()}, false
+		return controlReply{err: mapError("wait for lock", err), stale: s.conn.IsClosed()}, false, nil
 	}
 	s.lastOK.Store(int64(s.hooks.since()))
-	return controlReply{waited: waited}, true
+	if extra {
+		op := opUnlock
+		if c.sharedLock {
+			op = opUnlockShared
+		}
+		owed = &request{op: op, id: c.id, result: make(chan result, 1)}
+	}
+	return controlReply{waited: waited}, true, owed
 }
 
 // blockingLock takes the lock, waiting as long as it takes; waited says
-// whether the key was held when the statement began.
-func blockingLock(ctx context.Context, oc *ownedConn, id lockID, shared bool) (waited bool, err error) {
+// whether the key was held when the wait began, extra that the backend
+// holds it twice (fastWait).
+func blockingLock(ctx context.Context, oc *ownedConn, id lockID, shared bool) (waited, extra bool, err error) {
+	if oc.fast != nil {
+		return fastWait(ctx, oc, id, shared)
+	}
 	q := db.New()
 	switch {
 	case id.pair && shared:
@@ -158,9 +170,9 @@ func blockingLock(ctx context.Context, oc *ownedConn, id lockID, shared bool) (w
 		waited, err = q.AdvisoryLock(ctx, oc.conn, db.AdvisoryLockParams{Key: id.id, Token: oc.token})
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
-		return false, fmt.Errorf("%w (wait ran on another backend than %d)", ErrSessionPooling, oc.pid)
+		return false, false, fmt.Errorf("%w (wait ran on another backend than %d)", ErrSessionPooling, oc.pid)
 	}
-	return waited, err
+	return waited, false, err
 }
 
 // clearBackend releases whatever advisory locks the session's backend

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgbaton/pgbaton/internal/db"
 )
@@ -39,10 +40,11 @@ func (n *stmtNames) statement(r *request) string {
 
 // readyConn makes a probed connection the Locker's, in one round trip:
 // the TCP settings, application_name and token are set (see
-// queries/advisory.sql), and the session statements are prepared. It
-// speaks the protocol through the connection's own pgproto3.Frontend, so
-// pgx's view of the connection stays exact.
-func (l *Locker) readyConn(ctx context.Context, oc *ownedConn) error {
+// queries/advisory.sql), and the session statements are prepared; on a
+// direct connection, the functions the fast path calls are looked up
+// (see fastpath.go). It speaks the protocol through the connection's own
+// pgproto3.Frontend, so pgx's view of the connection stays exact.
+func (l *Locker) readyConn(ctx context.Context, oc *ownedConn, direct bool) error {
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.PingTimeout)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
@@ -65,6 +67,11 @@ func (l *Locker) readyConn(ctx context.Context, oc *ownedConn) error {
 	}
 	buf, _ = (&pgproto3.Bind{Parameters: settings}).Encode(buf)
 	buf, _ = (&pgproto3.Execute{}).Encode(buf)
+	if direct {
+		buf, _ = (&pgproto3.Parse{Query: db.AdvisoryFastPathFunctionsSQL}).Encode(buf)
+		buf, _ = (&pgproto3.Bind{ResultFormatCodes: binaryFormat}).Encode(buf)
+		buf, _ = (&pgproto3.Execute{}).Encode(buf)
+	}
 	buf, _ = (&pgproto3.Sync{}).Encode(buf)
 	_ = nc.SetDeadline(deadline)
 	defer func() { _ = nc.SetDeadline(time.Time{}) }()
@@ -78,12 +85,18 @@ func (l *Locker) readyConn(ctx context.Context, oc *ownedConn) error {
 			return fmt.Errorf("advisory: prepare session: %w", err)
 		}
 		switch msg := msg.(type) {
+		case *pgproto3.DataRow: // the fast path's functions
+			var oids []int64
+			if len(msg.Values) == 1 && oc.conn.TypeMap().Scan(pgtype.Int8ArrayOID, pgtype.BinaryFormatCode, msg.Values[0], &oids) == nil {
+				oc.fast, _ = newFastFuncs(oids)
+			}
 		case *pgproto3.ErrorResponse:
 			if failed == nil {
 				failed = pgconn.ErrorResponseToPgError(msg)
 			}
 		case *pgproto3.ReadyForQuery:
 			if failed != nil {
+				oc.fast = nil
 				return mapError("prepare session", failed)
 			}
 			return nil
@@ -99,14 +112,17 @@ func (l *Locker) readyConn(ctx context.Context, oc *ownedConn) error {
 // session keeps batches on the wire back to back instead. Answers are
 // read through the connection's own pgproto3.Frontend, whose buffer pgx
 // shares, so pgx can be used again on the connection between batches (to
-// wait for a lock, to release everything).
+// wait for a lock, to release everything). On a direct connection the
+// requests are function calls instead (see fastpath.go).
 type wire struct {
 	nc    net.Conn
 	fe    *pgproto3.Frontend
 	names stmtNames
 	token []byte
-	buf   []byte    // encoding buffer
-	par   [6][]byte // Bind parameters
+	fast  *fastFuncs // nil: prepared statements
+	pid   int32      // the backend a fast ping must find
+	buf   []byte     // encoding buffer
+	par   [6][]byte  // Bind parameters
 	raw   [6][8]byte
 }
 
@@ -114,14 +130,23 @@ var binaryFormat = []int16{1}
 
 func newWire(oc *ownedConn) wire {
 	pc := oc.conn.PgConn()
-	return wire{nc: pc.Conn(), fe: pc.Frontend(), names: oc.names, token: []byte(oc.token)}
+	return wire{nc: pc.Conn(), fe: pc.Frontend(), names: oc.names, token: []byte(oc.token), fast: oc.fast, pid: oc.pid}
 }
 
-// encode lays out a batch of requests and a Sync. The batch is one
-// implicit transaction: a statement that fails makes the server skip the
-// rest of the batch, which the session sends again.
+// encode lays out a batch of requests: function calls, or statements and
+// a Sync. Statements up to a Sync are one implicit transaction: one that
+// fails makes the server skip the rest of the batch, which the session
+// sends again.
 func (w *wire) encode(batch []*request) []byte {
 	buf := w.buf[:0]
+	if w.fast != nil {
+		var scratch [2][8]byte
+		for _, r := range batch {
+			buf = w.fast.encode(buf, r.op, r.id, &scratch)
+		}
+		w.buf = buf
+		return buf
+	}
 	for _, r := range batch {
 		bind := pgproto3.Bind{PreparedStatement: w.names.statement(r)}
 		if bind.PreparedStatement == w.names.op {
@@ -186,9 +211,27 @@ func (w *wire) write(buf []byte, timeout time.Duration) error {
 // batchOutcome is what the server answered to one batch.
 type batchOutcome struct {
 	ok       []bool
-	failedAt int             // index of the statement that failed, or -1
+	failedAt int             // index of the first request that failed, or -1
 	pgErr    *pgconn.PgError // its error
-	noRow    bool            // a statement's token guard did not match
+	noRow    bool            // a statement's token guard (or a fast ping) did not match
+	// calls: the requests were function calls, each its own transaction:
+	// those after a failed one ran, and may have failed too (errs).
+	calls bool
+	errs  []*pgconn.PgError
+}
+
+// answer is how request i fared: its error, or whether it must be sent
+// again (skipped by the server after an earlier statement failed).
+func (o *batchOutcome) answer(i int) (pgErr *pgconn.PgError, retry bool) {
+	switch {
+	case o.calls:
+		return o.errs[i], false
+	case o.failedAt < 0 || i < o.failedAt:
+		return nil, false
+	case i == o.failedAt:
+		return o.pgErr, false
+	}
+	return nil, true
 }
 
 // errFatal marks a FATAL server error: the backend is gone (terminated,
@@ -198,10 +241,14 @@ var errFatal = errors.New("the server ended the session")
 // read reads the answer to a batch of n requests, up to its
 // ReadyForQuery. An error means the connection cannot be used any more;
 // statement errors are in the outcome.
-func (w *wire) read(n int, deadline time.Time) (batchOutcome, error) {
+func (w *wire) read(batch []*request, deadline time.Time) (batchOutcome, error) {
 	_ = w.nc.SetReadDeadline(deadline)
 	defer func() { _ = w.nc.SetReadDeadline(time.Time{}) }()
+	n := len(batch)
 	out := batchOutcome{ok: make([]bool, n), failedAt: -1}
+	if w.fast != nil {
+		return w.readCalls(batch, out)
+	}
 	i, rowSeen := 0, false
 	for {
 		msg, err := w.fe.Receive()
@@ -238,4 +285,31 @@ func (w *wire) read(n int, deadline time.Time) (batchOutcome, error) {
 			return out, fmt.Errorf("protocol: unexpected %T", msg)
 		}
 	}
+}
+
+// readCalls reads the answers to a batch of function calls.
+func (w *wire) readCalls(batch []*request, out batchOutcome) (batchOutcome, error) {
+	out.calls, out.errs = true, make([]*pgconn.PgError, len(batch))
+	for i, r := range batch {
+		a, err := readCall(w.fe)
+		if err != nil {
+			return out, err
+		}
+		switch {
+		case a.err != nil:
+			out.errs[i] = a.err
+			if out.failedAt < 0 {
+				out.failedAt, out.pgErr = i, a.err
+			}
+		case r.op == opPing:
+			// The backend must still be the one the probe found: the
+			// fast path's version of the statements' token guard.
+			pid, ok := a.int4Result()
+			out.ok[i] = ok && pid == w.pid
+			out.noRow = out.noRow || !out.ok[i]
+		default:
+			out.ok[i] = a.boolResult()
+		}
+	}
+	return out, nil
 }

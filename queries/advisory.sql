@@ -50,6 +50,19 @@ SELECT pg_backend_pid()::int4 AS pid,
        (SELECT count(*) FROM pg_catalog.pg_locks l
          WHERE l.pid = pg_backend_pid() AND l.locktype = 'advisory')::int4 AS advisory_locks;
 
+-- name: AdvisoryFastPathFunctions :one
+-- The functions a session on a direct connection calls by the fast-path
+-- protocol, in the order advisory/fastpath.go expects. Sent with the
+-- session statements' Parse, once the server is known to be PostgreSQL.
+SELECT ARRAY['pg_backend_pid()',
+             'pg_try_advisory_lock(bigint)', 'pg_try_advisory_lock_shared(bigint)',
+             'pg_advisory_unlock(bigint)', 'pg_advisory_unlock_shared(bigint)',
+             'pg_advisory_lock(bigint)', 'pg_advisory_lock_shared(bigint)',
+             'pg_try_advisory_lock(int4, int4)', 'pg_try_advisory_lock_shared(int4, int4)',
+             'pg_advisory_unlock(int4, int4)', 'pg_advisory_unlock_shared(int4, int4)',
+             'pg_advisory_lock(int4, int4)', 'pg_advisory_lock_shared(int4, int4)'
+       ]::pg_catalog.regprocedure[]::pg_catalog.oid[]::int8[] AS function_oids;
+
 -- name: AdvisoryBackendPID :one
 SELECT pg_backend_pid()::int4 AS pid;
 

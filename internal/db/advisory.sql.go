@@ -20,6 +20,27 @@ func (q *Queries) AdvisoryBackendPID(ctx context.Context, db DBTX) (int32, error
 	return pid, err
 }
 
+const advisoryFastPathFunctions = `-- name: AdvisoryFastPathFunctions :one
+SELECT ARRAY['pg_backend_pid()',
+             'pg_try_advisory_lock(bigint)', 'pg_try_advisory_lock_shared(bigint)',
+             'pg_advisory_unlock(bigint)', 'pg_advisory_unlock_shared(bigint)',
+             'pg_advisory_lock(bigint)', 'pg_advisory_lock_shared(bigint)',
+             'pg_try_advisory_lock(int4, int4)', 'pg_try_advisory_lock_shared(int4, int4)',
+             'pg_advisory_unlock(int4, int4)', 'pg_advisory_unlock_shared(int4, int4)',
+             'pg_advisory_lock(int4, int4)', 'pg_advisory_lock_shared(int4, int4)'
+       ]::pg_catalog.regprocedure[]::pg_catalog.oid[]::int8[] AS function_oids
+`
+
+// The functions a session on a direct connection calls by the fast-path
+// protocol, in the order advisory/fastpath.go expects. Sent with the
+// session statements' Parse, once the server is known to be PostgreSQL.
+func (q *Queries) AdvisoryFastPathFunctions(ctx context.Context, db DBTX) ([]int64, error) {
+	row := db.QueryRow(ctx, advisoryFastPathFunctions)
+	var function_oids []int64
+	err := row.Scan(&function_oids)
+	return function_oids, err
+}
+
 const advisoryLock = `-- name: AdvisoryLock :one
 SELECT (CASE WHEN pg_try_advisory_lock($1::int8) THEN false
              ELSE pg_advisory_lock($1::int8)::text = '' END)::bool AS waited

@@ -11,6 +11,8 @@ const (
 	AdvisoryUnlockOneSQL = advisoryUnlockOne
 	// Sent with the Parse of the three above, in the same round trip.
 	AdvisorySessionReadySQL = advisorySessionReady
+	// Pipelined after it on a direct connection.
+	AdvisoryFastPathFunctionsSQL = advisoryFastPathFunctions
 )
 
 // The text of the statements leasetable's CompleteAndClaim sends in one

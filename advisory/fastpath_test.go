@@ -1,0 +1,84 @@
+package advisory_test
+
+import (
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbaton/pgbaton/advisory"
+)
+
+// A session on a direct connection calls the lock functions by the
+// fast-path protocol; through a proxy it runs the token-guarded prepared
+// statements. Both must take, wait for and release every kind of key the
+// same way. The uncontended blocking Lock on a spare session is the case
+// the fast path handles differently (a try and the lock sent together,
+// which takes the key twice when it was free): after its Unlock the key
+// must be free for others.
+func TestFastPathAndStatementsAgree(t *testing.T) {
+	d := env.DB(t)
+	admin := adminPool(t)
+	ctx := ctxT(t)
+	_, proxied := proxiedPool(t, d)
+	other := newLocker(t, d.Pool(t), advisory.Config{})
+	for _, path := range []struct {
+		name string
+		pool *pgxpool.Pool
+		fast bool
+	}{{"direct", d.Pool(t), true}, {"proxied", proxied, false}} {
+		t.Run(path.name, func(t *testing.T) {
+			l := newLocker(t, path.pool, advisory.Config{})
+			require.Equal(t, path.fast, advisory.FastPathForTest(t, l))
+			for i, v := range []struct {
+				key    advisory.Key
+				shared bool
+			}{
+				{advisory.Int64(301), false}, {advisory.Int64(302), true},
+				{advisory.Pair(301, 1), false}, {advisory.Pair(301, 2), true},
+			} {
+				lock := l.Lock
+				if v.shared {
+					lock = l.RLock
+				}
+				// Contended: other holds the key while l waits.
+				held, err := other.TryLock(ctx, v.key)
+				require.NoError(t, err)
+				got := make(chan *advisory.Lock, 1)
+				go func() {
+					lk, err := lock(ctx, v.key)
+					if err != nil {
+						t.Error(err)
+					}
+					got <- lk
+				}()
+				eventuallyWaiting(t, admin, d, 1)
+				require.NoError(t, held.Unlock(ctx))
+				lk := <-got
+				require.NotNil(t, lk)
+				require.Equal(t, v.shared, lk.Shared())
+				_, err = other.TryLock(ctx, v.key)
+				require.ErrorIs(t, err, advisory.ErrLocked, v.key.String())
+				require.NoError(t, lk.Unlock(ctx))
+
+				// Uncontended, on the idle session the wait left: then
+				// free for others once unlocked, at once or later.
+				lk, err = lock(ctx, v.key)
+				require.NoError(t, err)
+				if i%2 == 1 {
+					_, err = other.TryLock(ctx, v.key)
+					require.ErrorIs(t, err, advisory.ErrLocked, v.key.String())
+				}
+				require.NoError(t, lk.Unlock(ctx))
+				mine, err := other.TryLock(ctx, v.key)
+				require.NoError(t, err, "%s still held after Unlock", v.key)
+				require.NoError(t, mine.Unlock(ctx))
+			}
+			granted, waiting := advisoryLocks(t, admin, d)
+			require.Zero(t, granted)
+			require.Zero(t, waiting)
+			st := l.Stats()
+			require.GreaterOrEqual(t, st.Contended, int64(4), "%+v", st)
+		})
+	}
+}
