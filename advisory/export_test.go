@@ -13,7 +13,6 @@ func SessionSettingsForTest(t testing.TB, l *Locker) map[string]string {
 	defer l.unreserve(s)
 	got := map[string]string{}
 	var err error
-
 	s.withConn(func(oc *ownedConn) {
 		conn := oc.conn
 		for _, name := range []string{"tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count", "tcp_user_timeout"} {

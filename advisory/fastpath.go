@@ -43,20 +43,20 @@ const (
 // int4 keys: the order of AdvisoryFastPathFunctions' function_oids.
 type fastFuncs [13]uint32
 
-// newFastFuncs takes the OIDs readyConn looked up; false if they are not
-// what was asked for.
-func newFastFuncs(oids []int64) (*fastFuncs, bool) {
+// newFastFuncs takes the OIDs readyConn looked up; nil if they are not
+// what was asked for (the session then runs the statements).
+func newFastFuncs(oids []int64) *fastFuncs {
 	var f fastFuncs
 	if len(oids) != len(f) {
-		return nil, false
+		return nil
 	}
 	for i, o := range oids {
 		if o <= 0 || o > 1<<32-1 {
-			return nil, false
+			return nil
 		}
 		f[i] = uint32(o)
 	}
-	return &f, true
+	return &f
 }
 
 func (f *fastFuncs) oid(op int32, pair bool) uint32 {
@@ -94,7 +94,7 @@ var binaryArgs = [2]uint16{1, 1}
 // called return a bool or an int4: their binary result fits in result.
 type callAnswer struct {
 	result [4]byte
-	n      int // bytes of result; -1 for NULL
+	n      int // bytes of result (0 for NULL)
 	err    *pgconn.PgError
 }
 
@@ -112,9 +112,6 @@ func readCall(fe *pgproto3.Frontend) (callAnswer, error) {
 		case *pgproto3.FunctionCallResponse:
 			// The frontend reuses its buffer: keep what is needed.
 			a.n = len(msg.Result)
-			if msg.Result == nil {
-				a.n = -1
-			}
 			copy(a.result[:], msg.Result)
 		case *pgproto3.ErrorResponse:
 			pgErr := pgconn.ErrorResponseToPgError(msg)

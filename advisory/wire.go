@@ -88,7 +88,7 @@ func (l *Locker) readyConn(ctx context.Context, oc *ownedConn, direct bool) erro
 		case *pgproto3.DataRow: // the fast path's functions
 			var oids []int64
 			if len(msg.Values) == 1 && oc.conn.TypeMap().Scan(pgtype.Int8ArrayOID, pgtype.BinaryFormatCode, msg.Values[0], &oids) == nil {
-				oc.fast, _ = newFastFuncs(oids)
+				oc.fast = newFastFuncs(oids)
 			}
 		case *pgproto3.ErrorResponse:
 			if failed == nil {
@@ -96,7 +96,6 @@ func (l *Locker) readyConn(ctx context.Context, oc *ownedConn, direct bool) erro
 			}
 		case *pgproto3.ReadyForQuery:
 			if failed != nil {
-				oc.fast = nil
 				return mapError("prepare session", failed)
 			}
 			return nil
