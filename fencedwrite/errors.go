@@ -145,9 +145,6 @@ func parseDetail(detail string) *StaleTokenError {
 	e.Presented, _ = strconv.ParseInt(presented, 10, 64)
 	e.Current, _ = strconv.ParseInt(current, 10, 64)
 	e.Reason, e.Name = Reason(reason), name
-	if e.Reason == "unknown lease" { // schema 0004 to 0007
-		e.Reason = ReasonNoLease
-	}
 	return e
 }
 

@@ -251,10 +251,6 @@ func TestMapError(t *testing.T) {
 	err := fencedwrite.MapError(pgErr)
 	requireStale(t, err, "weird name=x reason=y", 3, 9, "older than the row's")
 	require.Same(t, err, fencedwrite.MapError(err), "mapping twice changes nothing")
-
-	// A database not yet at migration 0008 says "unknown lease".
-	old := fencedwrite.MapError(&pgconn.PgError{Code: "PB001", Detail: "presented=3 current=0 reason=unknown lease name=job:a"})
-	requireStale(t, old, "job:a", 3, 0, fencedwrite.ReasonNoLease)
 }
 
 func TestGuardHonoursContext(t *testing.T) {

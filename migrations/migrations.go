@@ -7,6 +7,20 @@
 // lock. Every file runs as one implicit transaction, so a failed migration
 // leaves the schema as it was (golang-migrate still marks the version dirty;
 // see ErrDirty).
+//
+// The schema starts from a baseline, one file per owner, each object
+// defined once: 0100_schema, 0101_advisory, 0102_leasetable,
+// 0103_fencedwrite, 0104_jobs and 0105_operator (roles, the audit log,
+// forced release, retention). A database at a version below the baseline
+// was migrated by a pre-release development build and is refused with
+// ErrPreRelease, which says how to start again.
+//
+// From the first release on, migrations are append-only: a change to the
+// schema is a new pair of files numbered after the last, and a released
+// file is never edited. testdata/catalog.golden is the whole schema as the
+// system catalogs describe it; TestCatalogSnapshot fails on any difference,
+// so every change to the schema shows in review (regenerate it with
+// `go test ./migrations -run TestCatalogSnapshot -update`).
 package migrations
 
 import (
@@ -43,6 +57,13 @@ const (
 // golang-migrate records it. Inspect the schema, then force the version with
 // the migrate CLI (`migrate force N`) before running Up again.
 var ErrDirty = schema.ErrDirty
+
+// ErrPreRelease is returned, together with pgbaton.ErrNotMigrated, for a
+// database migrated by a pre-release development build of pgbaton: its
+// schema version is below the baseline this release starts from, and no
+// migration leads from it. The error says what to do: drop the schema
+// pgbaton and migrate again.
+var ErrPreRelease = schema.ErrPreRelease
 
 // Latest is the newest schema version this build of pgbaton knows.
 func Latest() uint {
@@ -177,7 +198,7 @@ func run(ctx context.Context, pool *pgxpool.Pool, step func(*migrate.Migrate) er
 	if err != nil {
 		return err
 	}
-	if err := schema.CheckVersion(v, dirty); err != nil && !errors.Is(err, pgbaton.ErrNotMigrated) {
+	if err := schema.CheckVersion(v, dirty); err != nil && (!errors.Is(err, pgbaton.ErrNotMigrated) || errors.Is(err, ErrPreRelease)) {
 		return err
 	}
 

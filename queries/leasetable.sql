@@ -1,4 +1,4 @@
--- Wrappers for the lease protocol functions of migration 0003. The
+-- Wrappers for the lease protocol functions (migrations/0102_leasetable). The
 -- functions hold the logic, so psql and other languages behave the same.
 
 -- name: LeaseAttempt :one

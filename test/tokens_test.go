@@ -54,7 +54,7 @@ func grantMany(t *testing.T, ctx context.Context, lc *leasetable.Client, prefix 
 // acknowledged on the primary; the primary crashes and the standby is
 // promoted. Its sequence is behind, but every token it grants is still
 // larger than every token granted before, so a stale holder's fenced
-// writes lose. (Before migration 0012 the first token on the new primary
+// writes lose. (With a plain sequence the first token on the new primary
 // was 34 after tokens up to 521.)
 func TestTokensMonotonicAcrossLossyPromotion(t *testing.T) {
 	ctx := ctxT(t, 3*time.Minute)
@@ -129,9 +129,9 @@ func waitReplayed(t *testing.T, ctx context.Context, primary, standby *pgxpool.P
 // A crash of the server restarted in place keeps tokens monotonic even
 // for clients that turned synchronous_commit off: a grant is flushed
 // before it is acknowledged. The WAL writer is slowed down so that
-// asynchronous commits stay in memory until the crash. (Before migration
-// 0012, hundreds of acknowledged grants were lost and their tokens handed
-// out again.)
+// asynchronous commits stay in memory until the crash. (With a plain
+// sequence and no durability check, hundreds of acknowledged grants were
+// lost and their tokens handed out again.)
 func TestTokensMonotonicAcrossCrashWithAsyncCommit(t *testing.T) {
 	ctx := ctxT(t, 2*time.Minute)
 	c := pgtest.NewCluster(t, pgcluster.Config{Settings: map[string]string{

@@ -257,7 +257,7 @@ type LeaseAttemptRow struct {
 	DbNow     time.Time `json:"db_now"`
 }
 
-// Wrappers for the lease protocol functions of migration 0003. The
+// Wrappers for the lease protocol functions (migrations/0102_leasetable). The
 // functions hold the logic, so psql and other languages behave the same.
 func (q *Queries) LeaseAttempt(ctx context.Context, db DBTX, arg LeaseAttemptParams) (LeaseAttemptRow, error) {
 	row := db.QueryRow(ctx, leaseAttempt,

@@ -2,5 +2,10 @@
 
 package schema
 
-// Latest is the newest schema version this build knows (0016_cached_plans.up.sql).
-const Latest uint = 16
+// Baseline is the first version of the schema's baseline (0100_schema.up.sql): a
+// database at a version below it was migrated by a pre-release development
+// build.
+const Baseline uint = 100
+
+// Latest is the newest schema version this build knows (0105_operator.up.sql).
+const Latest uint = 105

@@ -23,6 +23,12 @@ import (
 // ErrDirty is migrations.ErrDirty: a previous migration failed half-way.
 var ErrDirty = errors.New("pgbaton: schema migration is dirty (a previous migration failed)")
 
+// ErrPreRelease is migrations.ErrPreRelease: the database was migrated by a
+// development build from before the schema's baseline (versions below
+// Baseline), whose migration chain no release carries. It is always
+// wrapped together with pgbaton.ErrNotMigrated.
+var ErrPreRelease = errors.New("pgbaton: schema written by a pre-release development build")
+
 // Version returns the schema version recorded in pgbaton.schema_migrations
 // and whether it is dirty; 0 when pgbaton never migrated this database.
 func Version(ctx context.Context, q db.DBTX) (version uint, dirty bool, err error) {
@@ -52,13 +58,20 @@ func Check(ctx context.Context, q db.DBTX) error {
 }
 
 // CheckVersion returns nil when v is Latest and clean, else an error that
-// wraps ErrDirty, pgbaton.ErrNotMigrated or pgbaton.ErrSchemaTooNew.
+// wraps ErrDirty, pgbaton.ErrNotMigrated (with ErrPreRelease for a version
+// below Baseline) or pgbaton.ErrSchemaTooNew.
 func CheckVersion(v uint, dirty bool) error {
 	switch {
 	case dirty:
 		return fmt.Errorf("%w at version %d", ErrDirty, v)
 	case v == 0:
 		return fmt.Errorf("%w: no pgbaton schema in this database; run `pgbaton migrate up` or migrations.Up", pgbaton.ErrNotMigrated)
+	case v < Baseline:
+		// Nothing was ever released on those versions, so there is no
+		// upgrade path: the schema is dropped and made again.
+		return fmt.Errorf("%w: %w (version %d; this build's schema starts at %d and cannot upgrade it): "+
+			"stop every client, run `DROP SCHEMA pgbaton CASCADE` (every lock, lease, run and fenced value is lost), "+
+			"then `pgbaton migrate up` or migrations.Up", pgbaton.ErrNotMigrated, ErrPreRelease, v, Baseline)
 	case v < Latest:
 		return fmt.Errorf("%w: schema version %d, this build needs %d; run `pgbaton migrate up` or migrations.Up", pgbaton.ErrNotMigrated, v, Latest)
 	case v > Latest:

@@ -16,7 +16,7 @@
 //
 //	ha: failover  failover_ms 5039 clients_ok_ms 5681 (bound 7039) told_ms 83 (bound 1500) token 1099511628043(e1+267) -> 2199023255842(e2+290) overlaps 0 ...
 //
-// (a token is epoch * 2^40 + sequence, migration 0012).
+// (a token is epoch * 2^40 + sequence: pgbaton.next_token).
 //
 // It needs the Debian packages patroni and etcd-server and runs only
 // with the build tag ha:

@@ -162,7 +162,7 @@ func (r phaseResult) lostViolations(nm nemesis) int {
 	return len(r.ledger.Lost)
 }
 
-// fmtToken shows a token's epoch and sequence parts (migration 0012).
+// fmtToken shows a token's epoch and sequence parts (pgbaton.next_token).
 func fmtToken(tok int64) string {
 	return fmt.Sprintf("%d(e%d+%d)", tok, tok>>40, tok&(1<<40-1))
 }

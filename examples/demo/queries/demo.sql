@@ -72,5 +72,5 @@ SELECT coalesce(min(t.acquired_at), 'epoch')::timestamptz AS first_term
 
 -- name: DemoComplete :one
 -- Completes an item lease inside the item's fenced transaction, guarded by
--- the lease's owner and token (pgbaton.complete, migration 0003).
+-- the lease's owner and token (pgbaton.complete).
 SELECT pgbaton.complete(@name::text, @owner::text, @token::bigint)::boolean AS completed;

@@ -1,5 +1,5 @@
-// Command gen writes latest.go: the newest migration version found in the
-// migrations folder, as a constant, so that the library knows it without
+// Command gen writes latest.go: the oldest and the newest migration versions
+// found in the migrations folder, as constants, so that the library knows it without
 // embedding the files (and golang-migrate) in every binary. `make generate`
 // runs it; `make check-generated` fails when it is stale.
 package main
@@ -29,8 +29,8 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	var latest uint64
-	var file string
+	var first, latest uint64
+	var firstFile, file string
 	for _, e := range entries {
 		m := upFile.FindStringSubmatch(e.Name())
 		if m == nil {
@@ -43,6 +43,9 @@ func main() {
 		if v > latest {
 			latest, file = v, e.Name()
 		}
+		if first == 0 || v < first {
+			first, firstFile = v, e.Name()
+		}
 	}
 	if latest == 0 {
 		log.Fatalf("gen: no NNNN_name.up.sql in %s", *dir)
@@ -51,9 +54,14 @@ func main() {
 
 package schema
 
+// Baseline is the first version of the schema's baseline (%s): a
+// database at a version below it was migrated by a pre-release development
+// build.
+const Baseline uint = %d
+
 // Latest is the newest schema version this build knows (%s).
 const Latest uint = %d
-`, filepath.Base(*dir), file, latest)
+`, filepath.Base(*dir), firstFile, first, file, latest)
 	formatted, err := format.Source([]byte(src))
 	if err != nil {
 		log.Fatal(err)

@@ -39,7 +39,7 @@ type DemoCompleteParams struct {
 }
 
 // Completes an item lease inside the item's fenced transaction, guarded by
-// the lease's owner and token (pgbaton.complete, migration 0003).
+// the lease's owner and token (pgbaton.complete).
 func (q *Queries) DemoComplete(ctx context.Context, db DBTX, arg DemoCompleteParams) (bool, error) {
 	row := db.QueryRow(ctx, demoComplete, arg.Name, arg.Owner, arg.Token)
 	var completed bool

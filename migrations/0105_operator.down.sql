@@ -1,10 +1,3 @@
-DROP FUNCTION pgbaton.grant_roles();
-DROP FUNCTION pgbaton.terminate_advisory_holder(integer, text, text);
-DROP FUNCTION pgbaton.force_release_lease(text, text);
-DROP FUNCTION pgbaton.require_reason(text);
-DROP FUNCTION pgbaton.require_admin(text);
-DROP TABLE pgbaton.event;
-
 -- Take back this database's grants. The roles themselves are cluster-wide
 -- and may be used by other databases: they stay.
 DO $$
@@ -18,3 +11,11 @@ BEGIN
         REVOKE ALL ON ALL SEQUENCES IN SCHEMA pgbaton FROM pgbaton_admin;
     END IF;
 END $$;
+
+DROP FUNCTION pgbaton.grant_roles();
+DROP FUNCTION pgbaton.prune(text,interval,integer);
+DROP FUNCTION pgbaton.terminate_advisory_holder(integer,text,text);
+DROP FUNCTION pgbaton.force_release_lease(text,text);
+DROP FUNCTION pgbaton.require_reason(text);
+DROP FUNCTION pgbaton.require_admin(text);
+DROP TABLE pgbaton.event;

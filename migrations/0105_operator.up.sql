@@ -4,7 +4,6 @@
 -- when the migrating user may create roles; otherwise a DBA creates them
 -- (CREATE ROLE pgbaton_reader; CREATE ROLE pgbaton_admin IN ROLE
 -- pgbaton_reader;) and runs SELECT pgbaton.grant_roles().
-
 DO $$
 DECLARE
     r text;
@@ -23,13 +22,13 @@ BEGIN
     END LOOP;
 END $$;
 
--- The audit log: one row per forced release, written in the same
--- transaction as the release itself.
+-- The audit log: one row per forced release or fence bypass, written in
+-- the same transaction as the action itself.
 CREATE TABLE pgbaton.event (
     id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     at        timestamptz NOT NULL DEFAULT clock_timestamp(),
     actor     text NOT NULL DEFAULT current_user,
-    action    text NOT NULL CHECK (action IN ('force_release_lease', 'terminate_advisory_holder')),
+    action    text NOT NULL CHECK (action IN ('force_release_lease', 'terminate_advisory_holder', 'bypass_fencing')),
     target    text NOT NULL,
     reason    text NOT NULL CHECK (btrim(reason) <> ''),
     old_token bigint,
@@ -38,6 +37,8 @@ CREATE TABLE pgbaton.event (
 );
 
 COMMENT ON TABLE pgbaton.event IS 'pgbaton audit log: forced releases, who did them and why';
+
+CREATE INDEX event_at_idx ON pgbaton.event (at);
 
 -- require_admin raises insufficient_privilege, naming the role, unless the
 -- current user is a superuser or a member of pgbaton_admin.
@@ -66,10 +67,14 @@ END $$;
 -- force_release_lease frees a held lease whoever holds it, draws a new token
 -- so that the old holder's fenced writes fail from now on, wakes waiters and
 -- writes the audit row, all in the caller's transaction. SQLSTATE PB404
--- when there is no such lease or it is not held.
+-- when there is no such lease or it is not held. A lease kept by its
+-- session's keep-alive counts as held; it is unbound from the session, and
+-- the session's client is told (revoked).
 CREATE FUNCTION pgbaton.force_release_lease(p_name text, p_reason text)
 RETURNS TABLE (old_owner text, old_token bigint, new_token bigint)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
 DECLARE
     cur pgbaton.lease%ROWTYPE;
 BEGIN
@@ -79,19 +84,23 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'pgbaton: no lease named %', p_name USING ERRCODE = 'PB404';
     END IF;
-    IF cur.owner IS NULL OR cur.expires_at <= clock_timestamp() THEN
+    IF cur.owner IS NULL OR pgbaton.lease_expiry(cur.expires_at, cur.session_id) <= clock_timestamp() THEN
         RAISE EXCEPTION 'pgbaton: lease % is not held', p_name USING ERRCODE = 'PB404';
     END IF;
     UPDATE pgbaton.lease l
-       SET owner = NULL, expires_at = NULL, token = nextval('pgbaton.lease_token_seq')
+       SET owner = NULL, expires_at = NULL, session_id = NULL, token = pgbaton.next_token()
      WHERE l.name = p_name
     RETURNING l.token INTO new_token;
+    IF cur.session_id IS NOT NULL THEN
+        UPDATE pgbaton.lease_session s SET revoked = s.revoked + 1 WHERE s.id = cur.session_id;
+    END IF;
     old_owner := cur.owner;
     old_token := cur.token;
     INSERT INTO pgbaton.event (action, target, reason, old_token, new_token, detail)
     VALUES ('force_release_lease', p_name, p_reason, cur.token, new_token,
-            jsonb_build_object('owner', cur.owner, 'group', cur.lease_group,
-                               'acquired_at', cur.acquired_at, 'expires_at', cur.expires_at));
+            jsonb_build_object('owner', cur.owner, 'group', cur.lease_group, 'session', cur.session_id,
+                               'acquired_at', cur.acquired_at,
+                               'expires_at', pgbaton.lease_expiry(cur.expires_at, cur.session_id)));
     PERFORM pg_notify('pgbaton_lease', p_name);
     RETURN NEXT;
 END $$;
@@ -126,10 +135,86 @@ BEGIN
     RETURN NEXT;
 END $$;
 
+-- prune deletes up to p_batch rows of p_table older than p_older_than by
+-- its rule (above) and returns how many it deleted.
+CREATE FUNCTION pgbaton.prune(p_table text, p_older_than interval, p_batch integer)
+RETURNS integer
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+DECLARE
+    cutoff timestamptz;
+    n      integer;
+BEGIN
+    IF p_older_than IS NULL OR p_older_than <= interval '0' THEN
+        RAISE EXCEPTION 'pgbaton: retention must be positive, got %', p_older_than USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_batch IS NULL OR p_batch < 1 OR p_batch > 100000 THEN
+        RAISE EXCEPTION 'pgbaton: batch must be 1 to 100000, got %', p_batch USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    cutoff := clock_timestamp() - p_older_than;
+    CASE p_table
+    WHEN 'cron_slot' THEN
+        DELETE FROM pgbaton.cron_slot c USING (
+            SELECT s.job, s.scheduled_at FROM pgbaton.cron_slot s
+             WHERE s.scheduled_at < cutoff ORDER BY s.scheduled_at LIMIT p_batch FOR UPDATE SKIP LOCKED) o
+         WHERE c.job = o.job AND c.scheduled_at = o.scheduled_at;
+    WHEN 'job_run' THEN
+        DELETE FROM pgbaton.job_run r USING (
+            SELECT j.id FROM pgbaton.job_run j
+             WHERE j.finished_at < cutoff
+               AND EXISTS (SELECT 1 FROM pgbaton.job_run k WHERE k.job = j.job AND k.id > j.id)
+             ORDER BY j.finished_at LIMIT p_batch FOR UPDATE SKIP LOCKED) o
+         WHERE r.id = o.id;
+    WHEN 'event' THEN
+        DELETE FROM pgbaton.event e USING (
+            SELECT v.id FROM pgbaton.event v
+             WHERE v.at < cutoff ORDER BY v.at LIMIT p_batch FOR UPDATE SKIP LOCKED) o
+         WHERE e.id = o.id;
+    WHEN 'lease_waiter' THEN
+        DELETE FROM pgbaton.lease_waiter w USING (
+            SELECT x.name, x.waiter FROM pgbaton.lease_waiter x
+             WHERE x.since < cutoff ORDER BY x.since LIMIT p_batch FOR UPDATE SKIP LOCKED) o
+         WHERE w.name = o.name AND w.waiter = o.waiter;
+    WHEN 'fenced_value' THEN
+        DELETE FROM pgbaton.fenced_value f USING (
+            SELECT v.key FROM pgbaton.fenced_value v
+             WHERE v.updated_at < cutoff ORDER BY v.updated_at LIMIT p_batch FOR UPDATE SKIP LOCKED) o
+         WHERE f.key = o.key;
+    WHEN 'advisory_name' THEN
+        DELETE FROM pgbaton.advisory_name a USING (
+            SELECT x.key FROM pgbaton.advisory_name x
+             WHERE x.last_seen < cutoff ORDER BY x.last_seen LIMIT p_batch FOR UPDATE SKIP LOCKED) o
+         WHERE a.key = o.key;
+    WHEN 'processed_message' THEN
+        RETURN pgbaton.prune_processed(p_older_than, p_batch);
+    WHEN 'lease' THEN
+        -- Never granted since the cutoff, and not held now (released, or
+        -- its grant and session long expired).
+        DELETE FROM pgbaton.lease l USING (
+            SELECT x.name FROM pgbaton.lease x
+             WHERE x.lease_group IS NULL AND coalesce(x.acquired_at, '-infinity') < cutoff
+               AND (x.owner IS NULL OR pgbaton.lease_expiry(x.expires_at, x.session_id) < cutoff)
+             ORDER BY x.acquired_at LIMIT p_batch FOR UPDATE SKIP LOCKED) o
+         WHERE l.name = o.name;
+    WHEN 'lease_session' THEN
+        RETURN pgbaton.prune_sessions(p_older_than, p_batch);
+    ELSE
+        RAISE EXCEPTION 'pgbaton: no retention rule for table %', p_table USING ERRCODE = 'invalid_parameter_value';
+    END CASE;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END $$;
+
+COMMENT ON FUNCTION pgbaton.prune(text, interval, integer) IS
+    'pgbaton: delete up to p_batch rows of p_table older than p_older_than by its retention rule; returns the count';
+
 -- grant_roles gives pgbaton_reader read access to every pgbaton table and
 -- pgbaton_admin what forced release needs. Run it again after creating the
 -- roles by hand. Grants of predefined roles are skipped when the current
 -- user may not give them.
+-- pgbaton_admin may raise the token epoch (force_release_lease draws a
+-- token).
 CREATE FUNCTION pgbaton.grant_roles()
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
@@ -141,8 +226,10 @@ BEGIN
     GRANT USAGE ON SCHEMA pgbaton TO pgbaton_reader;
     GRANT SELECT ON ALL TABLES IN SCHEMA pgbaton TO pgbaton_reader;
     GRANT UPDATE ON pgbaton.lease TO pgbaton_admin;
+    GRANT UPDATE ON pgbaton.lease_session TO pgbaton_admin;
     GRANT INSERT ON pgbaton.event TO pgbaton_admin;
     GRANT USAGE ON SEQUENCE pgbaton.lease_token_seq TO pgbaton_admin;
+    GRANT UPDATE ON pgbaton.token_epoch TO pgbaton_admin;
     BEGIN
         GRANT pgbaton_reader TO pgbaton_admin;
         GRANT pg_read_all_stats TO pgbaton_reader;

@@ -1,22 +1,27 @@
--- Fenced writes, second round, and the idempotent consumer.
+-- Fenced writes: a write that carries a stale fencing token is rejected by
+-- the database, atomically, inside the write's own transaction.
 --
---   * A write to a fenced row must carry a token. Before, an UPDATE that
---     left fence_token alone passed silently, and a DELETE could carry a
---     token only through a setting made earlier in its transaction.
---   * pgbaton.present_token: the transaction's token, from inside any
---     statement.
---   * pgbaton.bypass_fencing: an operator's audited way past the fence.
---   * A token whose lease row is gone (a completed work item) is reported
---     as "no such lease", not as "current 0, unknown lease".
---   * pgbaton.processed_message with mark_processed and prune_processed.
+-- Every rejection raises SQLSTATE PB001 (class PB, "pgbaton", is not used by
+-- PostgreSQL). Go maps it to fencedwrite.ErrStaleToken; other clients test
+-- for the code. The DETAIL is machine readable and always has this form
+-- (name last, because a name may contain anything):
+--     presented=<token> current=<token> reason=<word> name=<lease or table>
+-- Bad arguments raise 22023 (invalid_parameter_value) instead.
 
--- raise_stale_token: as in 0004, with a message that reads right when
--- there is no lease row or no token. The DETAIL keeps its form. A lease
--- row that does not exist (leasetable deletes the row of a completed work
--- item) is reason "no such lease": assert_token says "unknown lease" (as
--- 0004 and later versions of it do), translated here, the one place that
--- writes the message.
-CREATE OR REPLACE FUNCTION pgbaton.raise_stale_token(p_name text, p_presented bigint, p_current bigint, p_reason text)
+-- A write to a fenced row must carry a token: an UPDATE that leaves
+-- fence_token alone is refused, and pgbaton.present_token gives the
+-- transaction's token from inside any statement. pgbaton.bypass_fencing is
+-- an operator's audited way past the fence. The idempotent consumer
+-- (pgbaton.processed_message, mark_processed, prune_processed) lives here
+-- too: it is the other half of an effect done once.
+
+-- raise_stale_token raises the PB001 error. Internal: the one place that
+-- writes the message fencedwrite parses. The DETAIL keeps its form; the
+-- message reads right when there is no lease row or no token. A lease row
+-- that does not exist (leasetable deletes the row of a completed work
+-- item) is reason "no such lease": assert_token says "unknown lease",
+-- translated here.
+CREATE FUNCTION pgbaton.raise_stale_token(p_name text, p_presented bigint, p_current bigint, p_reason text)
 RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -45,6 +50,55 @@ BEGIN
                               coalesce(p_presented, 0), coalesce(p_current, 0), p_reason, p_name),
               HINT = l_hint;
 END $$;
+
+-- assert_token returns true when the lease name is held with exactly token
+-- and not expired by the database clock; otherwise it raises PB001. It locks
+-- the lease row FOR SHARE until the calling transaction ends, so no
+-- takeover, renewal or release of the lease can commit before that
+-- transaction does: the lease cannot move between this check and the
+-- commit. (FOR KEY SHARE would not do: the UPDATE of a takeover takes FOR NO
+-- KEY UPDATE, which does not conflict with it.) Use it in any statement:
+--     UPDATE accounts SET balance = $3
+--      WHERE id = $1 AND pgbaton.assert_token('job:x', $2);
+-- or on its own as the first statement of a transaction.
+-- A lease bound to a session counts as held while the session is alive.
+CREATE FUNCTION pgbaton.assert_token(p_name text, p_token bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET enable_seqscan = off
+AS $$
+DECLARE
+    l_token   bigint;
+    l_owner   text;
+    l_expires timestamptz;
+BEGIN
+    IF p_name IS NULL OR p_name = '' OR octet_length(p_name) > 255 THEN
+        RAISE EXCEPTION 'pgbaton: lease name must be 1 to 255 bytes' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_token IS NULL OR p_token <= 0 THEN
+        RAISE EXCEPTION 'pgbaton: fencing token must be positive, got %', p_token USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- READ COMMITTED: if a takeover is in progress this waits for it and
+    -- then reads the row as that takeover left it.
+    SELECT l.token, l.owner, pgbaton.lease_expiry(l.expires_at, l.session_id) INTO l_token, l_owner, l_expires
+      FROM pgbaton.lease l WHERE l.name = p_name FOR SHARE;
+    IF NOT FOUND THEN
+        PERFORM pgbaton.raise_stale_token(p_name, p_token, 0, 'unknown lease');
+    ELSIF l_token IS NULL OR l_token < p_token THEN
+        -- A token this name never had: from another lease, or made up.
+        PERFORM pgbaton.raise_stale_token(p_name, p_token, l_token, 'not granted');
+    ELSIF l_token > p_token THEN
+        PERFORM pgbaton.raise_stale_token(p_name, p_token, l_token, 'superseded');
+    ELSIF l_owner IS NULL THEN
+        PERFORM pgbaton.raise_stale_token(p_name, p_token, l_token, 'released');
+    ELSIF l_expires IS NULL OR l_expires <= clock_timestamp() THEN
+        PERFORM pgbaton.raise_stale_token(p_name, p_token, l_token, 'expired');
+    END IF;
+    RETURN true;
+END $$;
+
+COMMENT ON FUNCTION pgbaton.assert_token(text, bigint) IS
+    'pgbaton: true if lease (name, token) is held and not expired, else SQLSTATE PB001; locks the lease row FOR SHARE until the transaction ends';
 
 -- present_token sets the token that the rest of the calling transaction
 -- presents to fenced tables (the setting pgbaton.fence_token) and returns
@@ -96,17 +150,18 @@ COMMENT ON FUNCTION pgbaton.fence_token_set() IS
 -- (it only answers yes or no).
 CREATE FUNCTION pgbaton.fencing_bypassed(p_relid oid, p_events text)
 RETURNS boolean
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT EXISTS (
+BEGIN
+    RETURN EXISTS (
         SELECT FROM pgbaton.event e
          WHERE e.id = ANY (string_to_array(p_events, ',')::bigint[])
            AND e.action = 'bypass_fencing'
            AND e.detail->>'xid' = txid_current()::text
            AND (e.detail->>'relid')::oid IN (SELECT p_relid UNION ALL SELECT a.relid FROM pg_partition_ancestors(p_relid) a));
-$$;
+END $$;
 
 -- reject_stale_token is the fence of a table with a fence_token bigint
 -- column (BEFORE UPDATE OR DELETE, per row; install with enable_fencing).
@@ -124,7 +179,7 @@ $$;
 -- fence_token is NULL is not fenced yet; a transaction token fences it.
 -- An operator's bypass_fencing lets the rest of the transaction write the
 -- table with no token at all, tokens unchanged.
-CREATE OR REPLACE FUNCTION pgbaton.reject_stale_token()
+CREATE FUNCTION pgbaton.reject_stale_token()
 RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -196,8 +251,12 @@ END $$;
 COMMENT ON FUNCTION pgbaton.reject_stale_token() IS
     'pgbaton: trigger rejecting (SQLSTATE PB001) UPDATE/DELETE of a fenced row without a token or with one older than the row''s; install with pgbaton.enable_fencing';
 
--- enable_fencing installs both triggers (each only if missing).
-CREATE OR REPLACE FUNCTION pgbaton.enable_fencing(p_table regclass)
+-- enable_fencing installs reject_stale_token on a table (or partitioned
+-- table) with a fence_token bigint column. Running it again changes
+-- nothing. Down-migrating pgbaton fails while tables still use it: run
+-- disable_fencing on them first. It installs both triggers (each only if
+-- missing): reject_stale_token and fence_token_set.
+CREATE FUNCTION pgbaton.enable_fencing(p_table regclass)
 RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -237,7 +296,9 @@ END $$;
 COMMENT ON FUNCTION pgbaton.enable_fencing(regclass) IS
     'pgbaton: install the fencing triggers (reject_stale_token, fence_token_set) on a table with a fence_token bigint column';
 
-CREATE OR REPLACE FUNCTION pgbaton.disable_fencing(p_table regclass)
+-- disable_fencing removes what enable_fencing installed; a no-op when it is
+-- not installed.
+CREATE FUNCTION pgbaton.disable_fencing(p_table regclass)
 RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -250,36 +311,6 @@ END $$;
 
 COMMENT ON FUNCTION pgbaton.disable_fencing(regclass) IS
     'pgbaton: remove the fencing triggers that enable_fencing installed';
-
--- Tables fenced before this migration get the companion trigger. A table
--- the migrating user may not add triggers to keeps working, stricter: an
--- UPDATE that assigns the row's own token again needs the transaction
--- token until its owner runs enable_fencing. Partitions get the trigger
--- from their partitioned table.
-DO $$
-DECLARE
-    r record;
-BEGIN
-    FOR r IN SELECT t.tgrelid::regclass AS tbl
-               FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
-              WHERE t.tgname = 'pgbaton_reject_stale_token'
-                AND NOT (c.relispartition AND EXISTS (
-                        SELECT FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_trigger p ON p.tgrelid = i.inhparent
-                         WHERE i.inhrelid = t.tgrelid AND p.tgname = t.tgname))
-    LOOP
-        BEGIN
-            PERFORM pgbaton.enable_fencing(r.tbl);
-        EXCEPTION WHEN insufficient_privilege THEN
-            RAISE WARNING 'pgbaton: cannot add trigger pgbaton_fence_token_set to % (%); its owner should run SELECT pgbaton.enable_fencing(%L)',
-                r.tbl, SQLERRM, r.tbl::text;
-        END;
-    END LOOP;
-END $$;
-
--- The audit log learns the bypass.
-ALTER TABLE pgbaton.event DROP CONSTRAINT event_action_check;
-ALTER TABLE pgbaton.event ADD CONSTRAINT event_action_check
-    CHECK (action IN ('force_release_lease', 'terminate_advisory_holder', 'bypass_fencing'));
 
 -- bypass_fencing lets the rest of the calling transaction write p_table
 -- without a token: the operator's way to correct data in a fenced table
@@ -314,6 +345,21 @@ END $$;
 
 COMMENT ON FUNCTION pgbaton.bypass_fencing(regclass, text) IS
     'pgbaton: let the rest of this transaction write a fenced table without a token; pgbaton_admin only, audited in pgbaton.event';
+
+-- fenced_value is pgbaton's own fenced state: small JSON values (job
+-- checkpoints, cursors) that outlive a lease and that only a writer with a
+-- token at least as new as the last writer's may change.
+CREATE TABLE pgbaton.fenced_value (
+    key        text        PRIMARY KEY CHECK (key <> '' AND octet_length(key) <= 255),
+    token      bigint      NOT NULL CHECK (token > 0),
+    value      jsonb       NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+COMMENT ON TABLE pgbaton.fenced_value IS
+    'pgbaton: JSON values written only by writers whose fencing token is not older than the last writer''s';
+
+CREATE INDEX fenced_value_updated_idx ON pgbaton.fenced_value (updated_at);
 
 -- The idempotent consumer: one row per message (or request) a consumer
 -- has processed, written in the transaction that does the message's
@@ -397,11 +443,3 @@ END $$;
 
 COMMENT ON FUNCTION pgbaton.prune_processed(interval, integer) IS
     'pgbaton: delete up to p_batch processed_message rows older than p_older_than; returns the count';
-
--- pgbaton_reader may read the new table too (as grant_roles grants).
-DO $$
-BEGIN
-    IF EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'pgbaton_reader') THEN
-        GRANT SELECT ON pgbaton.processed_message TO pgbaton_reader;
-    END IF;
-END $$;

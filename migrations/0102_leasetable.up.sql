@@ -1,0 +1,880 @@
+-- Leases: rows with an expiry by the database clock and a fencing token that
+-- grows with every grant. Logged on purpose: an UNLOGGED table's sequence
+-- would reset after a crash and tokens would go back (DESIGN rule 5).
+--
+-- Every protocol function below takes the time from clock_timestamp(), not
+-- now(): called inside a caller's long transaction, now() would be the
+-- transaction's start and an expired lease would look alive.
+--
+-- Plans that stay on the indexes whatever the statistics say: pgbaton.lease
+-- is a queue and a lock table at once: it can hold eight busy leases one
+-- minute and a burst of a million work items the next. The planner sizes it
+-- from statistics taken at the last VACUUM or ANALYZE, and plpgsql caches
+-- the plans per connection. After a VACUUM of a table with a few live rows
+-- on many pages, a burst of 10k items was planned as a table of 8 rows:
+-- claim picked and granted rows with sequential scans, O(rows) per call,
+-- 2-4x slower at 10k rows (bench/, "Work items" after the lease rows) and
+-- worse the deeper the queue. Every lookup has an index that is right at
+-- any size (primary key, lease_free_idx, lease_held_idx, lease_waiter's
+-- key), so the functions that touch the lease tables SET enable_seqscan =
+-- off: the setting holds for the duration of each call only.
+--
+-- Statements inside these functions keep their plans: a LANGUAGE sql
+-- function Postgres cannot inline (a SET clause, SECURITY DEFINER, or a
+-- body that is not a SELECT rules inlining out) is parsed and planned again
+-- at every call before Postgres 18, so such functions are plpgsql, which
+-- keeps its plans for the session. The functions whose statements join or
+-- match array parameters (and claim, whose grant matches the names it
+-- picked) SET plan_cache_mode = force_generic_plan: Postgres guesses an
+-- array's size for the generic plan and then finds it costlier than a
+-- custom plan for the one or two names of a typical call, so it planned
+-- those statements again at every call (40-70 us each, with complete_many a
+-- third of a one-item CompleteAndClaim). The generic plans are the index
+-- plans the custom ones were.
+--
+-- Batch functions over many leases join their (name, token) pairs with
+-- unnest instead of testing token = ANY(tokens) per row: with arrays passed
+-- as parameters that test is a linear search, so a batch of n leases cost
+-- O(n^2) (20,000 leases: 1.3 s; a Close with 100,000 would have taken half
+-- a minute). The pairs match exactly where the two sets would (every token
+-- is granted to one row only).
+CREATE SEQUENCE pgbaton.lease_token_seq AS bigint;
+
+-- Claim hands out the oldest available item first, whether it was never
+-- held, released or expired: items keep the place in the queue they got at
+-- registration. Without that, an expired item (a crashed worker's) was
+-- claimed only once every never-claimed item was gone. seq never changes
+-- after the row is made, so renewals, which touch no indexed column, stay
+-- HOT updates.
+CREATE SEQUENCE pgbaton.lease_seq AS bigint;
+
+-- Lease sessions: one keep-alive for all the leases of a client.
+--
+-- Renewing every lease on its own costs a statement and a commit per lease
+-- per renew interval: a client holding 10,000 leases at TTL 3s needs more
+-- commits than a small server can do, and loses them all. A session is one
+-- row a client keeps alive (pgbaton.session_keepalive, one HOT-free update
+-- per interval whatever it holds); a lease bound to a session
+-- (lease.session_id) is valid while its own grant has not expired OR its
+-- session is alive:
+--
+--     valid  <=>  owner IS NOT NULL AND token matches AND
+--                 greatest(lease.expires_at, session.expires_at) > clock_timestamp()
+--
+-- (pgbaton.lease_expiry computes the right-hand side; pgbaton.lease_status
+-- shows it.) A session is never revived: a keep-alive of a session that has
+-- expired fails, so a client paused past its TTL cannot bring back leases
+-- others may have taken. Leases without a session (psql and other clients
+-- of the SQL protocol: try_acquire + renew) are renewed one by one.
+CREATE TABLE pgbaton.lease_session (
+    id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    owner      text NOT NULL CHECK (owner <> '' AND octet_length(owner) <= 255),
+    ttl_ms     bigint NOT NULL CHECK (ttl_ms > 0),
+    started_at timestamptz NOT NULL,
+    renewed_at timestamptz NOT NULL,
+    expires_at timestamptz NOT NULL,
+    -- Bumped when an operator force-releases a lease of this session: the
+    -- keep-alive returns it, and the client looks for what it lost.
+    revoked    bigint NOT NULL DEFAULT 0
+);
+
+-- Claim looks up dead sessions by expiry. One row per client: the index
+-- makes its keep-alive a non-HOT update, which costs nothing at that rate.
+CREATE INDEX lease_session_expires_idx ON pgbaton.lease_session (expires_at);
+
+COMMENT ON TABLE pgbaton.lease_session IS
+    'pgbaton: lease sessions; a lease with session_id is valid while its own grant or its session has not expired';
+
+CREATE TABLE pgbaton.lease (
+    name        text PRIMARY KEY CHECK (name <> '' AND octet_length(name) <= 255),
+    -- "group" is reserved; NULL for standalone leases.
+    lease_group text CHECK (lease_group <> '' AND octet_length(lease_group) <= 255),
+    -- NULL when free.
+    owner       text CHECK (owner <> '' AND octet_length(owner) <= 255),
+    -- Last token granted for this name; kept after release and expiry so it
+    -- only grows. NULL until the first grant.
+    token       bigint,
+    acquired_at timestamptz,
+    renewed_at  timestamptz,
+    -- NULL when free.
+    expires_at  timestamptz,
+    metadata    jsonb NOT NULL DEFAULT '{}',
+    -- The place in the queue (lease_seq above).
+    seq         bigint NOT NULL DEFAULT nextval('pgbaton.lease_seq'),
+    session_id  bigint,
+    -- The client's id for the request that made the grant: a request sent
+    -- again after its reply was lost (a broken connection, a failover)
+    -- finds its own grant instead of being refused by it, and a grant whose
+    -- caller gave up can be found and given back without knowing its token.
+    grant_ref   uuid,
+    CONSTRAINT lease_held_has_expiry CHECK ((owner IS NULL) = (expires_at IS NULL))
+)
+-- Renewals of leases renewed one by one (pgbaton.renew) touch no indexed
+-- column; leave room on each page so they are HOT updates.
+WITH (fillfactor = 90);
+
+ALTER SEQUENCE pgbaton.lease_token_seq OWNED BY pgbaton.lease.token;
+ALTER SEQUENCE pgbaton.lease_seq OWNED BY pgbaton.lease.seq;
+
+COMMENT ON TABLE pgbaton.lease IS
+    'pgbaton leases. (name, token) is valid iff owner IS NOT NULL AND token matches AND expires_at > clock_timestamp().';
+COMMENT ON COLUMN pgbaton.lease.session_id IS
+    'pgbaton.lease_session keeping this lease alive beyond expires_at; NULL for leases renewed one by one';
+
+-- Claiming scans only rows that can be granted. Free rows have their own
+-- partial index, so rows finished or held by others never slow a claim down
+-- (a plain (group, state) index decays as they pile up). Neither index
+-- mentions expires_at, so renewals stay HOT updates.
+CREATE INDEX lease_free_idx ON pgbaton.lease (lease_group, seq)
+    WHERE lease_group IS NOT NULL AND owner IS NULL;
+-- Held rows by group, then session, then age: claim finds the expired rows
+-- of a dead session in order, semaphores count and wait on a group.
+CREATE INDEX lease_held_idx ON pgbaton.lease (lease_group, session_id, seq)
+    WHERE lease_group IS NOT NULL AND owner IS NOT NULL;
+
+-- The leases of a session, to unbind them when it is closed or pruned.
+CREATE INDEX lease_session_idx ON pgbaton.lease (session_id) WHERE session_id IS NOT NULL;
+
+-- Named leases by their last grant, for their retention. acquired_at
+-- changes only with a grant, which changes owner (indexed) anyway, so
+-- renewals stay HOT.
+CREATE INDEX lease_named_idx ON pgbaton.lease (acquired_at) WHERE lease_group IS NULL;
+
+-- Waiters register here before they wait, so release notifies only when
+-- somebody waits: a NOTIFY serialises committing transactions on a
+-- cluster-wide lock, which would cap releases at one commit flush at a
+-- time. Unlogged: registrations need no WAL and mean nothing after a crash
+-- (waiters look again when their LISTEN connection comes back). waiter is
+-- unique per waiting call; name is a lease name, or a group name for
+-- waiters on any lease of the group (semaphores).
+CREATE UNLOGGED TABLE pgbaton.lease_waiter (
+    name   text NOT NULL,
+    waiter text NOT NULL,
+    since  timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (name, waiter)
+);
+
+CREATE INDEX lease_waiter_since_idx ON pgbaton.lease_waiter (since);
+
+-- lease_status is pgbaton.lease with the expiry and renewal of a session's
+-- leases taken from their session, and whether each lease is held now:
+-- read leases through it.
+CREATE VIEW pgbaton.lease_status AS
+SELECT l.name, l.lease_group, l.owner, l.token, l.acquired_at,
+       CASE WHEN s.id IS NULL THEN l.renewed_at ELSE greatest(l.renewed_at, s.renewed_at) END AS renewed_at,
+       CASE WHEN s.id IS NULL THEN l.expires_at ELSE greatest(l.expires_at, s.expires_at) END AS expires_at,
+       l.metadata, l.session_id, l.seq,
+       (l.owner IS NOT NULL AND
+        CASE WHEN s.id IS NULL THEN l.expires_at ELSE greatest(l.expires_at, s.expires_at) END > clock_timestamp()) AS held
+  FROM pgbaton.lease l
+  LEFT JOIN pgbaton.lease_session s ON s.id = l.session_id;
+
+COMMENT ON VIEW pgbaton.lease_status IS
+    'pgbaton leases with their effective expiry (session keep-alive included) and whether they are held now';
+
+-- Fencing tokens that never go backwards, whatever a failover lost.
+--
+-- A plain nextval('pgbaton.lease_token_seq') would not do. Promote an
+-- asynchronous standby that lacks the last grants and its copy of the
+-- sequence is behind: it hands out again tokens the old primary had
+-- granted, and a stale holder of one of them would win over the holders of
+-- the reissued ones (measured: the first token on the new primary was 34
+-- after tokens up to 521). The same happens after a crash when grants were
+-- committed with synchronous_commit = off.
+--
+-- So a token is epoch * 2^40 + nextval('pgbaton.lease_token_seq'), drawn
+-- by pgbaton.next_token(). The epoch grows on the first token drawn on a
+-- timeline other than the one it was last set on: after every promotion
+-- (failover, switchover, Patroni restarting a crashed primary), every
+-- point-in-time recovery, and after pg_upgrade or a restore into a new
+-- cluster (whose timeline starts again at 1). It grows by the distance
+-- between the two timelines, at least 1, so that a server promoted from a
+-- history that already went through lost promotions still lands above
+-- them (PostgreSQL numbers each new timeline above every timeline the
+-- promoted server knows). So every token drawn after a timeline change is
+-- larger than every token drawn before it on an earlier timeline, however
+-- many grants replication lost, while the sequence stays below 2^40 (1.1
+-- trillion grants) and the epoch below 2^23; next_token raises an error
+-- rather than break that. On a database that never changed timeline the
+-- epoch is 0. fencedwrite compares tokens as plain bigints.
+--
+-- Not covered: two standbys promoted one after the other where the second
+-- never saw the first's timeline (both pick the same timeline number; keep
+-- a WAL archive, which makes PostgreSQL skip numbers already used), and
+-- copies that do not carry the sequence (logical replication).
+CREATE TABLE pgbaton.token_epoch (
+    one      boolean PRIMARY KEY DEFAULT true CHECK (one),
+    -- The timeline the epoch was last set on; NULL when the server does
+    -- not tell (see insert_timeline).
+    timeline bigint CHECK (timeline > 0),
+    epoch    bigint NOT NULL CHECK (epoch >= 0 AND epoch < 8388608)
+);
+
+COMMENT ON TABLE pgbaton.token_epoch IS
+    'pgbaton: the fencing token epoch (high bits of every token), raised on the first token drawn on a new timeline';
+
+-- insert_timeline is the timeline this server writes WAL on: the first 8
+-- hex digits of the current WAL file name. (pg_control_checkpoint()'s
+-- timeline is the last checkpoint's: right after a promotion it is still
+-- the old one until the first checkpoint completes.)
+--
+-- NULL when the server does not let us read its WAL position: Aurora
+-- PostgreSQL refuses pg_current_wal_lsn() unless wal_level is logical. Its
+-- failovers lose no acknowledged commit (the storage is shared), so the
+-- epoch has nothing to guard against there. Whether the functions work is
+-- found out once per session (a subtransaction) and remembered in the
+-- session setting pgbaton.timeline_readable; a failed transaction forgets
+-- it again.
+CREATE FUNCTION pgbaton.insert_timeline()
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    readable text := current_setting('pgbaton.timeline_readable', true);
+    tl bigint;
+BEGIN
+    IF readable = 'on' THEN
+        RETURN ('x' || substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))::bit(32)::bigint;
+    ELSIF readable = 'off' THEN
+        RETURN NULL;
+    END IF;
+    BEGIN
+        tl := ('x' || substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))::bit(32)::bigint;
+        PERFORM set_config('pgbaton.timeline_readable', 'on', false);
+    EXCEPTION WHEN OTHERS THEN
+        PERFORM set_config('pgbaton.timeline_readable', 'off', false);
+    END;
+    RETURN tl;
+END $$;
+
+INSERT INTO pgbaton.token_epoch (timeline, epoch) VALUES (pgbaton.insert_timeline(), 0);
+
+-- next_token draws a new fencing token. Call it only while holding the row
+-- lock of the lease that gets the token.
+--
+-- The epoch row is read on every call and locked only on the first call on
+-- a new timeline, which raises it in the caller's transaction: until that
+-- transaction ends, other grants wait for it. A server that does not tell
+-- its timeline keeps the epoch as it is.
+--
+-- A grant must not be acknowledged before it is durable, or a crash would
+-- let the sequence hand its token out again: with synchronous_commit = off
+-- the caller's transaction commits with 'local' instead (flushed locally;
+-- settings that wait for standbys are left as they are).
+CREATE FUNCTION pgbaton.next_token()
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    tl  bigint := pgbaton.insert_timeline();
+    e   pgbaton.token_epoch%ROWTYPE;
+    seq bigint;
+BEGIN
+    SELECT * INTO e FROM pgbaton.token_epoch;
+    IF NOT FOUND OR (tl IS NOT NULL AND e.timeline IS DISTINCT FROM tl) THEN
+        SELECT * INTO e FROM pgbaton.token_epoch FOR UPDATE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'pgbaton: pgbaton.token_epoch has no row; tokens cannot be drawn safely'
+                USING ERRCODE = 'object_not_in_prerequisite_state';
+        END IF;
+        IF tl IS NOT NULL AND e.timeline IS DISTINCT FROM tl THEN
+            UPDATE pgbaton.token_epoch t
+               SET timeline = tl, epoch = t.epoch + greatest(1, coalesce(tl - t.timeline, 1))
+            RETURNING * INTO e;
+        END IF;
+    END IF;
+    seq := nextval('pgbaton.lease_token_seq');
+    IF seq >= 1099511627776 THEN
+        RAISE EXCEPTION 'pgbaton: fencing token sequence exhausted (2^40 grants)'
+            USING ERRCODE = 'sequence_generator_limit_exceeded';
+    END IF;
+    IF current_setting('synchronous_commit') = 'off' THEN
+        PERFORM set_config('synchronous_commit', 'local', true);
+    END IF;
+    RETURN e.epoch * 1099511627776 + seq;
+END $$;
+
+COMMENT ON FUNCTION pgbaton.next_token() IS
+    'pgbaton: a new fencing token, larger than every token drawn before it, also across failovers (epoch * 2^40 + sequence)';
+
+-- Every protocol function below takes the time from clock_timestamp(), not
+-- now(): called inside a caller's long transaction, now() would be the
+-- transaction's start and an expired lease would look alive.
+CREATE FUNCTION pgbaton.lease_check_args(p_name text, p_owner text, p_ttl_ms bigint)
+RETURNS void LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF p_name IS NULL OR p_name = '' OR octet_length(p_name) > 255 THEN
+        RAISE EXCEPTION 'pgbaton: lease name must be 1 to 255 bytes' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_owner IS NULL OR p_owner = '' OR octet_length(p_owner) > 255 THEN
+        RAISE EXCEPTION 'pgbaton: lease owner must be 1 to 255 bytes' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_ttl_ms IS NULL OR p_ttl_ms <= 0 THEN
+        RAISE EXCEPTION 'pgbaton: lease ttl_ms must be positive, got %', p_ttl_ms USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END $$;
+
+-- lease_expiry is when a lease with expiry p_expires_at bound to session
+-- p_session expires: the later of its own expiry and its session's.
+CREATE FUNCTION pgbaton.lease_expiry(p_expires_at timestamptz, p_session bigint)
+RETURNS timestamptz
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN p_session IS NULL THEN p_expires_at
+                ELSE greatest(p_expires_at, (SELECT s.expires_at FROM pgbaton.lease_session s WHERE s.id = p_session))
+           END
+$$;
+
+-- session_of is the session a grant to p_owner binds to: p_session if it
+-- is a session of p_owner, NULL if there is no such session (closed or
+-- pruned meanwhile: the grant then lives by its own expiry), and an
+-- invalid_parameter_value error if it is somebody else's: a lease must
+-- never be kept alive by another owner's keep-alive.
+CREATE FUNCTION pgbaton.session_of(p_session bigint, p_owner text)
+RETURNS bigint
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    o text;
+BEGIN
+    IF p_session IS NULL THEN
+        RETURN NULL;
+    END IF;
+    SELECT s.owner INTO o FROM pgbaton.lease_session s WHERE s.id = p_session;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF o <> p_owner THEN
+        RAISE EXCEPTION 'pgbaton: lease session % belongs to %, not %', p_session, o, p_owner
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN p_session;
+END $$;
+
+-- session_open starts a session for p_owner lasting p_ttl_ms unless kept
+-- alive. It also prunes a few sessions dead for a while (see
+-- prune_sessions), so crashed clients' sessions do not pile up.
+CREATE FUNCTION pgbaton.session_open(p_owner text, p_ttl_ms bigint, OUT id bigint, OUT expires_at timestamptz)
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+DECLARE
+    t timestamptz := clock_timestamp();
+BEGIN
+    PERFORM pgbaton.lease_check_args('session', p_owner, p_ttl_ms);
+    PERFORM pgbaton.prune_sessions(interval '1 minute', 10);
+    INSERT INTO pgbaton.lease_session AS s (owner, ttl_ms, started_at, renewed_at, expires_at)
+    VALUES (p_owner, p_ttl_ms, t, t, t + p_ttl_ms * interval '1 millisecond')
+    RETURNING s.id, s.expires_at INTO id, expires_at;
+END $$;
+
+-- session_keepalive extends session p_id to p_ttl_ms from now and returns
+-- the new expiry and the session's revoked counter; no row when the
+-- session has expired or does not exist: it is never revived.
+CREATE FUNCTION pgbaton.session_keepalive(p_id bigint, p_ttl_ms bigint)
+RETURNS TABLE (expires_at timestamptz, revoked bigint)
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+DECLARE
+    t timestamptz := clock_timestamp();
+BEGIN
+    IF p_ttl_ms IS NULL OR p_ttl_ms <= 0 THEN
+        RAISE EXCEPTION 'pgbaton: session ttl_ms must be positive, got %', p_ttl_ms USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN QUERY
+    UPDATE pgbaton.lease_session s
+       SET renewed_at = t, expires_at = t + p_ttl_ms * interval '1 millisecond'
+     WHERE s.id = p_id AND s.expires_at > t
+    RETURNING s.expires_at, s.revoked;
+END $$;
+
+-- session_close ends session p_id: its leases keep only their own expiry
+-- (those the client released are no longer bound to it), and the row goes.
+CREATE FUNCTION pgbaton.session_close(p_id bigint)
+RETURNS void
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+BEGIN
+    UPDATE pgbaton.lease l SET session_id = NULL WHERE l.session_id = p_id;
+    DELETE FROM pgbaton.lease_session s WHERE s.id = p_id;
+END $$;
+
+-- prune_sessions deletes up to p_limit sessions expired more than p_after
+-- ago (longer than any TTL, so no lease of theirs is still valid by its
+-- own expiry) and unbinds their leases, which stay claimable as expired
+-- leases. It returns how many it deleted. Sessions another call is pruning
+-- are skipped.
+CREATE FUNCTION pgbaton.prune_sessions(p_after interval, p_limit integer)
+RETURNS integer
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+DECLARE
+    dead bigint[];
+BEGIN
+    dead := ARRAY(
+        SELECT s.id FROM pgbaton.lease_session s
+         WHERE s.expires_at < clock_timestamp() - p_after
+         ORDER BY s.expires_at LIMIT p_limit FOR UPDATE SKIP LOCKED);
+    IF cardinality(dead) = 0 THEN
+        RETURN 0;
+    END IF;
+    UPDATE pgbaton.lease l SET session_id = NULL WHERE l.session_id = ANY (dead);
+    DELETE FROM pgbaton.lease_session s WHERE s.id = ANY (dead);
+    RETURN cardinality(dead);
+END $$;
+
+-- session_lost returns which of the grants (p_names, p_tokens) of p_owner
+-- in session p_session are no longer held by it: force-released by an
+-- operator (the session's revoked counter moved) or gone.
+CREATE FUNCTION pgbaton.session_lost(p_session bigint, p_names text[], p_tokens bigint[], p_owner text)
+RETURNS SETOF text
+LANGUAGE plpgsql STABLE
+SET enable_seqscan = off
+SET plan_cache_mode = force_generic_plan
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT g.name FROM unnest(p_names, p_tokens) AS g(name, token)
+     WHERE NOT EXISTS (
+        SELECT 1 FROM pgbaton.lease l
+         WHERE l.name = g.name AND l.token = g.token AND l.owner = p_owner AND l.session_id = p_session);
+END $$;
+
+-- held_grants returns which of the grants (p_names, p_tokens) p_owner
+-- still has a row for: what a failed complete_tx did not take over.
+CREATE FUNCTION pgbaton.held_grants(p_names text[], p_tokens bigint[], p_owner text)
+RETURNS SETOF text
+LANGUAGE plpgsql STABLE
+SET enable_seqscan = off
+SET plan_cache_mode = force_generic_plan
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT l.name FROM pgbaton.lease l JOIN unnest(p_names, p_tokens) AS g(name, token)
+        ON l.name = g.name AND l.token = g.token
+     WHERE l.owner = p_owner;
+END $$;
+
+-- lease_attempt tries to take the lease name for owner for ttl_ms. When it
+-- is granted, acquired is true and token/expires_at are the new grant's.
+-- When someone holds it, acquired is false and token/expires_at/holder
+-- describe the current holder, so a waiter knows when to look again; db_now
+-- is the database clock at that moment. metadata, when not NULL, replaces
+-- the row's metadata on a grant. A grant is bound to p_session when given,
+-- and a lease counts as held while its session is alive. Like every
+-- function that grants a token, it draws it with next_token.
+CREATE FUNCTION pgbaton.lease_attempt(p_name text, p_owner text, p_ttl_ms bigint, p_metadata jsonb DEFAULT NULL,
+    p_session bigint DEFAULT NULL, p_ref uuid DEFAULT NULL,
+    OUT acquired boolean, OUT token bigint, OUT expires_at timestamptz, OUT holder text, OUT db_now timestamptz)
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+DECLARE
+    cur pgbaton.lease%ROWTYPE;
+    t   timestamptz;
+    sid bigint;
+BEGIN
+    PERFORM pgbaton.lease_check_args(p_name, p_owner, p_ttl_ms);
+    sid := pgbaton.session_of(p_session, p_owner);
+    LOOP
+        -- Look before locking: an attempt on a live lease takes no row lock
+        -- and no transaction id, so contended attempts write no WAL.
+        SELECT * INTO cur FROM pgbaton.lease l WHERE l.name = p_name;
+        IF NOT FOUND THEN
+            INSERT INTO pgbaton.lease (name) VALUES (p_name) ON CONFLICT (name) DO NOTHING;
+        ELSIF cur.owner IS NOT NULL AND pgbaton.lease_expiry(cur.expires_at, cur.session_id) > clock_timestamp() THEN
+            -- A request sent again finds the grant it made.
+            acquired := coalesce(cur.grant_ref = p_ref AND cur.owner = p_owner, false);
+            token := cur.token; holder := cur.owner;
+            expires_at := CASE WHEN acquired THEN cur.expires_at
+                               ELSE pgbaton.lease_expiry(cur.expires_at, cur.session_id) END;
+            db_now := clock_timestamp();
+            RETURN;
+        END IF;
+        -- The token is drawn only while this row lock is held, so grants of
+        -- a name get strictly increasing tokens in the order they happen.
+        SELECT * INTO cur FROM pgbaton.lease l WHERE l.name = p_name FOR UPDATE;
+        EXIT WHEN FOUND; -- else deleted under us (complete): go round again
+    END LOOP;
+    t := clock_timestamp();
+    IF cur.owner IS NOT NULL AND pgbaton.lease_expiry(cur.expires_at, cur.session_id) > t THEN
+        acquired := coalesce(cur.grant_ref = p_ref AND cur.owner = p_owner, false);
+        token := cur.token; holder := cur.owner; db_now := t;
+        expires_at := CASE WHEN acquired THEN cur.expires_at
+                           ELSE pgbaton.lease_expiry(cur.expires_at, cur.session_id) END;
+        RETURN;
+    END IF;
+    UPDATE pgbaton.lease l
+       SET owner = p_owner, token = pgbaton.next_token(), session_id = sid, grant_ref = p_ref,
+           acquired_at = t, renewed_at = t, expires_at = t + p_ttl_ms * interval '1 millisecond',
+           metadata = coalesce(p_metadata, l.metadata)
+     WHERE l.name = p_name
+    RETURNING l.token, l.expires_at INTO token, expires_at;
+    acquired := true; holder := p_owner; db_now := t;
+END $$;
+
+-- try_acquire takes the lease name for owner for ttl_ms: one row (token,
+-- expires_at) when granted, no row when someone else holds it.
+CREATE FUNCTION pgbaton.try_acquire(p_name text, p_owner text, p_ttl_ms bigint)
+RETURNS TABLE (token bigint, expires_at timestamptz)
+LANGUAGE sql AS $$
+    SELECT a.token, a.expires_at FROM pgbaton.lease_attempt(p_name, p_owner, p_ttl_ms) a WHERE a.acquired
+$$;
+
+-- renew extends the lease (name, owner, token) to ttl_ms from now and
+-- returns its expiry; no row when that grant is no longer valid. It never
+-- inserts a row and never takes over an expired or stolen lease.
+CREATE FUNCTION pgbaton.renew(p_name text, p_owner text, p_token bigint, p_ttl_ms bigint)
+RETURNS TABLE (expires_at timestamptz)
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+DECLARE
+    t timestamptz;
+BEGIN
+    PERFORM pgbaton.lease_check_args(p_name, p_owner, p_ttl_ms);
+    t := clock_timestamp();
+    RETURN QUERY
+    UPDATE pgbaton.lease l
+       SET renewed_at = t, expires_at = t + p_ttl_ms * interval '1 millisecond'
+     WHERE l.name = p_name AND l.owner = p_owner AND l.token = p_token
+       AND pgbaton.lease_expiry(l.expires_at, l.session_id) > t
+    RETURNING pgbaton.lease_expiry(l.expires_at, l.session_id);
+END $$;
+
+-- wait_for registers waiter as waiting for lease name (or for any lease of
+-- group name when p_group). Call it in its own transaction, after LISTEN
+-- pgbaton_lease and before looking at the lease again. The FOR SHARE lock
+-- orders it against releases: a release already running commits first
+-- (and the next look sees the lease free), a later one sees this
+-- registration and notifies.
+CREATE FUNCTION pgbaton.wait_for(p_name text, p_waiter text, p_group boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+BEGIN
+    PERFORM pgbaton.lease_check_args(p_name, p_waiter, 1);
+    INSERT INTO pgbaton.lease_waiter (name, waiter) VALUES (p_name, p_waiter) ON CONFLICT DO NOTHING;
+    IF p_group THEN
+        PERFORM 1 FROM pgbaton.lease l WHERE l.lease_group = p_name FOR SHARE;
+    ELSE
+        PERFORM 1 FROM pgbaton.lease l WHERE l.name = p_name FOR SHARE;
+    END IF;
+END $$;
+
+-- stop_waiting removes a registration made by wait_for.
+CREATE FUNCTION pgbaton.stop_waiting(p_name text, p_waiter text)
+RETURNS void
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+BEGIN
+    DELETE FROM pgbaton.lease_waiter w WHERE w.name = p_name AND w.waiter = p_waiter;
+END $$;
+
+-- release frees the lease (name, owner, token). If anyone waits for it
+-- (pgbaton.wait_for), it wakes them with a NOTIFY on channel pgbaton_lease,
+-- payload: the name; waiters for its group get one with the group's name.
+-- It returns false and changes nothing when that grant was superseded:
+-- somebody else's lease is never released. An expired grant nobody took
+-- over is still freed (true): no one else held the name in between.
+-- release and release_many also unbind the lease from its session.
+CREATE FUNCTION pgbaton.release(p_name text, p_owner text, p_token bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+DECLARE
+    g text;
+BEGIN
+    PERFORM pgbaton.lease_check_args(p_name, p_owner, 1);
+    UPDATE pgbaton.lease l
+       SET owner = NULL, expires_at = NULL, session_id = NULL
+     WHERE l.name = p_name AND l.owner = p_owner AND l.token = p_token
+    RETURNING l.lease_group INTO g;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pgbaton.lease_waiter w WHERE w.name = p_name) THEN
+        PERFORM pg_notify('pgbaton_lease', p_name);
+    END IF;
+    IF g IS NOT NULL AND EXISTS (SELECT 1 FROM pgbaton.lease_waiter w WHERE w.name = g) THEN
+        PERFORM pg_notify('pgbaton_lease', g);
+    END IF;
+    RETURN true;
+END $$;
+
+-- release_ref gives back the leases of p_owner in session p_session that
+-- the request p_ref granted: a request whose caller gave up, or whose
+-- reply was lost, may have been granted without the client knowing the
+-- tokens. Returns the names released.
+CREATE FUNCTION pgbaton.release_ref(p_owner text, p_session bigint, p_ref uuid)
+RETURNS SETOF text
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+DECLARE
+    names  text[];
+    tokens bigint[];
+BEGIN
+    SELECT array_agg(l.name), array_agg(l.token) INTO names, tokens FROM pgbaton.lease l
+     WHERE l.session_id = p_session AND l.grant_ref = p_ref AND l.owner = p_owner;
+    IF names IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT pgbaton.release_many(names, tokens, p_owner);
+END $$;
+
+-- release_many frees the leases of p_owner named in p_names, each guarded
+-- by its token like release (matching the names and tokens as two sets is
+-- exact: every token is granted to one row only), wakes their waiters and
+-- returns the names freed. Clients give back many leases at once with it
+-- (Close, a grant whose caller gave up).
+CREATE FUNCTION pgbaton.release_many(p_names text[], p_tokens bigint[], p_owner text)
+RETURNS SETOF text
+LANGUAGE plpgsql
+SET enable_seqscan = off
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        UPDATE pgbaton.lease l
+           SET owner = NULL, expires_at = NULL, session_id = NULL
+          FROM unnest(p_names, p_tokens) AS g(name, token)
+         WHERE l.name = g.name AND l.token = g.token AND l.owner = p_owner
+        RETURNING l.name, l.lease_group
+    LOOP
+        IF EXISTS (SELECT 1 FROM pgbaton.lease_waiter w WHERE w.name = r.name) THEN
+            PERFORM pg_notify('pgbaton_lease', r.name);
+        END IF;
+        IF r.lease_group IS NOT NULL AND EXISTS (SELECT 1 FROM pgbaton.lease_waiter w WHERE w.name = r.lease_group) THEN
+            PERFORM pg_notify('pgbaton_lease', r.lease_group);
+        END IF;
+        RETURN NEXT r.name;
+    END LOOP;
+END $$;
+
+-- settle_many settles leases of p_owner completed in a transaction
+-- (complete_tx) once that transaction has ended: for each name it returns
+-- 'gone' (the completion committed, or the lease moved on), 'released'
+-- (the transaction rolled back: the lease is released now, so the item is
+-- claimable at once rather than when its session ends) or 'busy' (its row
+-- is still locked: the transaction is still open; ask again later).
+--
+-- Each rolled-back lease goes back with its own token: release_many pairs
+-- names and tokens by position, so the names locked here are passed with
+-- their tokens (passing them beside every token given paired the others
+-- with the wrong tokens when one lease of the batch was gone or locked:
+-- they freed nothing and stayed 'busy' until their session died).
+CREATE FUNCTION pgbaton.settle_many(p_names text[], p_tokens bigint[], p_owner text)
+RETURNS TABLE (name text, state text)
+LANGUAGE plpgsql
+SET enable_seqscan = off
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    present   text[];
+    un_names  text[];
+    un_tokens bigint[];
+    freed     text[];
+BEGIN
+    present := ARRAY(
+        SELECT l.name FROM pgbaton.lease l JOIN unnest(p_names, p_tokens) AS g(name, token)
+            ON l.name = g.name AND l.token = g.token
+         WHERE l.owner = p_owner);
+    SELECT coalesce(array_agg(u.name ORDER BY u.name), '{}'), coalesce(array_agg(u.token ORDER BY u.name), '{}')
+      INTO un_names, un_tokens
+      FROM (SELECT l.name, l.token FROM pgbaton.lease l JOIN unnest(p_names, p_tokens) AS g(name, token)
+                ON l.name = g.name AND l.token = g.token
+             WHERE l.owner = p_owner AND l.name = ANY (present)
+               FOR UPDATE OF l SKIP LOCKED) u;
+    freed := ARRAY(SELECT pgbaton.release_many(un_names, un_tokens, p_owner));
+    RETURN QUERY
+    SELECT n, CASE WHEN n = ANY (freed) THEN 'released' WHEN n = ANY (present) THEN 'busy' ELSE 'gone' END
+      FROM unnest(p_names) n;
+END $$;
+
+-- complete deletes the lease row (name, owner, token): a work item is done
+-- and must not be claimed again. Guarded like release. Tokens stay
+-- monotonic if the name is used again: they come from one sequence.
+CREATE FUNCTION pgbaton.complete(p_name text, p_owner text, p_token bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+BEGIN
+    PERFORM pgbaton.lease_check_args(p_name, p_owner, 1);
+    DELETE FROM pgbaton.lease l WHERE l.name = p_name AND l.owner = p_owner AND l.token = p_token;
+    RETURN FOUND;
+END $$;
+
+-- complete_many deletes the rows of finished work items of p_owner in one
+-- call, each guarded by its (name, token) like complete, and returns the
+-- names deleted. Matching names and tokens as two sets is exact: every
+-- token is granted to one row only. A function rather than a plain DELETE
+-- so that it gets the settings at the top of this file.
+CREATE FUNCTION pgbaton.complete_many(p_names text[], p_tokens bigint[], p_owner text)
+RETURNS SETOF text
+LANGUAGE plpgsql
+SET enable_seqscan = off
+SET plan_cache_mode = force_generic_plan
+AS $$
+BEGIN
+    RETURN QUERY
+    DELETE FROM pgbaton.lease l
+     USING unnest(p_names, p_tokens) AS g(name, token)
+     WHERE l.name = g.name AND l.token = g.token AND l.owner = p_owner
+    RETURNING l.name;
+END $$;
+
+-- complete_tx completes work items inside the caller's transaction: it
+-- deletes the rows of p_owner's leases (names and tokens as in
+-- release_many), or, if any of them is no longer held with its token
+-- (taken over, released, completed), deletes nothing and raises PB001,
+-- which aborts the caller's transaction: the work's effects and the
+-- completion commit together or not at all. Expiry alone does not fail it:
+-- nobody else can have worked on an item whose token did not move, and the
+-- row lock taken here keeps claimers off it until the transaction ends.
+CREATE FUNCTION pgbaton.complete_tx(p_names text[], p_tokens bigint[], p_owner text)
+RETURNS void
+LANGUAGE plpgsql
+SET enable_seqscan = off
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    missing text[];
+    cur_token bigint;
+BEGIN
+    IF p_names IS NULL OR p_tokens IS NULL OR cardinality(p_names) <> cardinality(p_tokens) OR cardinality(p_names) = 0 THEN
+        RAISE EXCEPTION 'pgbaton: complete_tx needs as many names as tokens, at least one' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    WITH gone AS (
+        DELETE FROM pgbaton.lease l
+         USING unnest(p_names, p_tokens) AS g(name, token)
+         WHERE l.name = g.name AND l.token = g.token AND l.owner = p_owner
+        RETURNING l.name)
+    SELECT array_agg(n ORDER BY n) INTO missing
+      FROM unnest(p_names) n WHERE n NOT IN (SELECT g.name FROM gone g);
+    IF missing IS NOT NULL THEN
+        SELECT l.token INTO cur_token FROM pgbaton.lease l WHERE l.name = missing[1];
+        RAISE EXCEPTION 'pgbaton: not completed: leases % are no longer held with their tokens (taken over, released or completed)', missing
+            USING ERRCODE = 'PB001',
+                  DETAIL = format('presented=%s current=%s reason=%s name=%s',
+                                  p_tokens[array_position(p_names, missing[1])], coalesce(cur_token, 0), 'not held', missing[1]),
+                  HINT = 'Roll back: the work was done under a lease that moved on; another holder does it again.';
+    END IF;
+END $$;
+
+-- register creates free lease rows in group for names (shards, work items,
+-- semaphore slots) and returns how many were new. Existing rows of the same
+-- group are left alone; a name that exists outside the group is an error.
+-- register keeps the order of p_names: the first name is claimed first.
+CREATE FUNCTION pgbaton.register(p_group text, p_names text[])
+RETURNS integer
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+DECLARE
+    n integer;
+    bad text;
+BEGIN
+    IF p_group IS NULL OR p_group = '' OR octet_length(p_group) > 255 THEN
+        RAISE EXCEPTION 'pgbaton: lease group must be 1 to 255 bytes' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_names IS NULL OR EXISTS (SELECT 1 FROM unnest(p_names) x WHERE x IS NULL OR x = '' OR octet_length(x) > 255) THEN
+        RAISE EXCEPTION 'pgbaton: lease names must be 1 to 255 bytes' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- seq comes from the column default, drawn row by row in this order.
+    INSERT INTO pgbaton.lease (name, lease_group)
+    SELECT u.x, p_group
+      FROM (SELECT DISTINCT ON (x) x, i FROM unnest(p_names) WITH ORDINALITY AS a(x, i) ORDER BY x, i) u
+     ORDER BY u.i
+    ON CONFLICT (name) DO NOTHING;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    SELECT l.name INTO bad FROM pgbaton.lease l
+     WHERE l.name = ANY (p_names) AND l.lease_group IS DISTINCT FROM p_group LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'pgbaton: lease % exists outside group %', bad, p_group USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN n;
+END $$;
+
+-- claim grants owner up to n leases of group that are free (never held,
+-- released) or expired, oldest first (by seq, the order of registration),
+-- each with a new token, skipping rows other claims have locked (FOR UPDATE
+-- SKIP LOCKED), so concurrent workers never wait on or get the same row.
+-- Rows come back in that order. Grants are bound to p_session; expired
+-- rows are those whose own expiry and session (if any) have both passed.
+CREATE FUNCTION pgbaton.claim(p_group text, p_owner text, p_n integer, p_ttl_ms bigint, p_session bigint DEFAULT NULL,
+    p_ref uuid DEFAULT NULL, p_retry boolean DEFAULT false)
+RETURNS TABLE (name text, token bigint, expires_at timestamptz)
+LANGUAGE plpgsql
+SET enable_seqscan = off
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    t      timestamptz;
+    picked text[];
+    sid    bigint;
+BEGIN
+    PERFORM pgbaton.lease_check_args(p_group, p_owner, p_ttl_ms);
+    sid := pgbaton.session_of(p_session, p_owner);
+    IF p_n IS NULL OR p_n <= 0 THEN
+        RAISE EXCEPTION 'pgbaton: claim n must be positive, got %', p_n USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    t := clock_timestamp();
+    IF p_retry AND p_ref IS NOT NULL THEN
+        -- The request is sent again: if the first one was granted, return
+        -- what it got rather than claim more.
+        RETURN QUERY
+        SELECT l.name, l.token, l.expires_at FROM pgbaton.lease l
+         WHERE l.session_id IS NOT DISTINCT FROM sid AND l.grant_ref = p_ref AND l.owner = p_owner
+           AND l.lease_group = p_group AND pgbaton.lease_expiry(l.expires_at, l.session_id) > t
+         ORDER BY l.seq;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END IF;
+    -- The oldest n free rows, the oldest n expired rows without a session,
+    -- and the oldest n of each dead session, each locked as it is found;
+    -- the oldest n of all are granted. Rows locked but not granted stay as
+    -- they were and are unlocked when this call's transaction ends. A dead
+    -- session never comes back, so reading the sessions unlocked is safe.
+    WITH free AS (
+        SELECT l.name, l.seq FROM pgbaton.lease l
+         WHERE l.lease_group = p_group AND l.owner IS NULL
+         ORDER BY l.seq LIMIT p_n FOR UPDATE SKIP LOCKED
+    ), expired AS (
+        SELECT l.name, l.seq FROM pgbaton.lease l
+         WHERE l.lease_group = p_group AND l.owner IS NOT NULL AND l.session_id IS NULL AND l.expires_at <= t
+         ORDER BY l.seq LIMIT p_n FOR UPDATE SKIP LOCKED
+    ), dead AS (
+        SELECT e.name, e.seq
+          FROM pgbaton.lease_session s
+         CROSS JOIN LATERAL (
+            SELECT l.name, l.seq FROM pgbaton.lease l
+             WHERE l.lease_group = p_group AND l.owner IS NOT NULL AND l.session_id = s.id AND l.expires_at <= t
+             ORDER BY l.seq LIMIT p_n FOR UPDATE SKIP LOCKED) e
+         WHERE s.expires_at <= t
+    )
+    SELECT array_agg(c.name ORDER BY c.seq) INTO picked
+      FROM (SELECT a.name, a.seq
+              FROM (SELECT * FROM free UNION ALL SELECT * FROM expired UNION ALL SELECT * FROM dead) a
+             ORDER BY a.seq LIMIT p_n) c;
+    IF picked IS NULL THEN
+        RETURN;
+    END IF;
+    t := clock_timestamp();
+    -- The rows are locked by the selects above, so each token is drawn under
+    -- its row's lock.
+    RETURN QUERY
+    WITH granted AS (
+        UPDATE pgbaton.lease l
+           SET owner = p_owner, token = pgbaton.next_token(), session_id = sid, grant_ref = p_ref,
+               acquired_at = t, renewed_at = t, expires_at = t + p_ttl_ms * interval '1 millisecond'
+         WHERE l.name = ANY (picked)
+        RETURNING l.name, l.token, l.expires_at, l.seq)
+    SELECT g.name, g.token, g.expires_at FROM granted g ORDER BY g.seq;
+END $$;

@@ -1,0 +1,2 @@
+DROP TABLE pgbaton.cron_slot;
+DROP TABLE pgbaton.job_run;
