@@ -30,4 +30,12 @@
 // operator's CLI (github.com/pgbaton/pgbaton/cmd/pgbaton), the gocron
 // integration (github.com/pgbaton/pgbaton/gocronlock), the test suite, the
 // demo and the benchmarks are modules of their own.
+//
+// # Conventions
+//
+// The packages of this module and package gocronlock follow one set of
+// rules, written down here once:
+//
+//   - Logs: every slog record that carries an error carries it under the
+//     key "error".
 package pgbaton

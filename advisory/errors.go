@@ -95,8 +95,8 @@ func (l *Locker) logRefusal(op string, err error) {
 	switch {
 	case errors.Is(err, pgbaton.ErrStandby), errors.Is(err, ErrSessionPooling), errors.Is(err, pgbaton.ErrUnsupportedServer),
 		errors.Is(err, pgbaton.ErrNotMigrated), errors.Is(err, ErrKeyCollision):
-		l.cfg.Logger.Error("advisory: refused", "op", op, "err", err)
+		l.cfg.Logger.Error("advisory: refused", "op", op, "error", err)
 	case errors.Is(err, ErrLockTableFull):
-		l.cfg.Logger.Warn("advisory: refused: lock table full", "op", op, "err", err)
+		l.cfg.Logger.Warn("advisory: refused: lock table full", "op", op, "error", err)
 	}
 }

@@ -485,7 +485,7 @@ func (l *Locker) spreadLocked() {
 			l.spreadAt = l.since() + l.cfg.RetryDelay
 			l.mu.Unlock()
 			if l.ctx.Err() == nil {
-				l.cfg.Logger.Warn("advisory: could not open a session to spread load", "err", err)
+				l.cfg.Logger.Warn("advisory: could not open a session to spread load", "error", err)
 			}
 			return
 		}

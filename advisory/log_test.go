@@ -103,7 +103,7 @@ func TestLogsLossAndReopen(t *testing.T) {
 	lost := rec.requireLogged(t, slog.LevelWarn, "session lost")
 	require.EqualValues(t, pid, lost["pid"].Int64())
 	require.EqualValues(t, 2, lost["locks"].Int64())
-	require.Contains(t, lost["err"].String(), "lock lost")
+	require.Contains(t, lost["error"].String(), "lock lost")
 
 	lk, err = l.TryLock(ctx, advisory.Int64(8001))
 	require.NoError(t, err)

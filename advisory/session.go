@@ -497,7 +497,7 @@ func (s *session) leavePooler(cause error, queue []*request, inflight []*batch) 
 	if s.drainWire(inflight, cause) {
 		ctx, cancel := context.WithTimeout(context.Background(), s.hooks.cfg.PingTimeout)
 		if err := releaseAll(ctx, s.ownedConn); err != nil {
-			s.hooks.cfg.Logger.Error("advisory: locks left behind a transaction pooler", "pid", s.pid, "err", err)
+			s.hooks.cfg.Logger.Error("advisory: locks left behind a transaction pooler", "pid", s.pid, "error", err)
 		}
 		cancel()
 	}
@@ -593,7 +593,7 @@ func (s *session) finish(cause error, queue []*request, inflight []*batch) {
 	case errors.Is(cause, pgbaton.ErrClosed), spare:
 		s.hooks.cfg.Logger.Debug("advisory: session closed", "pid", s.pid)
 	default:
-		s.hooks.cfg.Logger.Warn("advisory: session lost; its locks are cancelled with ErrLockLost", "pid", s.pid, "locks", lost, "err", cause)
+		s.hooks.cfg.Logger.Warn("advisory: session lost; its locks are cancelled with ErrLockLost", "pid", s.pid, "locks", lost, "error", cause)
 	}
 	close(s.exited)
 }

@@ -186,6 +186,6 @@ func (s *session) clearBackend() {
 	err := releaseAll(ctx, s.ownedConn)
 	cancel()
 	if err != nil {
-		s.hooks.cfg.Logger.Warn("advisory: clearing an abandoned wait failed; the server releases its locks when it notices the closed connection", "err", err)
+		s.hooks.cfg.Logger.Warn("advisory: clearing an abandoned wait failed; the server releases its locks when it notices the closed connection", "error", err)
 	}
 }
