@@ -38,4 +38,7 @@
 //
 //   - Logs: every slog record that carries an error carries it under the
 //     key "error".
+//   - Connection names: a connection pgbaton opens itself carries the
+//     application_name "pgbaton <role> <owner>" ("pgbaton advisory
+//     host:pid"), made in one place (internal/appname).
 package pgbaton

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/pgbaton/pgbaton/internal/appname"
 	"github.com/pgbaton/pgbaton/internal/db"
 )
 
@@ -54,7 +55,7 @@ func (l *Locker) readyConn(ctx context.Context, oc *ownedConn, direct bool) erro
 	settings := [][]byte{
 		[]byte(strconv.Itoa(st.keepalivesIdle)), []byte(strconv.Itoa(st.keepalivesInterval)),
 		[]byte(strconv.Itoa(st.keepalivesCount)), []byte(strconv.Itoa(st.userTimeout)),
-		[]byte(l.cfg.applicationName()), []byte(oc.token),
+		[]byte(appname.Of("advisory", l.cfg.Owner)), []byte(oc.token),
 	}
 	var buf []byte
 	for _, p := range []pgproto3.Parse{
