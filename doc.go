@@ -41,4 +41,8 @@
 //   - Connection names: a connection pgbaton opens itself carries the
 //     application_name "pgbaton <role> <owner>" ("pgbaton advisory
 //     host:pid"), made in one place (internal/appname).
+//   - SQLSTATEs: each code pgbaton acts on is named once, in
+//     internal/pgerr, which alone maps codes to the shared sentinels
+//     (ErrNotMigrated, ErrStandby, ErrInvalidArgument). A layer maps the
+//     codes that mean one of its own errors itself, with those constants.
 package pgbaton

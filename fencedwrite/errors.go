@@ -6,17 +6,17 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/pgerr"
 )
 
 // SQLState is the SQLSTATE with which the database rejects a stale token:
 // pgbaton.assert_token, the pgbaton.reject_stale_token trigger and nothing
 // else. Class PB ("pgbaton") is not used by PostgreSQL. Clients in other
 // languages test for this code.
-const SQLState = "PB001"
+const SQLState = pgerr.StaleToken // "PB001"
 
 // ErrStaleToken means a write carried a fencing token that is no longer
 // valid: the lease was taken over, released or expired, or a fenced row was
@@ -41,7 +41,7 @@ var ErrAlreadyProcessed = errors.New("pgbaton: message already processed")
 
 // SQLStateAlreadyProcessed is the SQLSTATE with which
 // pgbaton.mark_processed reports a repeat, for clients in other languages.
-const SQLStateAlreadyProcessed = "PB409"
+const SQLStateAlreadyProcessed = pgerr.AlreadyProcessed // "PB409"
 
 // ErrValueChanged is returned by CompareAndSwapValue when the stored value
 // is not the expected one (or exists when absence was expected).
@@ -156,12 +156,8 @@ func parseDetail(detail string) *StaleTokenError {
 // (undefined function or table, or no pgbaton schema), and returns other
 // errors unchanged.
 func notMigrated(err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case pgerrcode.UndefinedFunction, pgerrcode.UndefinedTable, pgerrcode.InvalidSchemaName:
-			return fmt.Errorf("%w; run `pgbaton migrate up` or migrations.Up: %w", pgbaton.ErrNotMigrated, err)
-		}
+	if pgerr.Shared(err) == pgbaton.ErrNotMigrated {
+		return fmt.Errorf("%w; %s: %w", pgbaton.ErrNotMigrated, pgerr.MigrateHint, err)
 	}
 	return err
 }

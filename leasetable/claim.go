@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/pgerr"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
 )
 
@@ -341,8 +341,7 @@ func (c *Client) CompleteTx(ctx context.Context, tx pgx.Tx, leases ...*Lease) er
 		}
 		return nil
 	}
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != sqlstateStaleToken {
+	if pgerr.Code(err) != pgerr.StaleToken { // complete_tx raises it too
 		// tx cannot commit a completion that failed; the rows expire at
 		// their TTL unless released.
 		return c.dbError("complete in transaction", err)

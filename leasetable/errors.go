@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgerrcode"
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/pgerr"
 )
 
 var (
@@ -71,20 +69,8 @@ func (c *Client) dbError(op string, err error) error {
 }
 
 func mapDBError(op string, err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case pgerrcode.InvalidParameterValue, pgerrcode.CheckViolation:
-			return fmt.Errorf("%w: leasetable: %s: %w", pgbaton.ErrInvalidArgument, op, err)
-		case pgerrcode.InvalidSchemaName, pgerrcode.UndefinedFunction, pgerrcode.UndefinedTable:
-			return fmt.Errorf("%w: leasetable: %s: %w; run `pgbaton migrate up` or migrations.Up", pgbaton.ErrNotMigrated, op, err)
-		case pgerrcode.ReadOnlySQLTransaction:
-			return fmt.Errorf("%w: leasetable: %s: %w", pgbaton.ErrStandby, op, err)
-		}
+	if mapped, ok := pgerr.Map("leasetable: "+op, err); ok {
+		return mapped
 	}
 	return fmt.Errorf("leasetable: %s: %w", op, err)
 }
-
-// sqlstateStaleToken is pgbaton's own SQLSTATE for a stale fencing token
-// (fencedwrite.SQLState), which complete_tx raises too.
-const sqlstateStaleToken = "PB001"
