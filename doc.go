@@ -36,6 +36,13 @@
 // The packages of this module and package gocronlock follow one set of
 // rules, written down here once:
 //
+//   - Error strings start with the name of the package that makes them:
+//     "advisory: ", "leasetable: ", "fencedwrite: ", "migrations: ",
+//     "health: ", "gocronlock: ". The sentinels every layer may return
+//     (this package's, and migrations.ErrDirty) say "pgbaton: ", and so
+//     does any error of an internal package. An error that wraps a
+//     sentinel names it first ("%w: detail"), so that it starts with the
+//     sentinel's prefix, and names no package after it.
 //   - Logs: every slog record that carries an error carries it under the
 //     key "error".
 //   - Connection names: a connection pgbaton opens itself carries the

@@ -236,7 +236,7 @@ func (o *batchOutcome) answer(i int) (pgErr *pgconn.PgError, retry bool) {
 
 // errFatal marks a FATAL server error: the backend is gone (terminated,
 // shut down) and the socket with it.
-var errFatal = errors.New("the server ended the session")
+var errFatal = errors.New("advisory: the server ended the session")
 
 // read reads the answer to a batch of n requests, up to its
 // ReadyForQuery. An error means the connection cannot be used any more;
@@ -277,12 +277,12 @@ func (w *wire) read(batch []*request, deadline time.Time) (batchOutcome, error) 
 			}
 		case *pgproto3.ReadyForQuery:
 			if out.failedAt < 0 && i != n {
-				return out, fmt.Errorf("protocol: %d of %d results before ReadyForQuery", i, n)
+				return out, fmt.Errorf("advisory: protocol: %d of %d results before ReadyForQuery", i, n)
 			}
 			return out, nil
 		case *pgproto3.NoticeResponse, *pgproto3.ParameterStatus, *pgproto3.NotificationResponse:
 		default:
-			return out, fmt.Errorf("protocol: unexpected %T", msg)
+			return out, fmt.Errorf("advisory: protocol: unexpected %T", msg)
 		}
 	}
 }

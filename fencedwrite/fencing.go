@@ -85,12 +85,12 @@ func fencingError(ctx context.Context, q any, what string, err error) error {
 	err = standbyError(ctx, q, err)
 	switch pgerr.Code(err) {
 	case pgerr.UndefinedFunction, pgerr.InvalidSchemaName: // no pgbaton function
-		return fmt.Errorf("pgbaton: %s: %w", what, notMigrated(err))
+		return fmt.Errorf("fencedwrite: %s: %w", what, notMigrated(err))
 	case pgerr.UndefinedTable, pgerr.UndefinedColumn, pgerr.DatatypeMismatch, pgerr.WrongObjectType, pgerr.InvalidParameterValue:
 		// The caller's table or column: not pgbaton's schema.
 		return fmt.Errorf("%w: %s: %w", pgbaton.ErrInvalidArgument, what, err)
 	}
-	return fmt.Errorf("pgbaton: %s: %w", what, err)
+	return fmt.Errorf("fencedwrite: %s: %w", what, err)
 }
 
 // BypassFencing lets the rest of tx write table, a fenced table, without
@@ -129,7 +129,7 @@ func SetToken(ctx context.Context, tx pgx.Tx, token int64) error {
 		return err
 	}
 	if err := db.New().FenceSetToken(ctx, tx, token); err != nil {
-		return fmt.Errorf("pgbaton: set fence token: %w", err)
+		return fmt.Errorf("fencedwrite: set fence token: %w", err)
 	}
 	return nil
 }

@@ -112,10 +112,10 @@ func guardError(ctx context.Context, q any, name string, token int64, err error)
 		return stale
 	}
 	if pgerr.Code(err) == pgerr.ReadOnlyTransaction {
-		return fmt.Errorf("pgbaton: fencing guard for lease %q locks the lease row, so it needs a read-write transaction on the primary: %w",
+		return fmt.Errorf("fencedwrite: fencing guard for lease %q locks the lease row, so it needs a read-write transaction on the primary: %w",
 			name, standbyError(ctx, q, err))
 	}
-	return fmt.Errorf("pgbaton: fencing guard for lease %q: %w", name, notMigrated(err))
+	return fmt.Errorf("fencedwrite: fencing guard for lease %q: %w", name, notMigrated(err))
 }
 
 // isNil reports whether v is nil or a nil pointer in an interface, which

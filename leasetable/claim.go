@@ -369,9 +369,9 @@ func (c *Client) CompleteTx(ctx context.Context, tx pgx.Tx, leases ...*Lease) er
 		}
 	}
 	if len(unheld) == 0 {
-		return fmt.Errorf("%w: leasetable: complete in transaction: %w", ErrNotHeld, err)
+		return fmt.Errorf("%w: complete in transaction: %w", ErrNotHeld, err)
 	}
-	return fmt.Errorf("%w: leasetable: not completed, the transaction is aborted: %s no longer held with their tokens (taken over, released, completed or lost)",
+	return fmt.Errorf("%w: not completed, the transaction is aborted: %s no longer held with their tokens (taken over, released, completed or lost)",
 		ErrNotHeld, quoteNames(unheld, 10))
 }
 

@@ -93,7 +93,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	}
 	if info.InRecovery {
 		cfg.Logger.Error("pgbaton: leasetable refused a standby; connect to the primary")
-		return nil, fmt.Errorf("%w: leasetable: the server is in recovery; connect to the primary", pgbaton.ErrStandby)
+		return nil, fmt.Errorf("%w: the server is in recovery; connect to the primary", pgbaton.ErrStandby)
 	}
 	if err := schema.Check(ctx, pool); err != nil && !errors.Is(err, pgbaton.ErrSchemaTooNew) {
 		// A newer schema keeps the lease protocol compatible; an older one

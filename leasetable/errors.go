@@ -55,7 +55,7 @@ func (e *HeldError) Error() string {
 func (e *HeldError) Is(target error) bool { return target == ErrHeld }
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: leasetable: "+format, append([]any{pgbaton.ErrInvalidArgument}, args...)...)
+	return fmt.Errorf("%w: "+format, append([]any{pgbaton.ErrInvalidArgument}, args...)...)
 }
 
 // dbError maps server errors to the shared sentinels, keeping the cause,
@@ -69,7 +69,7 @@ func (c *Client) dbError(op string, err error) error {
 }
 
 func mapDBError(op string, err error) error {
-	if mapped, ok := pgerr.Map("leasetable: "+op, err); ok {
+	if mapped, ok := pgerr.Map(op, err); ok {
 		return mapped
 	}
 	return fmt.Errorf("leasetable: %s: %w", op, err)

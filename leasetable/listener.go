@@ -403,7 +403,7 @@ func (ln *listener) check(ctx context.Context, payload string) error {
 	}
 	if ln.undelivered != nil {
 		ln.mu.Unlock()
-		return fmt.Errorf("%w: leasetable: %w; waiters poll every %s (set Config.ListenDSN to a direct connection)",
+		return fmt.Errorf("%w: %w; waiters poll every %s (set Config.ListenDSN to a direct connection)",
 			pgbaton.ErrDegraded, ln.undelivered, ln.c.cfg.PollInterval)
 	}
 	select {

@@ -96,7 +96,7 @@ func (c *Client) sessionFor(ctx context.Context) (*session, error) {
 	return s, nil
 }
 
-var errClosedDuringOpen = fmt.Errorf("%w: leasetable: the client closed while a lease session was opened", pgbaton.ErrClosed)
+var errClosedDuringOpen = fmt.Errorf("%w: the client closed while a lease session was opened", pgbaton.ErrClosed)
 
 // param is the session as the grant functions take it.
 func (s *session) param() pgtype.Int8 { return pgtype.Int8{Int64: s.id, Valid: true} }
