@@ -52,4 +52,9 @@
 //     internal/pgerr, which alone maps codes to the shared sentinels
 //     (ErrNotMigrated, ErrStandby, ErrInvalidArgument). A layer maps the
 //     codes that mean one of its own errors itself, with those constants.
+//   - Work under a lock: when a lock or lease is lost while the work runs
+//     (advisory's RunExclusive, leasetable's Do), the error returned always
+//     wraps the loss (ErrLockLost, ErrLeaseLost), even when the work
+//     returned nil, and is errors.Join(workErr, loss) when the work failed
+//     too.
 package pgbaton

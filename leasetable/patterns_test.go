@@ -75,6 +75,47 @@ func TestDoCancelsOnLossAndReleasesOnEveryPath(t *testing.T) {
 	assert.False(t, held())
 }
 
+// When the lease is lost while fn runs and fn fails too, Do returns both:
+// the loss is never dropped for fn's error (advisory.RunExclusive does the
+// same). The loss is seen either by fn, through its context, or only by
+// the release afterwards.
+func TestDoJoinsWorkErrorWithLoss(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := ctxT(t, time.Minute)
+	c := newClient(t, pool, leasetable.Config{TTL: 600 * time.Millisecond})
+	boom := errors.New("boom")
+	takeOver := func(name string) {
+		t.Helper()
+		_, err := pool.Exec(ctx, "SELECT pgbaton.force_release_lease($1, 'test')", name)
+		require.NoError(t, err)
+		thief := newClient(t, pool, leasetable.Config{Owner: "thief"})
+		_, err = thief.TryAcquire(ctx, name)
+		require.NoError(t, err)
+	}
+
+	// fn sees the loss and fails.
+	err := c.Do(ctx, "do-seen", func(fnCtx context.Context) error {
+		takeOver("do-seen")
+		<-fnCtx.Done()
+		return errors.Join(boom, context.Cause(fnCtx))
+	})
+	require.ErrorIs(t, err, boom)
+	require.ErrorIs(t, err, leasetable.ErrLeaseLost)
+
+	// fn fails before the client notices; the release finds the grant
+	// taken over.
+	err = c.Do(ctx, "do-unseen", func(context.Context) error {
+		takeOver("do-unseen")
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	require.ErrorIs(t, err, leasetable.ErrLeaseLost, "the loss found at release is returned with fn's error")
+	in, err := c.Info(ctx, "do-unseen")
+	require.NoError(t, err)
+	assert.Equal(t, "thief", in.Owner, "a lost Do leaves the new holder alone")
+}
+
 func TestElection(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
