@@ -57,4 +57,8 @@
 //     wraps the loss (ErrLockLost, ErrLeaseLost), even when the work
 //     returned nil, and is errors.Join(workErr, loss) when the work failed
 //     too.
+//   - Not held versus lost: ErrNotHeld (advisory and leasetable) means
+//     one thing, that a call on a lock or lease found it no longer held
+//     by this holder and so changed nothing; ErrLockLost and ErrLeaseLost
+//     are the loss itself, the cause of the holder's context.
 package pgbaton

@@ -46,7 +46,11 @@ var (
 	// was locked: rename one of the two.
 	ErrKeyCollision = errors.New("advisory: two lock names share one key")
 
-	// ErrNotHeld is returned by Unlock of a lock that was already unlocked.
+	// ErrNotHeld means that a call found the lock no longer held by this
+	// Lock, so it changed nothing: Unlock of a Lock unlocked already, or
+	// of one its session's backend no longer held. It is the same
+	// condition as leasetable.ErrNotHeld. A loss itself (the session gone)
+	// is ErrLockLost.
 	ErrNotHeld = errors.New("advisory: lock not held")
 )
 

@@ -23,9 +23,12 @@ var (
 	// Complete.
 	ErrReleased = errors.New("leasetable: lease released")
 
-	// ErrNotHeld is returned by Renew, Release and Complete when the
-	// database no longer has this grant: it expired and was taken over, or
-	// was released. Nothing was changed.
+	// ErrNotHeld means that a call found the lease no longer held by this
+	// grant, so it changed nothing: Renew, Release and Complete return it
+	// when the database no longer has the grant (it expired and was taken
+	// over, or was released), Complete also after Release or a loss. It is
+	// the same condition as advisory.ErrNotHeld. A loss itself (the cause
+	// of the lease's context) is ErrLeaseLost.
 	ErrNotHeld = errors.New("leasetable: lease no longer held by this grant")
 
 	// ErrNoLeader is returned by Election.Leader when nobody holds the
