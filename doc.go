@@ -61,4 +61,7 @@
 //     one thing, that a call on a lock or lease found it no longer held
 //     by this holder and so changed nothing; ErrLockLost and ErrLeaseLost
 //     are the loss itself, the cause of the holder's context.
+//   - Tests: a helper that more than one package's tests need lives once
+//     in internal/testkit (pgtest.Context, pgtest.Env.ProxiedPool,
+//     metertest), not copied into each package.
 package pgbaton

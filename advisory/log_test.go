@@ -78,7 +78,7 @@ func (r *logRecorder) levels() []slog.Level {
 }
 
 func TestLogsLossAndReopen(t *testing.T) {
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	d := env.DB(t)
 	admin := adminPool(t)
 	rec := &logRecorder{}
@@ -114,7 +114,7 @@ func TestLogsLossAndReopen(t *testing.T) {
 }
 
 func TestLogsLockTableFull(t *testing.T) {
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	d := env.DB(t)
 	rec := &logRecorder{}
 	l := newLocker(t, d.Pool(t), advisory.Config{Logger: rec.logger(), MaxLocks: 1})

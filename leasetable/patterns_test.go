@@ -21,7 +21,7 @@ import (
 func TestDoCancelsOnLossAndReleasesOnEveryPath(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	c := newClient(t, pool, leasetable.Config{TTL: 600 * time.Millisecond})
 	held := func() bool {
 		in, err := c.Info(ctx, "do")
@@ -82,7 +82,7 @@ func TestDoCancelsOnLossAndReleasesOnEveryPath(t *testing.T) {
 func TestDoJoinsWorkErrorWithLoss(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	c := newClient(t, pool, leasetable.Config{TTL: 600 * time.Millisecond})
 	boom := errors.New("boom")
 	takeOver := func(name string) {
@@ -119,7 +119,7 @@ func TestDoJoinsWorkErrorWithLoss(t *testing.T) {
 func TestElection(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	a := newClient(t, pool, leasetable.Config{Owner: "a", TTL: time.Minute})
 	b := newClient(t, pool, leasetable.Config{Owner: "b", TTL: time.Minute})
 	_, err := a.Leader(ctx, "leader")
@@ -156,7 +156,7 @@ func TestElection(t *testing.T) {
 func TestCampaignTermsNeverOverlap(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx, cancel := context.WithCancel(ctxT(t, time.Minute))
+	ctx, cancel := context.WithCancel(pgtest.Context(t, time.Minute))
 	defer cancel()
 	var leaders atomic.Int32
 	var mu sync.Mutex
@@ -195,7 +195,7 @@ func TestCampaignTermsNeverOverlap(t *testing.T) {
 func TestSemaphoreNeverExceedsSlots(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	const slots, workers, rounds = 3, 8, 10
 	var inside, peak atomic.Int32
 	var wg sync.WaitGroup
@@ -229,7 +229,7 @@ func TestSemaphoreNeverExceedsSlots(t *testing.T) {
 func TestWaitersSurviveListenConnectionLoss(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	holder := newClient(t, pool, leasetable.Config{Owner: "h", TTL: time.Minute})
 	waiting := make(chan string, 1)
 	waiter := newClient(t, pool, leasetable.Config{Owner: "w", TTL: time.Minute, Logger: logTo(waiting)})
@@ -267,7 +267,7 @@ func TestWaitersSurviveListenConnectionLoss(t *testing.T) {
 func TestClaimCompleteWorkItems(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	a := newClient(t, pool, leasetable.Config{Owner: "a", TTL: time.Minute})
 	b := newClient(t, pool, leasetable.Config{Owner: "b", TTL: time.Minute})
 	items := make([]string, 50)
@@ -310,7 +310,7 @@ func TestClaimCompleteWorkItems(t *testing.T) {
 func TestCompleteAndClaim(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	a := newClient(t, pool, leasetable.Config{Owner: "a", TTL: time.Minute})
 	b := newClient(t, pool, leasetable.Config{Owner: "b", TTL: time.Minute})
 	items := make([]string, 10)
@@ -426,7 +426,7 @@ func childKeeper(ctx context.Context, args []string) error {
 func TestKeepTakesOverDeadWorkersShards(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	c := newClient(t, pool, leasetable.Config{Owner: "survivor", TTL: shortTTL})
 	shards := make([]string, 8)
 	for i := range shards {
