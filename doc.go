@@ -64,4 +64,9 @@
 //   - Tests: a helper that more than one package's tests need lives once
 //     in internal/testkit (pgtest.Context, pgtest.Env.ProxiedPool,
 //     metertest), not copied into each package.
+//   - Words: "session" is a PostgreSQL session, a connection and its
+//     backend (advisory locks are held by sessions); leasetable's row of
+//     pgbaton.lease_session that keeps a client's leases alive is its
+//     "lifeline". To "retire" a session or lifeline is to close it; an
+//     idle advisory session kept for later is "parked" as a spare.
 package pgbaton

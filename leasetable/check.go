@@ -67,7 +67,7 @@ func (c *Client) Check(ctx context.Context) error {
 // of them.
 func (c *Client) overdue() (int, []string) {
 	c.mu.Lock()
-	s := c.sess
+	s := c.line
 	c.mu.Unlock()
 	if s == nil {
 		return 0, nil

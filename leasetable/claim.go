@@ -83,7 +83,7 @@ func (c *Client) checkClaim(group string, n int) error {
 // acquired attempt that began at waitStart.
 func (c *Client) claim(ctx context.Context, group string, n int, waitStart time.Time) ([]*Lease, error) {
 	start := time.Now()
-	s, err := c.sessionFor(ctx)
+	s, err := c.lifelineFor(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +126,7 @@ func (c *Client) releaseClaimed(ctx context.Context, rows []db.LeaseClaimRow) {
 
 // trackClaimed turns claimed rows into kept leases. If the client closed
 // meanwhile, every one of them is given back.
-func (c *Client) trackClaimed(ctx context.Context, group string, rows []db.LeaseClaimRow, s *session, start, waitStart time.Time) ([]*Lease, error) {
+func (c *Client) trackClaimed(ctx context.Context, group string, rows []db.LeaseClaimRow, s *lifeline, start, waitStart time.Time) ([]*Lease, error) {
 	leases := make([]*Lease, 0, len(rows))
 	for i, r := range rows {
 		l, err := c.track(r.Name, group, r.Token, s, r.ExpiresAt, start, waitStart)
@@ -207,7 +207,7 @@ func (c *Client) CompleteAndClaim(ctx context.Context, group string, n int, done
 		return nil, cb.finish(nil, ctxErr(ctx))
 	}
 	start := time.Now()
-	s, err := c.sessionFor(ctx)
+	s, err := c.lifelineFor(ctx)
 	if err != nil {
 		return nil, cb.finish(nil, err)
 	}
@@ -263,7 +263,7 @@ type completeAndClaimReply struct {
 // completeAndClaim sends complete_many and claim in one batch: one round
 // trip, one implicit transaction up to the batch's Sync, so a failed claim
 // undoes the completions.
-func (c *Client) completeAndClaim(ctx context.Context, p db.LeaseCompleteManyParams, group string, n int, s *session, ref pgtype.UUID) (completeAndClaimReply, error) {
+func (c *Client) completeAndClaim(ctx context.Context, p db.LeaseCompleteManyParams, group string, n int, s *lifeline, ref pgtype.UUID) (completeAndClaimReply, error) {
 	var r completeAndClaimReply
 	b := &pgx.Batch{}
 	b.Queue(db.LeaseCompleteManySQL, p.Names, p.Tokens, p.Owner).Query(func(rows pgx.Rows) error {
@@ -424,7 +424,7 @@ func (cb *completion) finish(deleted []string, err error) error {
 			l.setReleaseErr(err)
 			l.recordReleased(false)
 			// Stopped but not completed: given back after the next
-			// keep-alive (or by Close), not kept alive with the session.
+			// keep-alive (or by Close), not kept alive with the lifeline.
 			l.c.remember(l)
 		}
 		return err
