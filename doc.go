@@ -30,4 +30,43 @@
 // operator's CLI (github.com/pgbaton/pgbaton/cmd/pgbaton), the gocron
 // integration (github.com/pgbaton/pgbaton/gocronlock), the test suite, the
 // demo and the benchmarks are modules of their own.
+//
+// # Conventions
+//
+// The packages of this module and package gocronlock follow one set of
+// rules, written down here once:
+//
+//   - Error strings start with the name of the package that makes them:
+//     "advisory: ", "leasetable: ", "fencedwrite: ", "migrations: ",
+//     "health: ", "gocronlock: ". The sentinels every layer may return
+//     (this package's, and migrations.ErrDirty) say "pgbaton: ", and so
+//     does any error of an internal package. An error that wraps a
+//     sentinel names it first ("%w: detail"), so that it starts with the
+//     sentinel's prefix, and names no package after it.
+//   - Logs: every slog record that carries an error carries it under the
+//     key "error".
+//   - Connection names: a connection pgbaton opens itself carries the
+//     application_name "pgbaton <role> <owner>" ("pgbaton advisory
+//     host:pid"), made in one place (internal/appname).
+//   - SQLSTATEs: each code pgbaton acts on is named once, in
+//     internal/pgerr, which alone maps codes to the shared sentinels
+//     (ErrNotMigrated, ErrStandby, ErrInvalidArgument). A layer maps the
+//     codes that mean one of its own errors itself, with those constants.
+//   - Work under a lock: when a lock or lease is lost while the work runs
+//     (advisory's RunExclusive, leasetable's Do), the error returned always
+//     wraps the loss (ErrLockLost, ErrLeaseLost), even when the work
+//     returned nil, and is errors.Join(workErr, loss) when the work failed
+//     too.
+//   - Not held versus lost: ErrNotHeld (advisory and leasetable) means
+//     one thing, that a call on a lock or lease found it no longer held
+//     by this holder and so changed nothing; ErrLockLost and ErrLeaseLost
+//     are the loss itself, the cause of the holder's context.
+//   - Tests: a helper that more than one package's tests need lives once
+//     in internal/testkit (pgtest.Context, pgtest.Env.ProxiedPool,
+//     metertest), not copied into each package.
+//   - Words: "session" is a PostgreSQL session, a connection and its
+//     backend (advisory locks are held by sessions); leasetable's row of
+//     pgbaton.lease_session that keeps a client's leases alive is its
+//     "lifeline". To "retire" a session or lifeline is to close it; an
+//     idle advisory session kept for later is "parked" as a spare.
 package pgbaton

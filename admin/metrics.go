@@ -125,7 +125,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	snap, err := readSnapshot(ctx, c.s.pool, c.s.cfg.TopN)
 	ch <- prometheus.MustNewConstMetric(m.scrapeSeconds, prometheus.GaugeValue, time.Since(start).Seconds())
 	if err != nil {
-		c.s.cfg.Logger.Warn("pgbaton admin: metrics scrape failed", "err", err)
+		c.s.cfg.Logger.Warn("pgbaton admin: metrics scrape failed", "error", err)
 		gauge(m.up, 0)
 		return
 	}

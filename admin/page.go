@@ -117,7 +117,7 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, f fi
 	if err != nil {
 		_, msg := explain(err)
 		data.Error = "cannot read the database: " + msg
-		s.cfg.Logger.Warn("pgbaton admin: page", "err", err)
+		s.cfg.Logger.Warn("pgbaton admin: page", "error", err)
 		if status == http.StatusOK {
 			status = http.StatusServiceUnavailable
 		}
@@ -126,7 +126,7 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, f fi
 	data.Flash = fl
 	var buf bytes.Buffer
 	if err := s.page.Execute(&buf, data); err != nil {
-		s.cfg.Logger.Error("pgbaton admin: render page", "err", err)
+		s.cfg.Logger.Error("pgbaton admin: render page", "error", err)
 		http.Error(w, "cannot render the page: "+err.Error(), http.StatusInternalServerError)
 		return
 	}

@@ -177,16 +177,6 @@ func defaultOwner() string {
 	return owner
 }
 
-// applicationName is the application_name of the Locker's connections,
-// cut to what Postgres keeps (NAMEDATALEN - 1 bytes).
-func (c Config) applicationName() string {
-	name := "pgbaton advisory " + c.Owner
-	if len(name) > 63 {
-		name = name[:63]
-	}
-	return name
-}
-
 // giveUp is how long after its last answer a session is declared lost.
 func (c Config) giveUp() time.Duration { return c.PingInterval + c.PingTimeout }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbaton/pgbaton/advisory"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 	"github.com/pgbaton/pgbaton/leasetable"
 )
 
@@ -19,7 +20,7 @@ import (
 func TestCronSkipIfHeldDoesNotDedupeSlots(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	const nodes, slots = 3, 15
 	var lockers []*advisory.Locker
 	var clients []*leasetable.Client

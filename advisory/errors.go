@@ -4,10 +4,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgerrcode"
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/pgerr"
 )
 
 // Errors of package advisory. Test for them with errors.Is; the errors
@@ -48,42 +46,29 @@ var (
 	// was locked: rename one of the two.
 	ErrKeyCollision = errors.New("advisory: two lock names share one key")
 
-	// ErrNotHeld is returned by Unlock of a lock that was already unlocked.
+	// ErrNotHeld means that a call found the lock no longer held by this
+	// Lock, so it changed nothing: Unlock of a Lock unlocked already, or
+	// of one its session's backend no longer held. It is the same
+	// condition as leasetable.ErrNotHeld. A loss itself (the session gone)
+	// is ErrLockLost.
 	ErrNotHeld = errors.New("advisory: lock not held")
 )
 
-const (
-	sqlstateOutOfSharedMemory = pgerrcode.OutOfMemory
-	sqlstateUndefinedTable    = pgerrcode.UndefinedTable
-	sqlstateUndefinedFunction = pgerrcode.UndefinedFunction
-	sqlstateInvalidSchema     = pgerrcode.InvalidSchemaName
-	sqlstateQueryCanceled     = pgerrcode.QueryCanceled
-	// A statement prepared on the session is gone: the next statement ran
-	// on another backend (a transaction-pooling proxy).
-	sqlstateInvalidStatementName = pgerrcode.InvalidSQLStatementName
-	// A standby refuses writes with this one.
-	sqlstateReadOnlyTransaction = pgerrcode.ReadOnlySQLTransaction
-)
-
-func pgCode(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code
-	}
-	return ""
-}
-
 // mapError turns server errors that have a meaning here into this
-// package's sentinels, keeping the original in the chain.
+// package's sentinels, or the shared ones (internal/pgerr), keeping the
+// original in the chain.
 func mapError(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	switch pgCode(err) {
-	case sqlstateInvalidStatementName:
+	switch pgerr.Code(err) {
+	case pgerr.InvalidStatementName:
 		return fmt.Errorf("%w: %s: %w", ErrSessionPooling, op, err)
-	case sqlstateOutOfSharedMemory:
+	case pgerr.OutOfSharedMemory:
 		return fmt.Errorf("%w: %s: the server's lock table is full (raise max_locks_per_transaction or hold fewer locks): %w", ErrLockTableFull, op, err)
+	}
+	if mapped, ok := pgerr.Map(op, err); ok {
+		return mapped
 	}
 	return fmt.Errorf("advisory: %s: %w", op, err)
 }
@@ -95,8 +80,8 @@ func (l *Locker) logRefusal(op string, err error) {
 	switch {
 	case errors.Is(err, pgbaton.ErrStandby), errors.Is(err, ErrSessionPooling), errors.Is(err, pgbaton.ErrUnsupportedServer),
 		errors.Is(err, pgbaton.ErrNotMigrated), errors.Is(err, ErrKeyCollision):
-		l.cfg.Logger.Error("advisory: refused", "op", op, "err", err)
+		l.cfg.Logger.Error("advisory: refused", "op", op, "error", err)
 	case errors.Is(err, ErrLockTableFull):
-		l.cfg.Logger.Warn("advisory: refused: lock table full", "op", op, "err", err)
+		l.cfg.Logger.Warn("advisory: refused: lock table full", "op", op, "error", err)
 	}
 }

@@ -123,7 +123,7 @@ func readCall(fe *pgproto3.Frontend) (callAnswer, error) {
 			return a, nil
 		case *pgproto3.NoticeResponse, *pgproto3.ParameterStatus, *pgproto3.NotificationResponse:
 		default:
-			return a, fmt.Errorf("protocol: unexpected %T", msg)
+			return a, fmt.Errorf("advisory: protocol: unexpected %T", msg)
 		}
 	}
 }

@@ -2,11 +2,13 @@ package advisory_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbaton/pgbaton/advisory"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 )
 
 // A session on a direct connection calls the lock functions by the
@@ -19,8 +21,8 @@ import (
 func TestFastPathAndStatementsAgree(t *testing.T) {
 	d := env.DB(t)
 	admin := adminPool(t)
-	ctx := ctxT(t)
-	_, proxied := proxiedPool(t, d)
+	ctx := pgtest.Context(t, time.Minute)
+	proxied, _ := env.ProxiedPool(t, d)
 	other := newLocker(t, d.Pool(t), advisory.Config{})
 	for _, path := range []struct {
 		name string

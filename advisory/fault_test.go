@@ -23,7 +23,7 @@ func TestLossAfterTerminate(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
 	admin := adminPool(t)
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	const ping = 500 * time.Millisecond
 	l := newLocker(t, pool, advisory.Config{PingInterval: ping})
 	a, err := l.TryLock(ctx, advisory.Int64(1))
@@ -62,7 +62,7 @@ func TestLossAfterTerminate(t *testing.T) {
 func TestTerminatedIdleSessionToldAtOnce(t *testing.T) {
 	d := env.DB(t)
 	admin := adminPool(t)
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	const ping = 10 * time.Second // the ping must not be what tells
 	l := newLocker(t, d.Pool(t), advisory.Config{PingInterval: ping})
 	for i := range 5 {
@@ -90,7 +90,7 @@ func TestTerminatedIdleSessionToldAtOnce(t *testing.T) {
 func TestNoFalseLoss(t *testing.T) {
 	d := env.DB(t)
 	l := newLocker(t, d.Pool(t), advisory.Config{PingInterval: 20 * time.Millisecond})
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	lk, err := l.TryLock(ctx, advisory.Int64(5))
 	require.NoError(t, err)
 	time.Sleep(300 * time.Millisecond) // many ping intervals: what is asserted is the passage of time
@@ -107,8 +107,8 @@ func TestNoFalseLoss(t *testing.T) {
 func TestLossOnStalledNetwork(t *testing.T) {
 	d := env.DB(t)
 	admin := adminPool(t)
-	ctx := ctxT(t)
-	proxy, proxied := proxiedPool(t, d)
+	ctx := pgtest.Context(t, time.Minute)
+	proxied, proxy := env.ProxiedPool(t, d)
 	const ping, timeout = 200 * time.Millisecond, 300 * time.Millisecond
 	l := newLocker(t, proxied, advisory.Config{PingInterval: ping, PingTimeout: timeout})
 	lk, err := l.TryLock(ctx, advisory.Int64(11))
@@ -150,7 +150,7 @@ func TestLossOnStalledNetwork(t *testing.T) {
 func TestSessionServerTimeouts(t *testing.T) {
 	d := env.DB(t)
 	admin := adminPool(t)
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	l := newLocker(t, d.Pool(t), advisory.Config{PingInterval: time.Second, PingTimeout: 2 * time.Second})
 	lk, err := l.TryLock(ctx, advisory.Int64(12))
 	require.NoError(t, err)
@@ -172,7 +172,7 @@ func TestSessionServerTimeouts(t *testing.T) {
 func TestExclusionAcrossProcesses(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	_, err := pool.Exec(ctx, "CREATE TABLE counter (n int NOT NULL); INSERT INTO counter VALUES (0)")
 	require.NoError(t, err)
 	const children, each = 3, 30
@@ -193,7 +193,7 @@ func TestExclusionAcrossProcesses(t *testing.T) {
 func TestWaiterAcquiresAfterHolderKilled(t *testing.T) {
 	d := env.DB(t)
 	admin := adminPool(t)
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	holder := env.StartChild(t, "hold", d.URL, "victim-lock")
 	holder.Expect(t, "locked", time.Minute)
 	l := newLocker(t, d.Pool(t), advisory.Config{})
@@ -225,7 +225,7 @@ func TestCancelledWaitsLeaveNothing(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
 	admin := adminPool(t)
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	holder := newLocker(t, pool, advisory.Config{})
 	l := newLocker(t, pool, advisory.Config{})
 	key := advisory.Name("contended")
@@ -274,7 +274,7 @@ func TestCancelledWaitsLeaveNothing(t *testing.T) {
 func TestRunExclusiveLoss(t *testing.T) {
 	d := env.DB(t)
 	admin := adminPool(t)
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	l := newLocker(t, d.Pool(t), advisory.Config{PingInterval: 100 * time.Millisecond})
 	err := l.RunExclusive(ctx, advisory.Int64(21), func(ctx context.Context) error {
 		env.Terminate(t, holderPID(t, admin, d, 21))
@@ -290,7 +290,7 @@ func TestRunExclusiveLoss(t *testing.T) {
 func TestSessionsOutlivePoolLimits(t *testing.T) {
 	d := env.DB(t)
 	admin := adminPool(t)
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	pool := d.Pool(t, func(cfg *pgxpool.Config) {
 		cfg.MaxConnLifetime = 50 * time.Millisecond
 		cfg.MaxConnLifetimeJitter = 0
@@ -316,7 +316,7 @@ func TestSessionsOutlivePoolLimits(t *testing.T) {
 // Nothing is left connected after a Locker that did everything is closed.
 func TestNoLeakedConnections(t *testing.T) {
 	d := env.DB(t)
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	pool := d.Pool(t)
 	l, err := advisory.New(pool, advisory.Config{MaxLocksPerSession: 2})
 	require.NoError(t, err)
@@ -355,7 +355,7 @@ func TestNoLeakedConnections(t *testing.T) {
 // kernel kept the connection up, and gives the lock up.
 func TestPausedHolderReportsLoss(t *testing.T) {
 	d := env.DB(t)
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	child := env.StartChild(t, "watch", d.URL, "paused")
 	child.Expect(t, "locked", time.Minute)
 	child.Signal(t, syscall.SIGSTOP)
@@ -385,7 +385,7 @@ func TestServerRestart(t *testing.T) {
 		t.Skip("needs the throwaway cluster") // only with PGBATON_TEST_DSN
 	}
 	d := env.DB(t)
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	const ping = 200 * time.Millisecond
 	l := newLocker(t, d.Pool(t), advisory.Config{PingInterval: ping})
 	a, err := l.TryLock(ctx, advisory.Int64(41))
@@ -417,7 +417,7 @@ func TestWaitAfterSpareTerminated(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
 	admin := adminPool(t)
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	l := newLocker(t, pool, advisory.Config{})
 	other := newLocker(t, pool, advisory.Config{})
 	key := advisory.Int64(77)

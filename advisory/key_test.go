@@ -3,11 +3,13 @@ package advisory_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/advisory"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 )
 
 // Golden vectors: SHA-256 of the name, first 8 bytes big-endian signed.
@@ -35,10 +37,10 @@ func TestNameKeyMatchesSQL(t *testing.T) {
 	pool := env.DB(t).Pool(t)
 	for _, g := range golden {
 		var k int64
-		require.NoError(t, pool.QueryRow(ctxT(t), "SELECT pgbaton.advisory_key($1, $2)", g.name, g.namespace).Scan(&k))
+		require.NoError(t, pool.QueryRow(pgtest.Context(t, time.Minute), "SELECT pgbaton.advisory_key($1, $2)", g.name, g.namespace).Scan(&k))
 		require.Equal(t, g.key, k, "pgbaton.advisory_key(%q, %q)", g.name, g.namespace)
 		if g.namespace == "" {
-			require.NoError(t, pool.QueryRow(ctxT(t), "SELECT pgbaton.advisory_key($1)", g.name).Scan(&k))
+			require.NoError(t, pool.QueryRow(pgtest.Context(t, time.Minute), "SELECT pgbaton.advisory_key($1)", g.name).Scan(&k))
 			require.Equal(t, g.key, k)
 		}
 	}

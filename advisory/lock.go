@@ -76,7 +76,8 @@ func (lk *Lock) checkExpiry() {
 // released even if ctx ends first: the release still completes in the
 // background, bounded by Config.PingTimeout. It returns an error wrapping
 // ErrLockLost when the lock had been lost before (the work done under it
-// was not protected to the end), and ErrNotHeld on a second Unlock.
+// was not protected to the end), and ErrNotHeld (nothing was changed) on
+// a second Unlock or when the server no longer held the lock.
 func (lk *Lock) Unlock(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", pgbaton.ErrInvalidArgument)

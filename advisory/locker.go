@@ -32,7 +32,7 @@ type Locker struct {
 	entries  map[lockID]*entry
 	total    int                 // locks held or being taken: the MaxLocks budget
 	names    map[string]struct{} // names recorded in the registry
-	bg       sync.WaitGroup      // blocking waits and retiring sessions
+	bg       sync.WaitGroup      // blocking waits and sessions being parked
 	spares   []*session          // idle sessions kept for waits (not in sessions)
 	spreadAt time.Duration       // l.since() before which no session opens to spread load
 
@@ -485,7 +485,7 @@ func (l *Locker) spreadLocked() {
 			l.spreadAt = l.since() + l.cfg.RetryDelay
 			l.mu.Unlock()
 			if l.ctx.Err() == nil {
-				l.cfg.Logger.Warn("advisory: could not open a session to spread load", "err", err)
+				l.cfg.Logger.Warn("advisory: could not open a session to spread load", "error", err)
 			}
 			return
 		}
@@ -502,17 +502,17 @@ func (l *Locker) spreadLocked() {
 }
 
 // unreserve gives back a lock counted in by reserveSession or held on s.
-// A session that falls idle may retire: it is kept, goroutine and all, as
-// a spare for the next blocking wait. That is a hand-over in the Locker's
+// A session that falls idle may be parked: it is kept, goroutine and all,
+// as a spare for the next blocking wait. That is a hand-over in the Locker's
 // books, without a round trip, unless an unlock found the backend holding
 // less than it should (then everything is released first, in the
 // background).
 func (l *Locker) unreserve(s *session) {
 	l.mu.Lock()
 	s.count--
-	retire := l.retireLocked(s)
+	park := l.parkLocked(s)
 	l.mu.Unlock()
-	if !retire {
+	if !park {
 		return
 	}
 	if !s.dirty.Load() {
@@ -572,13 +572,14 @@ func (l *Locker) takeSpare() (*session, bool) {
 // dropSpare ends an idle session that holds no locks and is in no list.
 func (l *Locker) dropSpare(s *session) { s.retire() }
 
-// retireLocked decides, with l.mu held, whether an idle session should be
-// closed. A session made from a granted wait goes as soon as another
-// session has room; shared sessions are kept up to MaxSessionsUnderLoad
-// with room, so that load spread over them does not open and close a
-// session at every lull. When it returns true the caller must shut s down
-// and call l.bg.Done.
-func (l *Locker) retireLocked(s *session) bool {
+// parkLocked decides, with l.mu held, whether an idle session leaves the
+// sessions that take new locks, to be parked as a spare (or retired, that
+// is closed, when the spares are full). A session made from a granted wait
+// goes as soon as another session has room; shared sessions are kept up
+// to MaxSessionsUnderLoad with room, so that load spread over them does
+// not open and close a session at every lull. When it returns true the
+// caller must park s (parkSession) and so call l.bg.Done.
+func (l *Locker) parkLocked(s *session) bool {
 	if s.count > 0 || l.closed {
 		return false
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/advisory"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 )
 
 func TestTryLockUnlock(t *testing.T) {
@@ -23,7 +24,7 @@ func TestTryLockUnlock(t *testing.T) {
 	admin := adminPool(t)
 	a := newLocker(t, pool, advisory.Config{})
 	b := newLocker(t, pool, advisory.Config{})
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 
 	for _, key := range []advisory.Key{advisory.Name("job:daily-export"), advisory.Int64(7), advisory.Pair(1, 2)} {
 		lk, err := a.TryLock(ctx, key)
@@ -67,7 +68,7 @@ func TestSharedLocks(t *testing.T) {
 	pool := d.Pool(t)
 	a := newLocker(t, pool, advisory.Config{})
 	b := newLocker(t, pool, advisory.Config{})
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	key := advisory.Name("shared")
 
 	r1, err := a.TryRLock(ctx, key)
@@ -100,7 +101,7 @@ func TestSharedLocks(t *testing.T) {
 func TestGoroutineExclusion(t *testing.T) {
 	d := env.DB(t)
 	l := newLocker(t, d.Pool(t), advisory.Config{})
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	var holders [3]atomic.Int32
 	var wg sync.WaitGroup
 	var failed atomic.Value
@@ -164,7 +165,7 @@ func TestPipelining(t *testing.T) {
 // tryUnlockLoop runs goroutines that each take and release their own key
 // rounds times.
 func tryUnlockLoop(t *testing.T, l *advisory.Locker, goroutines, rounds int) {
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	var wg sync.WaitGroup
 	for g := range goroutines {
 		wg.Go(func() {
@@ -211,7 +212,7 @@ func TestCloseReleasesAll(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
 	admin := adminPool(t)
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	l, err := advisory.New(pool, advisory.Config{MaxLocksPerSession: 10})
 	require.NoError(t, err)
 	var locks []*advisory.Lock
@@ -262,7 +263,7 @@ func TestBadInput(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
 	admin := adminPool(t)
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	_, err := advisory.New(nil, advisory.Config{})
 	require.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
 	for _, cfg := range []advisory.Config{
@@ -309,7 +310,7 @@ func TestBadInput(t *testing.T) {
 func TestRegistry(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	l := newLocker(t, pool, advisory.Config{})
 	ns := newLocker(t, pool, advisory.Config{Namespace: "billing"})
 	for range 3 {
@@ -354,7 +355,7 @@ func TestRegistry(t *testing.T) {
 func TestNotMigrated(t *testing.T) {
 	d := env.EmptyDB(t)
 	l := newLocker(t, d.Pool(t), advisory.Config{})
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	_, err := l.TryLock(ctx, advisory.Name("x"))
 	require.ErrorIs(t, err, pgbaton.ErrNotMigrated)
 	lk, err := l.TryLock(ctx, advisory.Int64(1)) // numeric keys need no schema
@@ -366,7 +367,7 @@ func TestRunExclusive(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
 	admin := adminPool(t)
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	l := newLocker(t, pool, advisory.Config{})
 	other := newLocker(t, pool, advisory.Config{})
 	key := advisory.Name("job:run")
@@ -409,7 +410,7 @@ func TestRunExclusive(t *testing.T) {
 func TestXactLocks(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	l := newLocker(t, pool, advisory.Config{})
 	key := advisory.Name("xact")
 
@@ -451,7 +452,7 @@ func TestXactLocks(t *testing.T) {
 func TestElect(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	a := newLocker(t, pool, advisory.Config{})
 	b := newLocker(t, pool, advisory.Config{})
 	key := advisory.Name("leader")
@@ -483,7 +484,7 @@ func TestCampaign(t *testing.T) {
 	admin := adminPool(t)
 	a := newLocker(t, pool, advisory.Config{PingInterval: 100 * time.Millisecond, RetryDelay: 10 * time.Millisecond})
 	key := advisory.Int64(99)
-	ctx, cancel := context.WithCancel(ctxT(t))
+	ctx, cancel := context.WithCancel(pgtest.Context(t, time.Minute))
 	started := make(chan context.Context, 10)
 	stopped := make(chan struct{}, 10)
 	campaign := make(chan error, 1)
@@ -515,7 +516,7 @@ func TestCampaign(t *testing.T) {
 func TestCheck(t *testing.T) {
 	d := env.DB(t)
 	admin := adminPool(t)
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	l := newLocker(t, d.Pool(t), advisory.Config{})
 	require.NoError(t, l.Check(ctx))
 	lk, err := l.TryLock(ctx, advisory.Int64(1))
@@ -532,7 +533,7 @@ func TestWaitVariants(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
 	admin := adminPool(t)
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	holder := newLocker(t, pool, advisory.Config{})
 	waiter := newLocker(t, pool, advisory.Config{})
 	for _, c := range []struct {
@@ -578,7 +579,7 @@ func TestWaitsReuseConnections(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
 	admin := adminPool(t)
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	a := newLocker(t, pool, advisory.Config{})
 	b := newLocker(t, pool, advisory.Config{})
 	key := advisory.Int64(55)
@@ -619,7 +620,7 @@ func TestApplicationNameShowsOwner(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
 	admin := adminPool(t)
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	appName := func(pid uint32) string {
 		var name string
 		require.NoError(t, admin.QueryRow(ctx, "SELECT application_name FROM pg_stat_activity WHERE pid = $1", int32(pid)).Scan(&name))

@@ -78,7 +78,7 @@ func (r *logRecorder) levels() []slog.Level {
 }
 
 func TestLogsLossAndReopen(t *testing.T) {
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	d := env.DB(t)
 	admin := adminPool(t)
 	rec := &logRecorder{}
@@ -103,7 +103,7 @@ func TestLogsLossAndReopen(t *testing.T) {
 	lost := rec.requireLogged(t, slog.LevelWarn, "session lost")
 	require.EqualValues(t, pid, lost["pid"].Int64())
 	require.EqualValues(t, 2, lost["locks"].Int64())
-	require.Contains(t, lost["err"].String(), "lock lost")
+	require.Contains(t, lost["error"].String(), "lock lost")
 
 	lk, err = l.TryLock(ctx, advisory.Int64(8001))
 	require.NoError(t, err)
@@ -114,7 +114,7 @@ func TestLogsLossAndReopen(t *testing.T) {
 }
 
 func TestLogsLockTableFull(t *testing.T) {
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	d := env.DB(t)
 	rec := &logRecorder{}
 	l := newLocker(t, d.Pool(t), advisory.Config{Logger: rec.logger(), MaxLocks: 1})

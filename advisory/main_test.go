@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbaton/pgbaton/advisory"
-	"github.com/pgbaton/pgbaton/internal/testkit/faultproxy"
 	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 )
 
@@ -158,29 +157,6 @@ func holderPID(t testing.TB, admin *pgxpool.Pool, d *pgtest.DB, k int64) uint32 
 }
 
 func adminPool(t testing.TB) *pgxpool.Pool { return pgtest.Pool(t, env.AdminURL()) }
-
-// proxiedPool is a pool on d whose connections go through a TCP proxy
-// that tests can stall or cut (so they are not direct connections).
-func proxiedPool(t testing.TB, d *pgtest.DB) (*faultproxy.Proxy, *pgxpool.Pool) {
-	t.Helper()
-	c := env.Cluster()
-	if c == nil {
-		t.Skip("needs the throwaway cluster's TCP port") // only with PGBATON_TEST_DSN
-	}
-	proxy, err := faultproxy.New(fmt.Sprintf("127.0.0.1:%d", c.Port()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = proxy.Close() })
-	return proxy, pgtest.Pool(t, d.URL, func(cfg *pgxpool.Config) {
-		cfg.ConnConfig.Host = "127.0.0.1"
-		cfg.ConnConfig.Port = uint16(proxy.Port())
-	})
-}
-
-func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // eventuallyWaiting waits until n advisory lock requests wait in d.
 func eventuallyWaiting(t testing.TB, admin *pgxpool.Pool, d *pgtest.DB, n int) {

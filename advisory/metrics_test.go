@@ -8,38 +8,22 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/pgbaton/pgbaton/advisory"
+	"github.com/pgbaton/pgbaton/internal/testkit/metertest"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 )
 
 // meter is an SDK MeterProvider read on demand.
 type meter struct {
-	t      *testing.T
-	reader *sdkmetric.ManualReader
-	mp     *sdkmetric.MeterProvider
+	t *testing.T
+	metertest.Provider
 }
 
-func newMeter(t *testing.T) *meter {
-	r := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
-	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	return &meter{t: t, reader: r, mp: mp}
-}
+func newMeter(t *testing.T) *meter { return &meter{t: t, Provider: metertest.New(t)} }
 
-func (m *meter) collect() map[string]metricdata.Aggregation {
-	m.t.Helper()
-	var rm metricdata.ResourceMetrics
-	require.NoError(m.t, m.reader.Collect(context.Background(), &rm))
-	out := map[string]metricdata.Aggregation{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, x := range sm.Metrics {
-			out[x.Name] = x.Data
-		}
-	}
-	return out
-}
+func (m *meter) collect() map[string]metricdata.Aggregation { return m.Collect(m.t) }
 
 // sum adds up the points of the int64 sum called name whose
 // attributes include every one of match.
@@ -118,12 +102,12 @@ func result(r string) attribute.KeyValue { return attribute.String("pgbaton.resu
 func cause(c string) attribute.KeyValue  { return attribute.String("pgbaton.cause", c) }
 
 func TestMetricsContention(t *testing.T) {
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	d := env.DB(t)
 	m := newMeter(t)
 	pool := d.Pool(t)
-	a := newLocker(t, pool, advisory.Config{MeterProvider: m.mp})
-	b := newLocker(t, pool, advisory.Config{MeterProvider: m.mp})
+	a := newLocker(t, pool, advisory.Config{MeterProvider: m.MeterProvider})
+	b := newLocker(t, pool, advisory.Config{MeterProvider: m.MeterProvider})
 
 	lk, err := a.TryLock(ctx, advisory.Name("metrics:contended"))
 	require.NoError(t, err)
@@ -156,11 +140,11 @@ func TestMetricsContention(t *testing.T) {
 }
 
 func TestMetricsLossAfterTerminate(t *testing.T) {
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	d := env.DB(t)
 	admin := adminPool(t)
 	m := newMeter(t)
-	l := newLocker(t, d.Pool(t), advisory.Config{MeterProvider: m.mp, PingInterval: 50 * time.Millisecond, PingTimeout: time.Second})
+	l := newLocker(t, d.Pool(t), advisory.Config{MeterProvider: m.MeterProvider, PingInterval: 50 * time.Millisecond, PingTimeout: time.Second})
 
 	lk, err := l.TryLock(ctx, advisory.Int64(7001))
 	require.NoError(t, err)
@@ -199,10 +183,10 @@ func TestMetricsLossAfterTerminate(t *testing.T) {
 }
 
 func TestMetricsNames(t *testing.T) {
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	d := env.DB(t)
 	m := newMeter(t)
-	l := newLocker(t, d.Pool(t), advisory.Config{MeterProvider: m.mp, MetricNames: true})
+	l := newLocker(t, d.Pool(t), advisory.Config{MeterProvider: m.MeterProvider, MetricNames: true})
 	for _, k := range []advisory.Key{advisory.Name("job:export"), advisory.Int64(-42), advisory.Pair(3, -4)} {
 		require.NoError(t, l.RunExclusive(ctx, k, func(context.Context) error { return nil }, advisory.RunOptions{}))
 	}
@@ -212,10 +196,10 @@ func TestMetricsNames(t *testing.T) {
 }
 
 func TestMetricsErrorResult(t *testing.T) {
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	d := env.DB(t)
 	m := newMeter(t)
-	l := newLocker(t, d.Pool(t), advisory.Config{MeterProvider: m.mp, MaxLocks: 1})
+	l := newLocker(t, d.Pool(t), advisory.Config{MeterProvider: m.MeterProvider, MaxLocks: 1})
 	lk, err := l.TryLock(ctx, advisory.Int64(1))
 	require.NoError(t, err)
 	_, err = l.TryLock(ctx, advisory.Int64(2))

@@ -53,7 +53,7 @@ func TestSilentPartition(t *testing.T) {
 	// The admin looks through the unix socket, which the partition does
 	// not touch.
 	admin := pgtest.Pool(t, c.SocketURL("postgres"))
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 
 	pool := pgtest.Pool(t, fmt.Sprintf("postgres://postgres@%s:%d/postgres?sslmode=disable", n.serverAddr, c.Port()), func(cfg *pgxpool.Config) {
 		cfg.ConnConfig.DialFunc = n.dialer(n.client)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -193,7 +194,7 @@ func TestSessionPoolingDetected(t *testing.T) {
 		t.Skip("needs the throwaway cluster's TCP port") // only with PGBATON_TEST_DSN
 	}
 	d := env.DB(t)
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	p := newStmtPooler(t, fmt.Sprintf("127.0.0.1:%d", c.Port()))
 	pool := pgtest.Pool(t, d.URL, func(cfg *pgxpool.Config) {
 		cfg.ConnConfig.Port = uint16(p.port())
@@ -237,7 +238,7 @@ func TestSessionPoolingDetected(t *testing.T) {
 // that answers like CockroachDB, whose pg_advisory_lock locks nothing) is
 // refused with pgbaton.ErrUnsupportedServer before anything is locked.
 func TestUnsupportedServerRefused(t *testing.T) {
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	const crdb = "CockroachDB CCL v23.1.11 (x86_64-pc-linux-gnu, built 2023/09/27 01:53:43, go1.19.10)"
 	for _, params := range []map[string]string{
 		{"server_version": "13.0.0", "crdb_version": crdb},

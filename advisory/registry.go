@@ -4,10 +4,9 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgerrcode"
-
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/pgerr"
 )
 
 // registerLockTimeout bounds how long register waits for a transaction
@@ -15,9 +14,6 @@ import (
 // caller's transaction, which may stay open for long): past it, register
 // leaves the name to that transaction instead of waiting for it.
 const registerLockTimeout = "100ms"
-
-// sqlstateLockNotAvailable is lock_timeout expiring (lock_not_available).
-const sqlstateLockNotAvailable = pgerrcode.LockNotAvailable
 
 // register records name in pgbaton.advisory_name for session locks, once
 // per Locker and name, and reports a collision: another name stored with
@@ -34,7 +30,7 @@ func (l *Locker) register(ctx context.Context, name string, key int64) error {
 	row, err := db.New().AdvisoryRegisterName(ctx, l.pool, db.AdvisoryRegisterNameParams{
 		Name: name, Namespace: ns, LockTimeout: registerLockTimeout,
 	})
-	if pgCode(err) == sqlstateLockNotAvailable {
+	if pgerr.Code(err) == pgerr.LockNotAvailable { // lock_timeout
 		// An open transaction is recording this key; it checked for
 		// collisions itself. Try again at the next lock.
 		return nil
@@ -66,11 +62,8 @@ func collision(name, ns, otherName, otherNS string, key int64) error {
 
 // registryError maps an error from a statement on pgbaton.advisory_name.
 func registryError(op string, err error) error {
-	switch pgCode(err) {
-	case sqlstateReadOnlyTransaction:
-		return fmt.Errorf("advisory: %s: %w: %w", op, pgbaton.ErrStandby, err)
-	case sqlstateUndefinedTable, sqlstateUndefinedFunction, sqlstateInvalidSchema:
-		return fmt.Errorf("%w: advisory lock names need pgbaton.advisory_name (migration 2): run `pgbaton migrate up` or migrations.Up: %w", pgbaton.ErrNotMigrated, err)
+	if pgerr.Shared(err) == pgbaton.ErrNotMigrated {
+		op += " (advisory lock names need pgbaton.advisory_name, migration 2)"
 	}
 	return mapError(op, err)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/pgerr"
 )
 
 // Operations a session runs for callers (see queries/advisory.sql).
@@ -439,7 +440,7 @@ func (s *session) receive(b *batch) error {
 		// backend, or a pooler lent this one to another session, and
 		// changed nothing there.
 		lost = fmt.Errorf("%w: %w (session backend pid %d)", ErrLockLost, ErrSessionPooling, s.pid)
-	case out.pgErr != nil && out.pgErr.Code == sqlstateInvalidStatementName:
+	case out.pgErr != nil && out.pgErr.Code == pgerr.InvalidStatementName:
 		lost = fmt.Errorf("%w: %w", ErrLockLost, mapError("session statement", out.pgErr))
 	}
 	if lost != nil {
@@ -497,7 +498,7 @@ func (s *session) leavePooler(cause error, queue []*request, inflight []*batch) 
 	if s.drainWire(inflight, cause) {
 		ctx, cancel := context.WithTimeout(context.Background(), s.hooks.cfg.PingTimeout)
 		if err := releaseAll(ctx, s.ownedConn); err != nil {
-			s.hooks.cfg.Logger.Error("advisory: locks left behind a transaction pooler", "pid", s.pid, "err", err)
+			s.hooks.cfg.Logger.Error("advisory: locks left behind a transaction pooler", "pid", s.pid, "error", err)
 		}
 		cancel()
 	}
@@ -593,7 +594,7 @@ func (s *session) finish(cause error, queue []*request, inflight []*batch) {
 	case errors.Is(cause, pgbaton.ErrClosed), spare:
 		s.hooks.cfg.Logger.Debug("advisory: session closed", "pid", s.pid)
 	default:
-		s.hooks.cfg.Logger.Warn("advisory: session lost; its locks are cancelled with ErrLockLost", "pid", s.pid, "locks", lost, "err", cause)
+		s.hooks.cfg.Logger.Warn("advisory: session lost; its locks are cancelled with ErrLockLost", "pid", s.pid, "locks", lost, "error", cause)
 	}
 	close(s.exited)
 }
@@ -667,7 +668,7 @@ func countPings(batch []*request) int {
 func releaseAll(ctx context.Context, oc *ownedConn) error {
 	for range 20 {
 		n, err := db.New().AdvisoryUnlockAll(ctx, simpleProtocol{oc.conn}, oc.token)
-		if pgCode(err) == sqlstateQueryCanceled {
+		if pgerr.Code(err) == pgerr.QueryCanceled {
 			continue // a late cancel request of a given-up wait hit this one
 		}
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -23,7 +24,7 @@ func TestLockTableFull(t *testing.T) {
 		"max_connections":           "20",
 	}})
 	pool := pgtest.Pool(t, c.URL("postgres"))
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	rec := &logRecorder{}
 	l, err := advisory.New(pool, advisory.Config{MaxLocks: 100000, MaxLocksPerSession: 100000, Logger: rec.logger()})
 	require.NoError(t, err)
@@ -58,7 +59,7 @@ func TestLockTableFull(t *testing.T) {
 // The Locker's own cap comes before the server's.
 func TestMaxLocks(t *testing.T) {
 	d := env.DB(t)
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	l := newLocker(t, d.Pool(t), advisory.Config{MaxLocks: 3, MaxLocksPerSession: 2})
 	var held []*advisory.Lock
 	for i := range 3 {
@@ -78,7 +79,7 @@ func TestMaxLocks(t *testing.T) {
 
 func TestStandby(t *testing.T) {
 	pool := standbyPool(t)
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	rec := &logRecorder{}
 	l := newLocker(t, pool, advisory.Config{Logger: rec.logger()})
 	_, err := l.TryLock(ctx, advisory.Int64(1))

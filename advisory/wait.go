@@ -62,7 +62,7 @@ func (l *Locker) wait(ctx context.Context, id lockID, shared bool, s *session, c
 			}
 			if !ok {
 				<-s.exited
-				return nil, fmt.Errorf("wait for lock: %w", s.cause)
+				return nil, fmt.Errorf("advisory: wait for lock: %w", s.cause)
 			}
 		}
 		if rep.waited {
@@ -86,7 +86,7 @@ func (l *Locker) wait(ctx context.Context, id lockID, shared bool, s *session, c
 			// out of the sessions, which it would never leave.
 			l.mu.Unlock()
 			<-s.exited
-			return nil, fmt.Errorf("wait for lock: %w", s.cause)
+			return nil, fmt.Errorf("advisory: wait for lock: %w", s.cause)
 		default:
 		}
 		s.count = 1
@@ -186,6 +186,6 @@ func (s *session) clearBackend() {
 	err := releaseAll(ctx, s.ownedConn)
 	cancel()
 	if err != nil {
-		s.hooks.cfg.Logger.Warn("advisory: clearing an abandoned wait failed; the server releases its locks when it notices the closed connection", "err", err)
+		s.hooks.cfg.Logger.Warn("advisory: clearing an abandoned wait failed; the server releases its locks when it notices the closed connection", "error", err)
 	}
 }

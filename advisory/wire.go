@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/pgbaton/pgbaton/internal/appname"
 	"github.com/pgbaton/pgbaton/internal/db"
 )
 
@@ -54,7 +55,7 @@ func (l *Locker) readyConn(ctx context.Context, oc *ownedConn, direct bool) erro
 	settings := [][]byte{
 		[]byte(strconv.Itoa(st.keepalivesIdle)), []byte(strconv.Itoa(st.keepalivesInterval)),
 		[]byte(strconv.Itoa(st.keepalivesCount)), []byte(strconv.Itoa(st.userTimeout)),
-		[]byte(l.cfg.applicationName()), []byte(oc.token),
+		[]byte(appname.Of("advisory", l.cfg.Owner)), []byte(oc.token),
 	}
 	var buf []byte
 	for _, p := range []pgproto3.Parse{
@@ -235,7 +236,7 @@ func (o *batchOutcome) answer(i int) (pgErr *pgconn.PgError, retry bool) {
 
 // errFatal marks a FATAL server error: the backend is gone (terminated,
 // shut down) and the socket with it.
-var errFatal = errors.New("the server ended the session")
+var errFatal = errors.New("advisory: the server ended the session")
 
 // read reads the answer to a batch of n requests, up to its
 // ReadyForQuery. An error means the connection cannot be used any more;
@@ -276,12 +277,12 @@ func (w *wire) read(batch []*request, deadline time.Time) (batchOutcome, error) 
 			}
 		case *pgproto3.ReadyForQuery:
 			if out.failedAt < 0 && i != n {
-				return out, fmt.Errorf("protocol: %d of %d results before ReadyForQuery", i, n)
+				return out, fmt.Errorf("advisory: protocol: %d of %d results before ReadyForQuery", i, n)
 			}
 			return out, nil
 		case *pgproto3.NoticeResponse, *pgproto3.ParameterStatus, *pgproto3.NotificationResponse:
 		default:
-			return out, fmt.Errorf("protocol: unexpected %T", msg)
+			return out, fmt.Errorf("advisory: protocol: unexpected %T", msg)
 		}
 	}
 }

@@ -45,7 +45,7 @@ func TestXactNameOnCallersTransaction(t *testing.T) {
 	l := newLocker(t, pool, advisory.Config{})
 	// Short enough that a deadlock fails the test quickly, long enough for
 	// a loaded machine.
-	ctx, cancel := context.WithTimeout(ctxT(t), 10*time.Second)
+	ctx, cancel := context.WithTimeout(pgtest.Context(t, time.Minute), 10*time.Second)
 	defer cancel()
 
 	tx := begin(t, pool, pgx.TxOptions{})
@@ -80,7 +80,7 @@ func TestXactNameBehindPgBouncer(t *testing.T) {
 	url := pgtest.StartPgBouncer(t, d)
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
 		t.Run(mode.String(), func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(ctxT(t), 20*time.Second)
+			ctx, cancel := context.WithTimeout(pgtest.Context(t, time.Minute), 20*time.Second)
 			defer cancel()
 			bouncer := func(c *pgxpool.Config) {
 				c.ConnConfig.DefaultQueryExecMode = mode
@@ -112,7 +112,7 @@ func TestXactRecordingBlocksNobody(t *testing.T) {
 	pool := d.Pool(t)
 	l := newLocker(t, pool, advisory.Config{})
 	other := newLocker(t, pool, advisory.Config{})
-	ctx, cancel := context.WithTimeout(ctxT(t), 10*time.Second)
+	ctx, cancel := context.WithTimeout(pgtest.Context(t, time.Minute), 10*time.Second)
 	defer cancel()
 
 	tx := begin(t, pool, pgx.TxOptions{})
@@ -138,7 +138,7 @@ func TestXactRecordingBlocksNobody(t *testing.T) {
 func TestXactNameReadOnlyTransaction(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	l := newLocker(t, pool, advisory.Config{})
 	key := advisory.Name("read-only")
 
@@ -162,7 +162,7 @@ func TestXactNameReadOnlyTransaction(t *testing.T) {
 func TestXactNameCollision(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	_, err := pool.Exec(ctx, "ALTER TABLE pgbaton.advisory_name DROP CONSTRAINT advisory_name_key_matches")
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, "INSERT INTO pgbaton.advisory_name (key, name) VALUES (pgbaton.advisory_key('victim'), 'impostor')")
@@ -191,7 +191,7 @@ func TestXactNotMigrated(t *testing.T) {
 	d := env.EmptyDB(t)
 	pool := d.Pool(t)
 	l := newLocker(t, pool, advisory.Config{})
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	tx := begin(t, pool, pgx.TxOptions{})
 	require.ErrorIs(t, l.XactTryLock(ctx, tx, advisory.Name("x")), pgbaton.ErrNotMigrated)
 	require.NoError(t, tx.Rollback(ctx))
@@ -209,11 +209,11 @@ func standbyPool(t *testing.T) *pgxpool.Pool {
 	d := env.DB(t)
 	// pg_basebackup waits for a spread checkpoint; one done now leaves it
 	// almost nothing to write.
-	_, err := env.AdminPool().Exec(ctxT(t), "CHECKPOINT")
+	_, err := env.AdminPool().Exec(pgtest.Context(t, time.Minute), "CHECKPOINT")
 	require.NoError(t, err)
 	standby := pgtest.NewStandby(t, env.Cluster())
 	pool := pgtest.Pool(t, standby.URL(d.Name))
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	pgtest.Eventually(t, 30*time.Second, func() (bool, error) {
 		err := pool.Ping(ctx)
 		return err == nil, nil
@@ -227,7 +227,7 @@ func standbyPool(t *testing.T) *pgxpool.Pool {
 // transaction stays usable.
 func TestXactStandby(t *testing.T) {
 	pool := standbyPool(t)
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, time.Minute)
 	l := newLocker(t, pool, advisory.Config{})
 
 	type call func(context.Context, pgx.Tx, advisory.Key) error

@@ -6,46 +6,46 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/pgerr"
 )
 
 // SQLState is the SQLSTATE with which the database rejects a stale token:
 // pgbaton.assert_token, the pgbaton.reject_stale_token trigger and nothing
 // else. Class PB ("pgbaton") is not used by PostgreSQL. Clients in other
 // languages test for this code.
-const SQLState = "PB001"
+const SQLState = pgerr.StaleToken // "PB001"
 
 // ErrStaleToken means a write carried a fencing token that is no longer
 // valid: the lease was taken over, released or expired, or a fenced row was
 // written with a newer token. Nothing was written. Stop working under this
 // token; retrying with it cannot succeed. The error is a *StaleTokenError
 // with the details; test for it with errors.Is.
-var ErrStaleToken = errors.New("pgbaton: stale fencing token")
+var ErrStaleToken = errors.New("fencedwrite: stale fencing token")
 
 // ErrCommitUnknown means the connection failed while COMMIT was in flight
 // and the database could not be asked afterwards whether the transaction
 // committed. The write may or may not have happened; check the data before
 // doing it again.
-var ErrCommitUnknown = errors.New("pgbaton: commit outcome unknown")
+var ErrCommitUnknown = errors.New("fencedwrite: commit outcome unknown")
 
 // ErrNotFound is returned by GetValue for a key that has no value.
-var ErrNotFound = errors.New("pgbaton: fenced value not found")
+var ErrNotFound = errors.New("fencedwrite: fenced value not found")
 
 // ErrAlreadyProcessed is returned by MarkProcessed when the consumer has
 // already processed the message: skip it (acknowledge it without doing
 // its work again). The transaction is aborted; roll it back.
-var ErrAlreadyProcessed = errors.New("pgbaton: message already processed")
+var ErrAlreadyProcessed = errors.New("fencedwrite: message already processed")
 
 // SQLStateAlreadyProcessed is the SQLSTATE with which
 // pgbaton.mark_processed reports a repeat, for clients in other languages.
-const SQLStateAlreadyProcessed = "PB409"
+const SQLStateAlreadyProcessed = pgerr.AlreadyProcessed // "PB409"
 
 // ErrValueChanged is returned by CompareAndSwapValue when the stored value
 // is not the expected one (or exists when absence was expected).
-var ErrValueChanged = errors.New("pgbaton: fenced value changed")
+var ErrValueChanged = errors.New("fencedwrite: fenced value changed")
 
 // Reason says why a token was rejected. The values are the words the
 // database writes into the error's DETAIL (reason=...), stable for
@@ -101,13 +101,13 @@ type StaleTokenError struct {
 func (e *StaleTokenError) Error() string {
 	switch {
 	case e.Reason == ReasonNoLease:
-		return fmt.Sprintf("pgbaton: stale fencing token for %q: presented %d, no such lease (completed, or never granted)", e.Name, e.Presented)
+		return fmt.Sprintf("fencedwrite: stale fencing token for %q: presented %d, no such lease (completed, or never granted)", e.Name, e.Presented)
 	case e.Presented == 0 && e.Reason != "":
-		return fmt.Sprintf("pgbaton: stale fencing token for %q: none presented, current %d (%s)", e.Name, e.Current, e.Reason)
+		return fmt.Sprintf("fencedwrite: stale fencing token for %q: none presented, current %d (%s)", e.Name, e.Current, e.Reason)
 	case e.Reason == "":
-		return fmt.Sprintf("pgbaton: stale fencing token for %q: presented %d, current %d", e.Name, e.Presented, e.Current)
+		return fmt.Sprintf("fencedwrite: stale fencing token for %q: presented %d, current %d", e.Name, e.Presented, e.Current)
 	}
-	return fmt.Sprintf("pgbaton: stale fencing token for %q: presented %d, current %d (%s)", e.Name, e.Presented, e.Current, e.Reason)
+	return fmt.Sprintf("fencedwrite: stale fencing token for %q: presented %d, current %d (%s)", e.Name, e.Presented, e.Current, e.Reason)
 }
 
 // Is makes errors.Is(err, ErrStaleToken) true.
@@ -153,12 +153,8 @@ func parseDetail(detail string) *StaleTokenError {
 // (undefined function or table, or no pgbaton schema), and returns other
 // errors unchanged.
 func notMigrated(err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case pgerrcode.UndefinedFunction, pgerrcode.UndefinedTable, pgerrcode.InvalidSchemaName:
-			return fmt.Errorf("%w; run `pgbaton migrate up` or migrations.Up: %w", pgbaton.ErrNotMigrated, err)
-		}
+	if pgerr.Shared(err) == pgbaton.ErrNotMigrated {
+		return fmt.Errorf("%w; %s: %w", pgbaton.ErrNotMigrated, pgerr.MigrateHint, err)
 	}
 	return err
 }

@@ -86,7 +86,7 @@ func ExamplePutValue() {
 	// Output:
 	// <nil>
 	// <nil>
-	// pgbaton: stale fencing token for "export/checkpoint": presented 41, current 42 (older than the value's)
+	// fencedwrite: stale fencing token for "export/checkpoint": presented 41, current 42 (older than the value's)
 	// {"last_id": 250} 42
 }
 

@@ -129,5 +129,5 @@ func ExampleMapError() {
 	fmt.Println(fencedwrite.MapError(err))
 	// Output:
 	// <nil>
-	// pgbaton: stale fencing token for "accounts": presented 2, current 1 (not granted)
+	// fencedwrite: stale fencing token for "accounts": presented 2, current 1 (not granted)
 }

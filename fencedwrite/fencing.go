@@ -2,16 +2,14 @@ package fencedwrite
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
-	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/pgerr"
 )
 
 // EnableFencing installs the fence on table, which must have a
@@ -85,16 +83,14 @@ func fencingError(ctx context.Context, q any, what string, err error) error {
 		return nil
 	}
 	err = standbyError(ctx, q, err)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case pgerrcode.UndefinedFunction, pgerrcode.InvalidSchemaName: // no pgbaton function
-			return fmt.Errorf("pgbaton: %s: %w", what, notMigrated(err))
-		case pgerrcode.UndefinedTable, pgerrcode.UndefinedColumn, pgerrcode.DatatypeMismatch, pgerrcode.WrongObjectType, pgerrcode.InvalidParameterValue:
-			return fmt.Errorf("%w: %s: %w", pgbaton.ErrInvalidArgument, what, err)
-		}
+	switch pgerr.Code(err) {
+	case pgerr.UndefinedFunction, pgerr.InvalidSchemaName: // no pgbaton function
+		return fmt.Errorf("fencedwrite: %s: %w", what, notMigrated(err))
+	case pgerr.UndefinedTable, pgerr.UndefinedColumn, pgerr.DatatypeMismatch, pgerr.WrongObjectType, pgerr.InvalidParameterValue:
+		// The caller's table or column: not pgbaton's schema.
+		return fmt.Errorf("%w: %s: %w", pgbaton.ErrInvalidArgument, what, err)
 	}
-	return fmt.Errorf("pgbaton: %s: %w", what, err)
+	return fmt.Errorf("fencedwrite: %s: %w", what, err)
 }
 
 // BypassFencing lets the rest of tx write table, a fenced table, without
@@ -133,7 +129,7 @@ func SetToken(ctx context.Context, tx pgx.Tx, token int64) error {
 		return err
 	}
 	if err := db.New().FenceSetToken(ctx, tx, token); err != nil {
-		return fmt.Errorf("pgbaton: set fence token: %w", err)
+		return fmt.Errorf("fencedwrite: set fence token: %w", err)
 	}
 	return nil
 }

@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"reflect"
 
-	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/pgerr"
 )
 
 // Lease is a granted lease as fencedwrite needs it: its name and its
@@ -112,12 +111,11 @@ func guardError(ctx context.Context, q any, name string, token int64, err error)
 		}
 		return stale
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.ReadOnlySQLTransaction {
-		return fmt.Errorf("pgbaton: fencing guard for lease %q locks the lease row, so it needs a read-write transaction on the primary: %w",
+	if pgerr.Code(err) == pgerr.ReadOnlyTransaction {
+		return fmt.Errorf("fencedwrite: fencing guard for lease %q locks the lease row, so it needs a read-write transaction on the primary: %w",
 			name, standbyError(ctx, q, err))
 	}
-	return fmt.Errorf("pgbaton: fencing guard for lease %q: %w", name, notMigrated(err))
+	return fmt.Errorf("fencedwrite: fencing guard for lease %q: %w", name, notMigrated(err))
 }
 
 // isNil reports whether v is nil or a nil pointer in an interface, which

@@ -88,7 +88,7 @@ func TestCompletedItemSaysNoSuchLease(t *testing.T) {
 
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return fencedwrite.Guard(ctx, tx, "item:1", token) })
 	requireStale(t, err, "item:1", token, 0, "no such lease")
-	require.EqualError(t, err, fmt.Sprintf(`pgbaton: stale fencing token for "item:1": presented %d, no such lease (completed, or never granted)`, token))
+	require.EqualError(t, err, fmt.Sprintf(`fencedwrite: stale fencing token for "item:1": presented %d, no such lease (completed, or never granted)`, token))
 	var pgErr *pgconn.PgError
 	require.ErrorAs(t, err, &pgErr)
 	require.Contains(t, pgErr.Message, "no such lease (completed, or never granted)", "psql users read the same")

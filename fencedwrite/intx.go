@@ -68,7 +68,7 @@ func InTx(ctx context.Context, pool Beginner, lease Lease, fn func(pgx.Tx) error
 	}
 	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
-		return fmt.Errorf("pgbaton: begin transaction for lease %q: %w", name, err)
+		return fmt.Errorf("fencedwrite: begin transaction for lease %q: %w", name, err)
 	}
 	// Also on a panic in fn; after Commit it is a no-op (pgx.ErrTxClosed).
 	defer rollback(ctx, tx)
@@ -122,7 +122,7 @@ func commitError(ctx context.Context, pool Beginner, name string, token, xid int
 		stale.Err = err
 		return stale
 	}
-	return fmt.Errorf("pgbaton: commit under lease %q failed, nothing was written: %w", name, err)
+	return fmt.Errorf("fencedwrite: commit under lease %q failed, nothing was written: %w", name, err)
 }
 
 // notCommitted reports whether a COMMIT error proves the transaction did
@@ -156,7 +156,7 @@ func commitStatus(ctx context.Context, pool Beginner, xid int64) (committed bool
 		case status == "aborted":
 			return false, nil
 		case status != "in progress":
-			return false, fmt.Errorf("txid_status(%d) is %q", xid, status)
+			return false, fmt.Errorf("fencedwrite: txid_status(%d) is %q", xid, status)
 		}
 		select {
 		case <-ctx.Done():

@@ -47,7 +47,7 @@ func MarkProcessed(ctx context.Context, tx pgx.Tx, consumer, messageID string) e
 	if errors.As(err, &pgErr) && pgErr.Code == SQLStateAlreadyProcessed {
 		return fmt.Errorf("%w: consumer %q, message %q (%s): %w", ErrAlreadyProcessed, consumer, messageID, pgErr.Detail, err)
 	}
-	return fmt.Errorf("pgbaton: mark message %q processed for %q: %w", messageID, consumer, standbyError(ctx, tx, notMigrated(err)))
+	return fmt.Errorf("fencedwrite: mark message %q processed for %q: %w", messageID, consumer, standbyError(ctx, tx, notMigrated(err)))
 }
 
 // Defaults of PruneConfig.
@@ -112,7 +112,7 @@ func PruneProcessed(ctx context.Context, q Querier, cfg PruneConfig) (int64, err
 	for {
 		n, err := db.New().ProcessedPrune(ctx, q, params)
 		if err != nil {
-			return total, fmt.Errorf("pgbaton: prune processed messages: %w", standbyError(ctx, q, notMigrated(err)))
+			return total, fmt.Errorf("fencedwrite: prune processed messages: %w", standbyError(ctx, q, notMigrated(err)))
 		}
 		total += int64(n)
 		if int(n) < cfg.BatchSize {

@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/pgerr"
 )
 
 // standbyProbeTimeout bounds the question "is this server a standby?"
@@ -25,8 +24,9 @@ const standbyProbeTimeout = 5 * time.Second
 // with the same code; it is not a standby. q ran the statement. (The
 // guards ask pg_is_in_recovery() in their own statement instead.)
 func standbyError(ctx context.Context, q any, err error) error {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.ReadOnlySQLTransaction || errors.Is(err, pgbaton.ErrStandby) {
+	// Not pgerr.Map: on the primary, a transaction begun read-only
+	// refuses with the same code.
+	if pgerr.Code(err) != pgerr.ReadOnlyTransaction || errors.Is(err, pgbaton.ErrStandby) {
 		return err
 	}
 	if !isStandby(ctx, q) {

@@ -55,7 +55,7 @@ func PutValue(ctx context.Context, q Querier, key string, token int64, data json
 		}
 		return Value{}, staleValue(key, token, cur.Token)
 	}
-	return Value{}, fmt.Errorf("pgbaton: put fenced value %q: it kept changing; gave up after %d tries", key, retries)
+	return Value{}, fmt.Errorf("fencedwrite: put fenced value %q: it kept changing; gave up after %d tries", key, retries)
 }
 
 // GetValue returns the value stored under key, or ErrNotFound.
@@ -118,7 +118,7 @@ func CompareAndSwapValue(ctx context.Context, q Querier, key string, token int64
 		}
 		// It was changed and changed back in between: try again.
 	}
-	return Value{}, fmt.Errorf("pgbaton: compare-and-swap fenced value %q: it kept changing; gave up after %d tries", key, retries)
+	return Value{}, fmt.Errorf("fencedwrite: compare-and-swap fenced value %q: it kept changing; gave up after %d tries", key, retries)
 }
 
 // DeleteValue removes the value under key if the stored token is not newer
@@ -174,7 +174,7 @@ func staleValue(key string, presented, current int64) error {
 }
 
 func valueError(ctx context.Context, q Querier, op, key string, err error) error {
-	return fmt.Errorf("pgbaton: %s fenced value %q: %w", op, key, standbyError(ctx, q, notMigrated(MapError(err))))
+	return fmt.Errorf("fencedwrite: %s fenced value %q: %w", op, key, standbyError(ctx, q, notMigrated(MapError(err))))
 }
 
 func value(row db.PgbatonFencedValue) Value {

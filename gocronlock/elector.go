@@ -14,7 +14,7 @@ import (
 
 // ErrNotLeader is what IsLeader returns on schedulers that are not the
 // leader: gocron then skips the run.
-var ErrNotLeader = errors.New("pgbaton: this scheduler is not the leader")
+var ErrNotLeader = errors.New("gocronlock: this scheduler is not the leader")
 
 // Elector is a gocron.Elector: it campaigns in the background for a
 // pgbaton election, and IsLeader is true while it holds the term.

@@ -146,12 +146,12 @@ func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 		return nil, pgbaton.ErrClosed
 	}
 	if s == nil {
-		l.cfg.Logger.Error("gocronlock: run not locked", "job", key, "err", ErrNotBound)
+		l.cfg.Logger.Error("gocronlock: run not locked", "job", key, "error", ErrNotBound)
 		return nil, ErrNotBound
 	}
 	r, err := runOf(s, key, time.Now())
 	if err != nil {
-		l.cfg.Logger.Error("gocronlock: run not locked", "job", key, "err", err)
+		l.cfg.Logger.Error("gocronlock: run not locked", "job", key, "error", err)
 		return nil, err
 	}
 	name := l.cfg.Prefix + key
@@ -226,7 +226,7 @@ func (j *jobLock) Unlock(ctx context.Context) error {
 		j.err = j.lease.Release(rctx)
 		if errors.Is(j.err, leasetable.ErrLeaseLost) {
 			j.log.Warn("gocronlock: the run lost its lease before it ended; another run may have overlapped it",
-				"lease", j.lease.Name(), "err", j.err)
+				"lease", j.lease.Name(), "error", j.err)
 		}
 	})
 	return j.err

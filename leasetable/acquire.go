@@ -39,7 +39,7 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte, wait
 	// The local deadline counts from before the request is sent: the
 	// database's expiry can only be later.
 	start := time.Now()
-	s, err := c.sessionFor(ctx)
+	s, err := c.lifelineFor(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -54,9 +54,9 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte, wait
 		return row, err
 	}, func(ctx context.Context, row db.LeaseAttemptRow, err error) {
 		// Granted, or maybe granted: give back what the request id got.
-		// releaseRef tries again after the session's next keep-alive if
+		// releaseRef tries again after the lifeline's next keep-alive if
 		// the server cannot be reached now; the grant is bound to the
-		// session, so without that it would be kept alive with it.
+		// lifeline, so without that it would be kept alive with it.
 		if err != nil || row.Acquired {
 			c.releaseRef(ctx, s, p.Ref)
 		}
@@ -79,7 +79,7 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte, wait
 
 // track creates the Lease for a grant, records the granted attempt and
 // starts keeping the lease alive.
-func (c *Client) track(name, group string, token int64, s *session, expires, start, waitStart time.Time) (*Lease, error) {
+func (c *Client) track(name, group string, token int64, s *lifeline, expires, start, waitStart time.Time) (*Lease, error) {
 	l := newLease(c, name, group, token, s, expires, start)
 	c.mu.Lock()
 	if c.closed {
@@ -171,11 +171,11 @@ func ctxErr(ctx context.Context) error {
 	return fmt.Errorf("%w: %w", err, cause)
 }
 
-// releaseRef gives back whatever request ref granted in session s, when
+// releaseRef gives back whatever request ref granted in lifeline s, when
 // its reply was lost or its caller gave up without knowing the tokens.
 // Best effort: what cannot be given back now is tried again after the
-// session's next keep-alive, and ends with the session at the latest.
-func (c *Client) releaseRef(ctx context.Context, s *session, ref pgtype.UUID) {
+// lifeline's next keep-alive, and ends with the lifeline at the latest.
+func (c *Client) releaseRef(ctx context.Context, s *lifeline, ref pgtype.UUID) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReleaseTimeout)
 	defer cancel()
 	err := c.retry(ctx, true, func(ctx context.Context) error {
@@ -192,7 +192,7 @@ func (c *Client) releaseRef(ctx context.Context, s *session, ref pgtype.UUID) {
 
 // releaseGrants gives back grants the client cannot keep because it
 // closed while they were in flight (grants whose caller gave up go back by
-// request id, releaseRef). Best effort: the client's session ends with
+// request id, releaseRef). Best effort: the client's lifeline ends with
 // it, so what fails here expires at its TTL.
 func (c *Client) releaseGrants(ctx context.Context, names []string, tokens []int64) {
 	if len(names) == 0 {

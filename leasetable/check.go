@@ -41,7 +41,7 @@ func (c *Client) Check(ctx context.Context) error {
 	case err != nil:
 		errs = append(errs, fmt.Errorf("leasetable: database did not answer: %w", err))
 	case info.InRecovery:
-		errs = append(errs, fmt.Errorf("%w: leasetable: the database is in recovery (failed over?); connect to the primary", pgbaton.ErrStandby))
+		errs = append(errs, fmt.Errorf("%w: the database is in recovery (failed over?); connect to the primary", pgbaton.ErrStandby))
 	default:
 		if err := schema.Check(ctx, c.pool); err != nil && !errors.Is(err, pgbaton.ErrSchemaTooNew) {
 			errs = append(errs, err)
@@ -67,7 +67,7 @@ func (c *Client) Check(ctx context.Context) error {
 // of them.
 func (c *Client) overdue() (int, []string) {
 	c.mu.Lock()
-	s := c.sess
+	s := c.line
 	c.mu.Unlock()
 	if s == nil {
 		return 0, nil

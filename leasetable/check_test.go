@@ -68,7 +68,7 @@ type allowKey struct{}
 func TestCheckListenerLoss(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	// While blocked, the pool hands out connections only to callers whose
 	// context carries allowKey (the test's Check calls): the listener
 	// cannot reconnect, but the database still answers.
@@ -114,8 +114,8 @@ func TestCheckStalledRenewal(t *testing.T) {
 		t.Skip("needs the throwaway cluster") // only with PGBATON_TEST_DSN
 	}
 	d := env.DB(t)
-	proxied, proxy := proxiedPool(t, d)
-	ctx := ctxT(t, time.Minute)
+	proxied, proxy := env.ProxiedPool(t, d)
+	ctx := pgtest.Context(t, time.Minute)
 	c := newClient(t, proxied, leasetable.Config{Owner: "stalled", TTL: 4 * time.Second, RenewInterval: 300 * time.Millisecond})
 	l, err := c.TryAcquire(ctx, "slow")
 	require.NoError(t, err)

@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/pgerr"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
 )
 
@@ -83,7 +83,7 @@ func (c *Client) checkClaim(group string, n int) error {
 // acquired attempt that began at waitStart.
 func (c *Client) claim(ctx context.Context, group string, n int, waitStart time.Time) ([]*Lease, error) {
 	start := time.Now()
-	s, err := c.sessionFor(ctx)
+	s, err := c.lifelineFor(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +126,7 @@ func (c *Client) releaseClaimed(ctx context.Context, rows []db.LeaseClaimRow) {
 
 // trackClaimed turns claimed rows into kept leases. If the client closed
 // meanwhile, every one of them is given back.
-func (c *Client) trackClaimed(ctx context.Context, group string, rows []db.LeaseClaimRow, s *session, start, waitStart time.Time) ([]*Lease, error) {
+func (c *Client) trackClaimed(ctx context.Context, group string, rows []db.LeaseClaimRow, s *lifeline, start, waitStart time.Time) ([]*Lease, error) {
 	leases := make([]*Lease, 0, len(rows))
 	for i, r := range rows {
 		l, err := c.track(r.Name, group, r.Token, s, r.ExpiresAt, start, waitStart)
@@ -207,7 +207,7 @@ func (c *Client) CompleteAndClaim(ctx context.Context, group string, n int, done
 		return nil, cb.finish(nil, ctxErr(ctx))
 	}
 	start := time.Now()
-	s, err := c.sessionFor(ctx)
+	s, err := c.lifelineFor(ctx)
 	if err != nil {
 		return nil, cb.finish(nil, err)
 	}
@@ -263,7 +263,7 @@ type completeAndClaimReply struct {
 // completeAndClaim sends complete_many and claim in one batch: one round
 // trip, one implicit transaction up to the batch's Sync, so a failed claim
 // undoes the completions.
-func (c *Client) completeAndClaim(ctx context.Context, p db.LeaseCompleteManyParams, group string, n int, s *session, ref pgtype.UUID) (completeAndClaimReply, error) {
+func (c *Client) completeAndClaim(ctx context.Context, p db.LeaseCompleteManyParams, group string, n int, s *lifeline, ref pgtype.UUID) (completeAndClaimReply, error) {
 	var r completeAndClaimReply
 	b := &pgx.Batch{}
 	b.Queue(db.LeaseCompleteManySQL, p.Names, p.Tokens, p.Owner).Query(func(rows pgx.Rows) error {
@@ -341,8 +341,7 @@ func (c *Client) CompleteTx(ctx context.Context, tx pgx.Tx, leases ...*Lease) er
 		}
 		return nil
 	}
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != sqlstateStaleToken {
+	if pgerr.Code(err) != pgerr.StaleToken { // complete_tx raises it too
 		// tx cannot commit a completion that failed; the rows expire at
 		// their TTL unless released.
 		return c.dbError("complete in transaction", err)
@@ -370,9 +369,9 @@ func (c *Client) CompleteTx(ctx context.Context, tx pgx.Tx, leases ...*Lease) er
 		}
 	}
 	if len(unheld) == 0 {
-		return fmt.Errorf("%w: leasetable: complete in transaction: %w", ErrNotHeld, err)
+		return fmt.Errorf("%w: complete in transaction: %w", ErrNotHeld, err)
 	}
-	return fmt.Errorf("%w: leasetable: not completed, the transaction is aborted: %s no longer held with their tokens (taken over, released, completed or lost)",
+	return fmt.Errorf("%w: not completed, the transaction is aborted: %s no longer held with their tokens (taken over, released, completed or lost)",
 		ErrNotHeld, quoteNames(unheld, 10))
 }
 
@@ -425,7 +424,7 @@ func (cb *completion) finish(deleted []string, err error) error {
 			l.setReleaseErr(err)
 			l.recordReleased(false)
 			// Stopped but not completed: given back after the next
-			// keep-alive (or by Close), not kept alive with the session.
+			// keep-alive (or by Close), not kept alive with the lifeline.
 			l.c.remember(l)
 		}
 		return err

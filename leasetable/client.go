@@ -50,7 +50,7 @@ type Client struct {
 	// unreturned are leases whose release or completion could not reach
 	// the database. They are given back after the next successful
 	// keep-alive (returnUnreturned), and by Close at the latest: bound to a
-	// live session, they would otherwise stay held for as long as the
+	// live lifeline, they would otherwise stay held for as long as the
 	// client runs.
 	unreturned map[*Lease]struct{}
 	returning  atomic.Bool // a returnUnreturned is on its way
@@ -60,10 +60,10 @@ type Client struct {
 	toSettle  map[*Lease]struct{} // handed off and their complete_tx sent
 	settling  bool                // a settle loop runs
 
-	// sess is the lease session new grants bind to (nil: none yet, or the
-	// last one died); sessMu serialises opening one.
-	sess   *session
-	sessMu sync.Mutex
+	// line is the lifeline new grants bind to (nil: none yet, or the
+	// last one died); lineMu serialises opening one.
+	line   *lifeline
+	lineMu sync.Mutex
 }
 
 // New returns a client for the pgbaton schema behind pool. It refuses a
@@ -93,7 +93,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	}
 	if info.InRecovery {
 		cfg.Logger.Error("pgbaton: leasetable refused a standby; connect to the primary")
-		return nil, fmt.Errorf("%w: leasetable: the server is in recovery; connect to the primary", pgbaton.ErrStandby)
+		return nil, fmt.Errorf("%w: the server is in recovery; connect to the primary", pgbaton.ErrStandby)
 	}
 	if err := schema.Check(ctx, pool); err != nil && !errors.Is(err, pgbaton.ErrSchemaTooNew) {
 		// A newer schema keeps the lease protocol compatible; an older one
@@ -172,7 +172,7 @@ func (c *Client) Close(ctx context.Context) error {
 	for _, l := range handed {
 		l.endHandedOff("client closed")
 	}
-	if err := c.closeSession(ctx); err != nil {
+	if err := c.closeLifeline(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	c.ln.close()

@@ -28,7 +28,7 @@ type Config struct {
 	// clock. Sent as whole milliseconds (rounded up). Default 15s.
 	TTL time.Duration
 
-	// RenewInterval is how often the client's lease session is kept
+	// RenewInterval is how often the client's lifeline is kept
 	// alive: one statement for all the leases it holds. Default TTL/3. It
 	// must be shorter than TTL - SafetyMargin, or the local deadline would
 	// pass before the first keep-alive.
@@ -40,7 +40,7 @@ type Config struct {
 	// last successful acquire or renew was sent. Default TTL/10.
 	SafetyMargin time.Duration
 
-	// Logger receives lost leases and sessions and keep-alive failures
+	// Logger receives lost leases and lifelines and keep-alive failures
 	// (Warn), reconnects
 	// of the LISTEN connection (Warn when it fails, Info when it is back),
 	// refusals of a standby or an unmigrated database (Error), and waits
@@ -85,7 +85,7 @@ type Config struct {
 	PollInterval time.Duration
 
 	// Retention says how long the rows that pile up with use (cron slots,
-	// job runs, the audit log, fenced values, names, dead sessions...) are
+	// job runs, the audit log, fenced values, names, dead lifelines...) are
 	// kept, and how this client prunes them in the background: once per
 	// Retention.Interval one client of all those sharing the database takes
 	// the lease RetentionLease and deletes old rows in small batches. The

@@ -11,13 +11,13 @@
 //
 // The protocol is SQL functions in the pgbaton schema (lease_attempt,
 // try_acquire, renew, release, release_many, complete, complete_many,
-// complete_tx, register, claim, wait_for, stop_waiting, and the session
+// complete_tx, register, claim, wait_for, stop_waiting, and the lifeline
 // functions session_open, session_keepalive, session_close), so psql or any other client can take part: a waiter
 // LISTENs on channel pgbaton_lease, registers with wait_for, and looks
 // again on every notification or at the holder's expiry. This package calls them and adds:
 //
 //   - keep-alive of all of a client's leases with one statement per
-//     Config.RenewInterval, whatever it holds (a lease session, below);
+//     Config.RenewInterval, whatever it holds (a lifeline, below);
 //   - a local deadline on the monotonic clock, started before the acquire,
 //     renew or keep-alive was sent and shortened by Config.SafetyMargin, at
 //     which the lease counts as lost unless a keep-alive succeeded: the
@@ -59,19 +59,19 @@
 //     (retention.go).
 //
 // The machinery under them: a Lease and its deadline (lease.go), the
-// keep-alive session (session.go), waits and the LISTEN connection
+// keep-alive lifeline (lifeline.go), waits and the LISTEN connection
 // (wait.go, listener.go), giving leases back (release.go), completions in
 // callers' transactions (settle.go), retries after failovers (retry.go).
 //
-// # Keep-alive sessions
+// # Keep-alive lifelines
 //
 // Renewing every lease on its own would cost a statement and a commit per
 // lease per interval: a client holding 10,000 leases at TTL 3s would need
 // more commits than a small server can do. Instead each Client keeps one
-// row of pgbaton.lease_session alive — one statement per RenewInterval,
+// lifeline, a row of pgbaton.lease_session, alive — one statement per RenewInterval,
 // however many leases it holds (measured: 20,000 leases at TTL 3s, one
 // write transaction per second) — and binds every grant to it. The
-// database counts a lease bound to a session as valid while
+// database counts a lease bound to a lifeline as valid while
 //
 //	greatest(lease.expires_at, lease_session.expires_at) > clock_timestamp()
 //
@@ -80,27 +80,27 @@
 //
 //   - Each lease's local deadline is the later of the send time of its
 //     grant (or of its last explicit Renew) and the send time of its
-//     session's last successful keep-alive, plus TTL - SafetyMargin. Both
+//     lifeline's last successful keep-alive, plus TTL - SafetyMargin. Both
 //     requests were sent before the database took the time their expiry
 //     counts from, so the local deadline comes before the database's
 //     expiry: the holder still learns of a loss first.
-//   - A keep-alive extends only a session that has not expired; it never
+//   - A keep-alive extends only a lifeline that has not expired; it never
 //     revives one. A client paused past its TTL cannot bring back leases
-//     the database already let go, and opens a new session for new
+//     the database already let go, and opens a new lifeline for new
 //     grants.
-//   - While a session lives, the database lets none of its leases go, so
+//   - While a lifeline lives, the database lets none of its leases go, so
 //     nobody can take them over. The one exception, an operator's forced
-//     release (pgbaton.force_release_lease), bumps the session's revoked
+//     release (pgbaton.force_release_lease), bumps the lifeline's revoked
 //     counter; the next keep-alive returns it and the client ends exactly
 //     the leases that were taken, in one query.
-//   - When keep-alives fail or hang, every lease of the session ends at its
+//   - When keep-alives fail or hang, every lease of the lifeline ends at its
 //     own deadline — a lease granted after the last successful keep-alive
 //     later than the others — and never later.
 //
-// Every lease keeps its own token, Done, Err, release and loss. A session
+// Every lease keeps its own token, Done, Err, release and loss. A lifeline
 // with no lease for a TTL lapses (an idle client writes nothing), and
 // Close deletes it. Clients of the SQL protocol that renew leases one by
-// one (try_acquire + renew) are unaffected; they may also use sessions
+// one (try_acquire + renew) are unaffected; they may also use lifelines
 // (session_open, session_keepalive, session_close, and the p_session
 // argument of lease_attempt and claim).
 //
@@ -143,7 +143,7 @@
 //
 // Rows that pile up with use (cron slots, job runs, the audit log, waiter
 // registrations, fenced values, advisory names, processed-message records,
-// named leases nobody uses, dead sessions) are pruned in the background by
+// named leases nobody uses, dead lifelines) are pruned in the background by
 // one Client at a time, which holds RetentionLease while it deletes old
 // rows in small batches (Config.Retention, Prune; the rules are in
 // migration 0013).

@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgerrcode"
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/pgerr"
 )
 
 var (
@@ -25,9 +23,12 @@ var (
 	// Complete.
 	ErrReleased = errors.New("leasetable: lease released")
 
-	// ErrNotHeld is returned by Renew, Release and Complete when the
-	// database no longer has this grant: it expired and was taken over, or
-	// was released. Nothing was changed.
+	// ErrNotHeld means that a call found the lease no longer held by this
+	// grant, so it changed nothing: Renew, Release and Complete return it
+	// when the database no longer has the grant (it expired and was taken
+	// over, or was released), Complete also after Release or a loss. It is
+	// the same condition as advisory.ErrNotHeld. A loss itself (the cause
+	// of the lease's context) is ErrLeaseLost.
 	ErrNotHeld = errors.New("leasetable: lease no longer held by this grant")
 
 	// ErrNoLeader is returned by Election.Leader when nobody holds the
@@ -57,7 +58,7 @@ func (e *HeldError) Error() string {
 func (e *HeldError) Is(target error) bool { return target == ErrHeld }
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: leasetable: "+format, append([]any{pgbaton.ErrInvalidArgument}, args...)...)
+	return fmt.Errorf("%w: "+format, append([]any{pgbaton.ErrInvalidArgument}, args...)...)
 }
 
 // dbError maps server errors to the shared sentinels, keeping the cause,
@@ -71,20 +72,8 @@ func (c *Client) dbError(op string, err error) error {
 }
 
 func mapDBError(op string, err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case pgerrcode.InvalidParameterValue, pgerrcode.CheckViolation:
-			return fmt.Errorf("%w: leasetable: %s: %w", pgbaton.ErrInvalidArgument, op, err)
-		case pgerrcode.InvalidSchemaName, pgerrcode.UndefinedFunction, pgerrcode.UndefinedTable:
-			return fmt.Errorf("%w: leasetable: %s: %w; run `pgbaton migrate up` or migrations.Up", pgbaton.ErrNotMigrated, op, err)
-		case pgerrcode.ReadOnlySQLTransaction:
-			return fmt.Errorf("%w: leasetable: %s: %w", pgbaton.ErrStandby, op, err)
-		}
+	if mapped, ok := pgerr.Map(op, err); ok {
+		return mapped
 	}
 	return fmt.Errorf("leasetable: %s: %w", op, err)
 }
-
-// sqlstateStaleToken is pgbaton's own SQLSTATE for a stale fencing token
-// (fencedwrite.SQLState), which complete_tx raises too.
-const sqlstateStaleToken = "PB001"

@@ -22,7 +22,7 @@ import (
 // drops them and is answered by the new primary of the multi-host DSN;
 // leases held across the failover stay held.
 func TestRoleFlipDropsStaleConnections(t *testing.T) {
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := pgtest.Context(t, 2*time.Minute)
 	primary := pgtest.NewCluster(t, pgcluster.Config{NoFsync: true})
 	require.NoError(t, migrations.UpURL(ctx, primary.URL("postgres")))
 	standby := pgtest.NewStandby(t, primary)
@@ -83,11 +83,11 @@ func TestBrokenConnectionMidGrantIsReplayed(t *testing.T) {
 	}
 	d := env.DB(t)
 	direct := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	reg := newClient(t, direct, leasetable.Config{Owner: "reg"})
 	_, err := reg.Register(ctx, "items", "i1", "i2", "i3")
 	require.NoError(t, err)
-	pool, proxy := proxiedPool(t, d, func(cfg *pgxpool.Config) { cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec })
+	pool, proxy := env.ProxiedPool(t, d, func(cfg *pgxpool.Config) { cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec })
 	c := newClient(t, pool, leasetable.Config{Owner: "cut", TTL: time.Minute})
 	warm, err := c.TryAcquire(ctx, "warm") // opens the lease session
 	require.NoError(t, err)

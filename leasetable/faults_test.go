@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pgbaton/pgbaton/internal/testkit/faultproxy"
 	"github.com/pgbaton/pgbaton/internal/testkit/pgcluster"
 	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 	"github.com/pgbaton/pgbaton/leasetable"
@@ -57,7 +56,7 @@ func childExclusive(ctx context.Context, args []string) error {
 func TestExclusionAcrossProcesses(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := pgtest.Context(t, 2*time.Minute)
 	_, err := pool.Exec(ctx, "CREATE TABLE excl (inside int, total int); INSERT INTO excl VALUES (0, 0)")
 	require.NoError(t, err)
 	const procs, rounds = 3, 30
@@ -78,7 +77,7 @@ func TestExclusionAcrossProcesses(t *testing.T) {
 func TestSIGSTOPHolderLosesBeforeTakeover(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	k := env.StartChild(t, "hold", d.URL, "paused", shortTTL.String())
 	oldTok, err := strconv.ParseInt(k.Expect(t, "token", 30*time.Second), 10, 64)
 	require.NoError(t, err)
@@ -99,7 +98,7 @@ func TestSIGSTOPHolderLosesBeforeTakeover(t *testing.T) {
 func TestSIGKILLHolderTakenOverWithinTTL(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	k := env.StartChild(t, "hold", d.URL, "killed", shortTTL.String())
 	oldTok, err := strconv.ParseInt(k.Expect(t, "token", 30*time.Second), 10, 64)
 	require.NoError(t, err)
@@ -149,7 +148,7 @@ func childClaimer(ctx context.Context, args []string) error {
 func TestClaimCoverageAndRebalance(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	const shards, workers = 24, 3
 	names := make([]string, shards)
 	for i := range names {
@@ -260,7 +259,7 @@ func TestClaimSlotOnceAcrossProcesses(t *testing.T) {
 	for s, n := range won {
 		assert.Equal(t, 1, n, "%s ran %d times", s, n)
 	}
-	ok, err := leasetable.New(ctxT(t, 10*time.Second), d.Pool(t), leasetable.Config{})
+	ok, err := leasetable.New(pgtest.Context(t, 10*time.Second), d.Pool(t), leasetable.Config{})
 	require.NoError(t, err)
 	defer ok.Close(context.Background())
 	again, err := ok.ClaimSlot(context.Background(), "tick", time.Unix(base, 0).Add(123*time.Nanosecond))
@@ -273,7 +272,7 @@ func TestLeaseSurvivesServerCrash(t *testing.T) {
 	// synchronous_commit, where a crash loses the last commits (and the
 	// client then rightly sees its renewals refused).
 	cl := pgtest.NewCluster(t, pgcluster.Config{})
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := pgtest.Context(t, 2*time.Minute)
 	require.NoError(t, migrations.UpURL(ctx, cl.URL("postgres")))
 	pool := pgtest.Pool(t, cl.URL("postgres"))
 	c := newClient(t, pool, leasetable.Config{TTL: 10 * time.Second, RenewInterval: 500 * time.Millisecond})
@@ -296,30 +295,14 @@ func TestLeaseSurvivesServerCrash(t *testing.T) {
 	assert.Greater(t, l2.Token(), l.Token())
 }
 
-// proxiedPool is a pool on d whose connections pass through a fault proxy.
-func proxiedPool(t *testing.T, d *pgtest.DB, configure ...func(*pgxpool.Config)) (*pgxpool.Pool, *faultproxy.Proxy) {
-	t.Helper()
-	proxy, err := faultproxy.New(fmt.Sprintf("127.0.0.1:%d", env.Cluster().Port()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = proxy.Close() })
-	pool := pgtest.Pool(t, d.URL, func(cfg *pgxpool.Config) {
-		cfg.ConnConfig.Host = "127.0.0.1"
-		cfg.ConnConfig.Port = uint16(proxy.Port())
-		for _, f := range configure {
-			f(cfg)
-		}
-	})
-	return pool, proxy
-}
-
 func TestPartitionedHolderLearnsFirst(t *testing.T) {
 	if env.Cluster() == nil {
 		t.Skip("needs the throwaway cluster") // only with PGBATON_TEST_DSN
 	}
 	d := env.DB(t)
 	pool := d.Pool(t)
-	proxied, proxy := proxiedPool(t, d)
-	ctx := ctxT(t, time.Minute)
+	proxied, proxy := env.ProxiedPool(t, d)
+	ctx := pgtest.Context(t, time.Minute)
 	a := newClient(t, proxied, leasetable.Config{Owner: "partitioned", TTL: shortTTL})
 	b := newClient(t, pool, leasetable.Config{Owner: "b", TTL: shortTTL})
 	la, err := a.TryAcquire(ctx, "p")
@@ -349,8 +332,8 @@ func TestRenewalRetriesAfterConnectionReset(t *testing.T) {
 		t.Skip("needs the throwaway cluster") // only with PGBATON_TEST_DSN
 	}
 	d := env.DB(t)
-	proxied, proxy := proxiedPool(t, d)
-	ctx := ctxT(t, time.Minute)
+	proxied, proxy := env.ProxiedPool(t, d)
+	ctx := pgtest.Context(t, time.Minute)
 	c := newClient(t, proxied, leasetable.Config{TTL: 2 * time.Second, RenewInterval: 300 * time.Millisecond})
 	l, err := c.TryAcquire(ctx, "r")
 	require.NoError(t, err)
@@ -373,8 +356,8 @@ func TestRenewalRetriesAfterConnectionReset(t *testing.T) {
 func TestFailedReleaseIsGivenBackWhenTheServerIsBack(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	proxied, proxy := proxiedPool(t, d)
-	ctx := ctxT(t, time.Minute)
+	proxied, proxy := env.ProxiedPool(t, d)
+	ctx := pgtest.Context(t, time.Minute)
 	const ttl = 10 * time.Second
 	a := newClient(t, proxied, leasetable.Config{Owner: "a", TTL: ttl, RenewInterval: 200 * time.Millisecond, ReleaseTimeout: 300 * time.Millisecond})
 	b := newClient(t, pool, leasetable.Config{Owner: "b", TTL: ttl})

@@ -47,7 +47,7 @@ func childJob(ctx context.Context, args []string) error {
 func TestRunJobResumesAfterKilledHolder(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	k := env.StartChild(t, "job", d.URL)
 	for k.Expect(t, "checkpoint", 30*time.Second) != "3" {
 	}
@@ -86,7 +86,7 @@ func TestRunJobResumesAfterKilledHolder(t *testing.T) {
 func TestRunJobLostLeaseFencesCheckpoint(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	c := newClient(t, pool, leasetable.Config{Owner: "slow", TTL: 500 * time.Millisecond})
 	err := c.RunJob(ctx, "fenced", func(fnCtx context.Context, r *leasetable.Run) error {
 		require.NoError(t, r.Checkpoint(fnCtx, progress{Done: 1}))
@@ -115,7 +115,7 @@ func TestRunJobLostLeaseFencesCheckpoint(t *testing.T) {
 func TestRunJobStatuses(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	c := newClient(t, pool, leasetable.Config{TTL: shortTTL})
 	boom := errors.New("boom")
 	require.ErrorIs(t, c.RunJob(ctx, "j", func(context.Context, *leasetable.Run) error { return boom }), boom)
@@ -154,7 +154,7 @@ func TestCheckpointFencedInDatabase(t *testing.T) {
 	// was taken over: the database refuses the checkpoint.
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	c := newClient(t, pool, leasetable.Config{Owner: "unaware", TTL: time.Minute})
 	err := c.RunJob(ctx, "db-fenced", func(ctx context.Context, r *leasetable.Run) error {
 		require.NoError(t, r.Checkpoint(ctx, progress{Done: 1}))
@@ -178,7 +178,7 @@ func TestCheckpointInFencedValue(t *testing.T) {
 	// next checkpoint is refused by the fenced value.
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	key := leasetable.CheckpointKey("ck")
 	stale := newClient(t, pool, leasetable.Config{Owner: "stale", TTL: time.Minute})
 	fresh := newClient(t, pool, leasetable.Config{Owner: "fresh", TTL: time.Minute})

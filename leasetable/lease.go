@@ -13,7 +13,7 @@ import (
 )
 
 // Lease is one grant of a named lease. The client keeps it alive in the
-// background — with the keep-alive of its lease session, one statement per
+// background — with the keep-alive of its lifeline, one statement per
 // renew interval for all its leases — until Release, Complete,
 // Client.Close or loss. Its methods are safe for concurrent use.
 type Lease struct {
@@ -21,7 +21,7 @@ type Lease struct {
 	name  string
 	group string
 	token int64
-	sess  *session // the session keeping it alive, or nil
+	line  *lifeline // the lifeline keeping it alive, or nil
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -29,12 +29,12 @@ type Lease struct {
 	mu sync.Mutex
 	// expiresAt and own are the grant's own expiry (database clock) and
 	// local deadline (monotonic clock), moved only by an explicit Renew.
-	// While its session carries it, the lease lasts until the session's
+	// While its lifeline carries it, the lease lasts until the lifeline's
 	// deadline if that is later.
 	expiresAt  time.Time
 	own        time.Time
-	deadlineT  *time.Timer // at own; idle while the session carries the lease
-	onSession  bool        // own passed while the session was alive
+	deadlineT  *time.Timer // at own; idle while the lifeline carries the lease
+	onLifeline bool        // own passed while the lifeline was alive
 	ended      bool
 	err        error
 	afterRenew func(context.Context) // job runs heartbeat here
@@ -62,26 +62,26 @@ const (
 	finishedCompleteTx
 )
 
-func newLease(c *Client, name, group string, token int64, sess *session, expires, start time.Time) *Lease {
+func newLease(c *Client, name, group string, token int64, line *lifeline, expires, start time.Time) *Lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Lease{c: c, name: name, group: group, token: token, sess: sess, ctx: ctx, cancel: cancel,
+	return &Lease{c: c, name: name, group: group, token: token, line: line, ctx: ctx, cancel: cancel,
 		expiresAt: expires, own: start.Add(c.cfg.TTL - c.cfg.SafetyMargin), grantedAt: start}
 }
 
-// start binds the lease to its session and arms its deadline timer.
+// start binds the lease to its lifeline and arms its deadline timer.
 func (l *Lease) start() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ended { // Client.Close got to it first
 		return
 	}
-	if l.sess != nil {
-		l.sess.bind(l)
-		if l.sess.dead.Load() {
-			// The session died between the grant and now; the lease holds
+	if l.line != nil {
+		l.line.bind(l)
+		if l.line.dead.Load() {
+			// The lifeline died between the grant and now; the lease holds
 			// by its own deadline, as in the database.
-			l.sess.unbind(l)
-			l.sess = nil
+			l.line.unbind(l)
+			l.line = nil
 		}
 	}
 	l.deadlineT = time.AfterFunc(time.Until(l.own), l.checkDeadline)
@@ -104,7 +104,7 @@ func (l *Lease) ExpiresAt() time.Time {
 	l.mu.Lock()
 	exp := l.expiresAt
 	l.mu.Unlock()
-	if s := l.sess; s != nil && s.carries(time.Now()) {
+	if s := l.line; s != nil && s.carries(time.Now()) {
 		s.mu.Lock()
 		if s.expiresAt.After(exp) {
 			exp = s.expiresAt
@@ -124,10 +124,10 @@ func (l *Lease) Deadline() time.Time {
 }
 
 // deadlineLocked is the later of the lease's own deadline and, while it
-// carries the lease, its session's.
+// carries the lease, its lifeline's.
 func (l *Lease) deadlineLocked(now time.Time) time.Time {
 	d := l.own
-	if s := l.sess; s != nil && s.carries(now) {
+	if s := l.line; s != nil && s.carries(now) {
 		if sd := s.until(); sd.After(d) {
 			d = sd
 		}
@@ -187,7 +187,7 @@ func (l *Lease) expireIfPast() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if now := time.Now(); !l.ended && !now.Before(l.deadlineLocked(now)) {
-		l.deadlinePassedLocked(now, l.sess != nil && l.sess.trouble())
+		l.deadlinePassedLocked(now, l.line != nil && l.line.trouble())
 	}
 }
 
@@ -203,8 +203,8 @@ func (l *Lease) endLocked(cause error, lostCause string) {
 	if l.deadlineT != nil {
 		l.deadlineT.Stop()
 	}
-	if l.sess != nil {
-		l.sess.unbind(l)
+	if l.line != nil {
+		l.line.unbind(l)
 	}
 	lost := errors.Is(cause, ErrLeaseLost)
 	if lost {
@@ -239,26 +239,26 @@ func (l *Lease) checkDeadline() {
 		l.deadlineT.Reset(d)
 		return
 	}
-	if s := l.sess; s != nil && s.carries(now) {
-		// The session keeps it alive from here on; when the session dies,
-		// it ends the lease (sessionEnded).
-		l.onSession = true
+	if s := l.line; s != nil && s.carries(now) {
+		// The lifeline keeps it alive from here on; when the lifeline dies,
+		// it ends the lease (lifelineEnded).
+		l.onLifeline = true
 		return
 	}
-	l.deadlinePassedLocked(now, l.sess != nil && l.sess.trouble())
+	l.deadlinePassedLocked(now, l.line != nil && l.line.trouble())
 }
 
-// sessionEnded is called when the lease's session no longer carries it:
+// lifelineEnded is called when the lease's lifeline no longer carries it:
 // the lease holds until its own deadline, and is lost now if that passed.
 // trouble tells keep-alives that were failing or hanging when the
-// session ended.
-func (l *Lease) sessionEnded(trouble bool) {
+// lifeline ended.
+func (l *Lease) lifelineEnded(trouble bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.ended || !l.onSession {
-		return // its own timer still runs, and sees the session gone
+	if l.ended || !l.onLifeline {
+		return // its own timer still runs, and sees the lifeline gone
 	}
-	l.onSession = false
+	l.onLifeline = false
 	now := time.Now()
 	if d := l.own.Sub(now); d > 0 {
 		l.deadlineT.Reset(d)
@@ -280,8 +280,8 @@ func (l *Lease) deadlinePassedLocked(now time.Time, trouble bool) {
 	// keep-alive.
 	lostCause := CauseExpired
 	passed := l.own
-	if s := l.sess; s != nil && s.until().After(passed) {
-		passed = s.until() // the session's last deadline, dead or not
+	if s := l.line; s != nil && s.until().After(passed) {
+		passed = s.until() // the lifeline's last deadline, dead or not
 	}
 	late := now.Sub(passed)
 	if trouble && late < max(l.c.cfg.SafetyMargin, 50*time.Millisecond) {
@@ -303,7 +303,7 @@ func (l *Lease) releaseLost(ctx context.Context) {
 	}
 }
 
-// Renew extends this grant's own expiry now, in addition to the session's
+// Renew extends this grant's own expiry now, in addition to the lifeline's
 // keep-alives, in a statement of its own. It returns an error wrapping
 // ErrNotHeld, and the lease ends as lost, when the database no longer has
 // this grant; a lease that already ended returns its Err.
@@ -344,8 +344,8 @@ func (l *Lease) Renew(ctx context.Context) error {
 	// Renewals may overlap; keep the latest.
 	if d := start.Add(l.c.cfg.TTL - l.c.cfg.SafetyMargin); !l.ended && d.After(l.own) {
 		l.own, l.expiresAt = d, exp
-		if l.onSession {
-			l.onSession = false
+		if l.onLifeline {
+			l.onLifeline = false
 			l.deadlineT.Reset(time.Until(d))
 		}
 	}

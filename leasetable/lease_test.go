@@ -22,7 +22,7 @@ func TestTryAcquireHeldAndRelease(t *testing.T) {
 	pool := d.Pool(t)
 	a := newClient(t, pool, leasetable.Config{Owner: "a"})
 	b := newClient(t, pool, leasetable.Config{Owner: "b"})
-	ctx := ctxT(t, 30*time.Second)
+	ctx := pgtest.Context(t, 30*time.Second)
 
 	la, err := a.TryAcquire(ctx, "job")
 	require.NoError(t, err)
@@ -63,7 +63,7 @@ func TestTryAcquireHeldAndRelease(t *testing.T) {
 func TestTokensStrictlyIncrease(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, 60*time.Second)
+	ctx := pgtest.Context(t, 60*time.Second)
 	const workers, rounds = 4, 25
 	var mu sync.Mutex
 	var grants []int64 // in grant order: appended while the lease is held
@@ -101,7 +101,7 @@ func TestTokensStrictlyIncrease(t *testing.T) {
 // with a 1ms TTL), lets it expire, and takes it over with c.
 func stealAfterExpiry(t *testing.T, pool *pgxpool.Pool, c *leasetable.Client, name string) *leasetable.Lease {
 	t.Helper()
-	ctx := ctxT(t, 30*time.Second)
+	ctx := pgtest.Context(t, 30*time.Second)
 	var tok int64
 	require.NoError(t, pool.QueryRow(ctx, "SELECT token FROM pgbaton.try_acquire($1, 'ghost', 1)", name).Scan(&tok))
 	l, err := c.Acquire(ctx, name) // waits for the expiry
@@ -113,7 +113,7 @@ func stealAfterExpiry(t *testing.T, pool *pgxpool.Pool, c *leasetable.Client, na
 func TestRenewAfterExpiryNeverResurrects(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := pgtest.Context(t, 30*time.Second)
 	q := func(sql string, args ...any) (n int) {
 		rows, err := pool.Query(ctx, sql, args...)
 		require.NoError(t, err)
@@ -159,7 +159,7 @@ func TestRenewAfterExpiryNeverResurrects(t *testing.T) {
 
 func pgtestWaitExpired(t *testing.T, pool *pgxpool.Pool, name string) {
 	t.Helper()
-	ctx := ctxT(t, 10*time.Second)
+	ctx := pgtest.Context(t, 10*time.Second)
 	var wait time.Duration
 	require.NoError(t, pool.QueryRow(ctx,
 		"SELECT greatest(0, extract(epoch FROM expires_at - clock_timestamp()) * 1e9)::bigint FROM pgbaton.lease_status WHERE name = $1", name).Scan(&wait))
@@ -169,7 +169,7 @@ func pgtestWaitExpired(t *testing.T, pool *pgxpool.Pool, name string) {
 func TestStaleReleaseLeavesNewHolderAlone(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := pgtest.Context(t, 30*time.Second)
 	// A holder that stopped renewing: its grant expires and is taken over.
 	oldC, err := leasetable.New(ctx, pool, leasetable.Config{Owner: "old", TTL: 300 * time.Millisecond, RenewInterval: 200 * time.Millisecond})
 	require.NoError(t, err)
@@ -202,7 +202,7 @@ func TestLocalDeadlineBeforeDatabaseExpiry(t *testing.T) {
 	// see Done before the database would let anyone else in.
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := pgtest.Context(t, 30*time.Second)
 	c := newClient(t, pool, leasetable.Config{Owner: "d", TTL: 3 * time.Second, SafetyMargin: 500 * time.Millisecond})
 	l, err := c.TryAcquire(ctx, "d")
 	require.NoError(t, err)
@@ -224,7 +224,7 @@ func TestLocalDeadlineBeforeDatabaseExpiry(t *testing.T) {
 func TestAutoRenewKeepsLease(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := pgtest.Context(t, 30*time.Second)
 	c := newClient(t, pool, leasetable.Config{TTL: shortTTL})
 	l, err := c.TryAcquire(ctx, "k")
 	require.NoError(t, err)
@@ -243,7 +243,7 @@ func TestAutoRenewKeepsLease(t *testing.T) {
 func TestClockTimestampInsideOldTransaction(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := pgtest.Context(t, 30*time.Second)
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx)
@@ -269,7 +269,7 @@ func TestClockTimestampInsideOldTransaction(t *testing.T) {
 func TestContendedAttemptWritesNoWAL(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := pgtest.Context(t, 30*time.Second)
 	a := newClient(t, pool, leasetable.Config{Owner: "a", TTL: time.Minute})
 	b := newClient(t, pool, leasetable.Config{Owner: "b", TTL: time.Minute})
 	l, err := a.TryAcquire(ctx, "w")
@@ -294,7 +294,7 @@ func TestContendedAttemptWritesNoWAL(t *testing.T) {
 func TestWaiterWakesOnRelease(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, 60*time.Second)
+	ctx := pgtest.Context(t, 60*time.Second)
 	// A TTL of a minute: only the release notification can wake the
 	// waiter within the test's time.
 	holder := newClient(t, pool, leasetable.Config{Owner: "h", TTL: time.Minute})
@@ -328,7 +328,7 @@ func TestWaiterWakesOnRelease(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := pgtest.Context(t, 30*time.Second)
 	_, err := leasetable.New(ctx, nil, leasetable.Config{})
 	assert.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
 	for _, cfg := range []leasetable.Config{
@@ -430,7 +430,7 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestNotMigrated(t *testing.T) {
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	d := env.EmptyDB(t)
 	logs := &messages{}
 	_, err := leasetable.New(ctx, d.Pool(t), leasetable.Config{Logger: slog.New(logs)})
@@ -457,7 +457,7 @@ func TestStandbyRefused(t *testing.T) {
 	if env.Cluster() == nil {
 		t.Skip("needs the throwaway cluster") // only with PGBATON_TEST_DSN
 	}
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := pgtest.Context(t, 2*time.Minute)
 	migrated := env.DB(t)
 	// pg_basebackup waits for a spread checkpoint; one done now leaves it
 	// almost nothing to write.
@@ -477,7 +477,7 @@ func TestStandbyRefused(t *testing.T) {
 func TestAcquireRespectsContext(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := pgtest.Context(t, 30*time.Second)
 	a := newClient(t, pool, leasetable.Config{Owner: "a", TTL: time.Minute})
 	b := newClient(t, pool, leasetable.Config{Owner: "b", TTL: time.Minute})
 	l, err := a.TryAcquire(ctx, "x")
@@ -493,7 +493,7 @@ func TestAcquireRespectsContext(t *testing.T) {
 func TestCloseReleasesAndLeavesNoConnections(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := pgtest.Context(t, 30*time.Second)
 	c, err := leasetable.New(ctx, pool, leasetable.Config{TTL: time.Minute})
 	require.NoError(t, err)
 	l1, err := c.TryAcquire(ctx, "one")
@@ -525,7 +525,7 @@ func TestCloseReleasesAndLeavesNoConnections(t *testing.T) {
 func TestReleaseNotifiesOnlyWhenSomeoneWaits(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := pgtest.Context(t, 30*time.Second)
 	conn, err := pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
@@ -583,7 +583,7 @@ func TestLongMultibyteOwnerCanWait(t *testing.T) {
 	// split a character.
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := pgtest.Context(t, 30*time.Second)
 	holder := newClient(t, pool, leasetable.Config{Owner: "h", TTL: time.Minute})
 	waiting := make(chan string, 1)
 	owner := strings.Repeat("é", 127) // 254 bytes
@@ -606,7 +606,7 @@ func TestLongMultibyteOwnerCanWait(t *testing.T) {
 func TestCloseEndsWaits(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := pgtest.Context(t, 30*time.Second)
 	holder := newClient(t, pool, leasetable.Config{Owner: "h", TTL: time.Minute})
 	waiting := make(chan string, 1)
 	waiter, err := leasetable.New(ctx, pool, leasetable.Config{Owner: "w", TTL: time.Minute, Logger: logTo(waiting)})
@@ -630,7 +630,7 @@ func TestCloseEndsWaits(t *testing.T) {
 // lease is taken: YugabyteDB caches sequences per connection, so tokens
 // would not grow across connections; CockroachDB's semantics differ too.
 func TestUnsupportedServerRefused(t *testing.T) {
-	ctx := ctxT(t, 30*time.Second)
+	ctx := pgtest.Context(t, 30*time.Second)
 	for _, server := range []struct{ version, name string }{
 		{"CockroachDB CCL v23.1.11 (x86_64-pc-linux-gnu, built 2023/09/27 01:53:43, go1.19.10)", "CockroachDB"},
 		{"PostgreSQL 11.2-YB-2.18.0.0-b0 on x86_64-pc-linux-gnu, compiled by clang version 15.0.3", "YugabyteDB"},

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/appname"
 	"github.com/pgbaton/pgbaton/internal/backoff"
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/serverkind"
@@ -289,7 +289,7 @@ func (ln *listener) listen(ctx context.Context) error {
 // names pgbaton and the owner in application_name, so pg_stat_activity
 // shows whose it is.
 func (ln *listener) connect(ctx context.Context) (*pgx.Conn, error) {
-	app := applicationName("lease listener", ln.c.cfg.Owner)
+	app := appname.Of("lease listener", ln.c.cfg.Owner)
 	if dsn := ln.c.cfg.ListenDSN; dsn != "" {
 		cfg, err := pgx.ParseConfig(dsn)
 		if err != nil {
@@ -403,7 +403,7 @@ func (ln *listener) check(ctx context.Context, payload string) error {
 	}
 	if ln.undelivered != nil {
 		ln.mu.Unlock()
-		return fmt.Errorf("%w: leasetable: %w; waiters poll every %s (set Config.ListenDSN to a direct connection)",
+		return fmt.Errorf("%w: %w; waiters poll every %s (set Config.ListenDSN to a direct connection)",
 			pgbaton.ErrDegraded, ln.undelivered, ln.c.cfg.PollInterval)
 	}
 	select {
@@ -445,15 +445,4 @@ func (ln *listener) close() {
 		stop()
 		<-done
 	}
-}
-
-// applicationName is the application_name of a connection pgbaton opens:
-// "pgbaton <role> <owner>", cut to the 63 bytes the server keeps, on a
-// character boundary.
-func applicationName(role, owner string) string {
-	name := "pgbaton " + role + " " + owner
-	if len(name) > 63 {
-		name = strings.ToValidUTF8(name[:63], "")
-	}
-	return name
 }

@@ -24,7 +24,7 @@ import (
 // every few hundred milliseconds.
 func TestWaiterWokenAfterServerCrash(t *testing.T) {
 	cl := pgtest.NewCluster(t, pgcluster.Config{}) // durable: the lease row survives the crash
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := pgtest.Context(t, 2*time.Minute)
 	require.NoError(t, migrations.UpURL(ctx, cl.URL("postgres")))
 	pool := pgtest.Pool(t, cl.URL("postgres"))
 	const ttl = 30 * time.Second
@@ -86,7 +86,7 @@ func TestWaiterWokenAfterServerCrash(t *testing.T) {
 // end early.
 func TestWaitAfterOutageReconnectsAtOnce(t *testing.T) {
 	cl := pgtest.NewCluster(t, pgcluster.Config{NoFsync: true})
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := pgtest.Context(t, 2*time.Minute)
 	require.NoError(t, migrations.UpURL(ctx, cl.URL("postgres")))
 	pool := pgtest.Pool(t, cl.URL("postgres"), func(c *pgxpool.Config) {
 		c.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return true }

@@ -54,12 +54,6 @@ func newClient(t testing.TB, pool *pgxpool.Pool, cfg leasetable.Config) *leaseta
 	return c
 }
 
-func ctxT(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // childClient opens a pool and client in a child process.
 func childClient(ctx context.Context, url string, ttl time.Duration) (*leasetable.Client, func(), error) {
 	pool, err := pgxpool.New(ctx, url)

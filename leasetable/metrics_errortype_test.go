@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 	"github.com/pgbaton/pgbaton/leasetable"
 )
 
@@ -14,7 +15,7 @@ import (
 // conventions): here a context that ended before the database answered.
 func TestMetricsErrorType(t *testing.T) {
 	pool := env.DB(t).Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	m := newMeter(t)
 	c := newClient(t, pool, leasetable.Config{Owner: "a", TTL: time.Minute, MeterProvider: m})
 	done, cancel := context.WithCancel(ctx)

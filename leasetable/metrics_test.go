@@ -13,45 +13,29 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/pgbaton/pgbaton/internal/testkit/metertest"
 	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 	"github.com/pgbaton/pgbaton/leasetable"
 )
 
 // meter is an SDK meter provider whose metrics the test reads on demand.
-type meter struct {
-	*sdkmetric.MeterProvider
-	reader *sdkmetric.ManualReader
-}
+type meter struct{ metertest.Provider }
 
-func newMeter(t *testing.T) meter {
-	r := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
-	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	return meter{mp, r}
-}
+func newMeter(t *testing.T) meter { return meter{metertest.New(t)} }
 
 // points returns, for metric name, each data point's value (a count for
 // histograms) with its attributes.
 func (m meter) points(t *testing.T, name string) []point {
 	t.Helper()
-	var rm metricdata.ResourceMetrics
-	require.NoError(t, m.reader.Collect(context.Background(), &rm))
 	var out []point
-	for _, sm := range rm.ScopeMetrics {
-		for _, mt := range sm.Metrics {
-			if mt.Name != name {
-				continue
-			}
-			switch d := mt.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, dp := range d.DataPoints {
-					out = append(out, point{dp.Attributes, dp.Value})
-				}
-			case metricdata.Histogram[float64]:
-				for _, dp := range d.DataPoints {
-					out = append(out, point{dp.Attributes, int64(dp.Count)})
-				}
-			}
+	switch d := m.Collect(t)[name].(type) {
+	case metricdata.Sum[int64]:
+		for _, dp := range d.DataPoints {
+			out = append(out, point{dp.Attributes, dp.Value})
+		}
+	case metricdata.Histogram[float64]:
+		for _, dp := range d.DataPoints {
+			out = append(out, point{dp.Attributes, int64(dp.Count)})
 		}
 	}
 	return out
@@ -78,7 +62,7 @@ func (m meter) sum(t *testing.T, name, key, value string) int64 {
 func TestMetricsContentionAndRelease(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	m := newMeter(t)
 	a := newClient(t, pool, leasetable.Config{Owner: "a", TTL: time.Minute, MeterProvider: m})
 	b := newClient(t, pool, leasetable.Config{Owner: "b", TTL: time.Minute, MeterProvider: m})
@@ -134,8 +118,8 @@ func TestMetricsLossCauses(t *testing.T) {
 	}
 	d := env.DB(t)
 	pool := d.Pool(t)
-	proxied, proxy := proxiedPool(t, d)
-	ctx := ctxT(t, time.Minute)
+	proxied, proxy := env.ProxiedPool(t, d)
+	ctx := pgtest.Context(t, time.Minute)
 	m := newMeter(t)
 
 	// Superseded: taken over in the database; the holder learns at its

@@ -21,7 +21,7 @@ import (
 func TestDoCancelsOnLossAndReleasesOnEveryPath(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	c := newClient(t, pool, leasetable.Config{TTL: 600 * time.Millisecond})
 	held := func() bool {
 		in, err := c.Info(ctx, "do")
@@ -75,10 +75,51 @@ func TestDoCancelsOnLossAndReleasesOnEveryPath(t *testing.T) {
 	assert.False(t, held())
 }
 
+// When the lease is lost while fn runs and fn fails too, Do returns both:
+// the loss is never dropped for fn's error (advisory.RunExclusive does the
+// same). The loss is seen either by fn, through its context, or only by
+// the release afterwards.
+func TestDoJoinsWorkErrorWithLoss(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := pgtest.Context(t, time.Minute)
+	c := newClient(t, pool, leasetable.Config{TTL: 600 * time.Millisecond})
+	boom := errors.New("boom")
+	takeOver := func(name string) {
+		t.Helper()
+		_, err := pool.Exec(ctx, "SELECT pgbaton.force_release_lease($1, 'test')", name)
+		require.NoError(t, err)
+		thief := newClient(t, pool, leasetable.Config{Owner: "thief"})
+		_, err = thief.TryAcquire(ctx, name)
+		require.NoError(t, err)
+	}
+
+	// fn sees the loss and fails.
+	err := c.Do(ctx, "do-seen", func(fnCtx context.Context) error {
+		takeOver("do-seen")
+		<-fnCtx.Done()
+		return errors.Join(boom, context.Cause(fnCtx))
+	})
+	require.ErrorIs(t, err, boom)
+	require.ErrorIs(t, err, leasetable.ErrLeaseLost)
+
+	// fn fails before the client notices; the release finds the grant
+	// taken over.
+	err = c.Do(ctx, "do-unseen", func(context.Context) error {
+		takeOver("do-unseen")
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	require.ErrorIs(t, err, leasetable.ErrLeaseLost, "the loss found at release is returned with fn's error")
+	in, err := c.Info(ctx, "do-unseen")
+	require.NoError(t, err)
+	assert.Equal(t, "thief", in.Owner, "a lost Do leaves the new holder alone")
+}
+
 func TestElection(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	a := newClient(t, pool, leasetable.Config{Owner: "a", TTL: time.Minute})
 	b := newClient(t, pool, leasetable.Config{Owner: "b", TTL: time.Minute})
 	_, err := a.Leader(ctx, "leader")
@@ -115,7 +156,7 @@ func TestElection(t *testing.T) {
 func TestCampaignTermsNeverOverlap(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx, cancel := context.WithCancel(ctxT(t, time.Minute))
+	ctx, cancel := context.WithCancel(pgtest.Context(t, time.Minute))
 	defer cancel()
 	var leaders atomic.Int32
 	var mu sync.Mutex
@@ -154,7 +195,7 @@ func TestCampaignTermsNeverOverlap(t *testing.T) {
 func TestSemaphoreNeverExceedsSlots(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	const slots, workers, rounds = 3, 8, 10
 	var inside, peak atomic.Int32
 	var wg sync.WaitGroup
@@ -188,7 +229,7 @@ func TestSemaphoreNeverExceedsSlots(t *testing.T) {
 func TestWaitersSurviveListenConnectionLoss(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	holder := newClient(t, pool, leasetable.Config{Owner: "h", TTL: time.Minute})
 	waiting := make(chan string, 1)
 	waiter := newClient(t, pool, leasetable.Config{Owner: "w", TTL: time.Minute, Logger: logTo(waiting)})
@@ -226,7 +267,7 @@ func TestWaitersSurviveListenConnectionLoss(t *testing.T) {
 func TestClaimCompleteWorkItems(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	a := newClient(t, pool, leasetable.Config{Owner: "a", TTL: time.Minute})
 	b := newClient(t, pool, leasetable.Config{Owner: "b", TTL: time.Minute})
 	items := make([]string, 50)
@@ -269,7 +310,7 @@ func TestClaimCompleteWorkItems(t *testing.T) {
 func TestCompleteAndClaim(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	a := newClient(t, pool, leasetable.Config{Owner: "a", TTL: time.Minute})
 	b := newClient(t, pool, leasetable.Config{Owner: "b", TTL: time.Minute})
 	items := make([]string, 10)
@@ -385,7 +426,7 @@ func childKeeper(ctx context.Context, args []string) error {
 func TestKeepTakesOverDeadWorkersShards(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	c := newClient(t, pool, leasetable.Config{Owner: "survivor", TTL: shortTTL})
 	shards := make([]string, 8)
 	for i := range shards {

@@ -20,7 +20,7 @@ import (
 // say: the table's seq_scan counter must not move while they run.
 func TestClaimStaysOnIndexesWithStaleStatistics(t *testing.T) {
 	d := env.DB(t)
-	ctx := ctxT(t, 60*time.Second)
+	ctx := pgtest.Context(t, 60*time.Second)
 	conn := pgtest.Connect(t, d.URL, "plans")
 	exec := func(sql string, args ...any) {
 		t.Helper()

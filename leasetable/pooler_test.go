@@ -18,7 +18,7 @@ import (
 // waits, and returns how long b's Acquire took after the release.
 func waitAfterRelease(t *testing.T, a, b *leasetable.Client, waiting <-chan string, name string) time.Duration {
 	t.Helper()
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	la, err := a.TryAcquire(ctx, name)
 	require.NoError(t, err)
 	got := make(chan error, 1)
@@ -47,7 +47,7 @@ func TestLeasesBehindTransactionPooler(t *testing.T) {
 	pool := pgtest.Pool(t, bouncer, func(c *pgxpool.Config) {
 		c.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
 	})
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	const ttl = 15 * time.Second
 	t.Run("polling fallback", func(t *testing.T) {
 		waiting := make(chan string, 1)
@@ -80,7 +80,7 @@ func TestLeasesBehindTransactionPooler(t *testing.T) {
 func TestNoListenPolls(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	waiting := make(chan string, 1)
 	a := newClient(t, pool, leasetable.Config{Owner: "a", TTL: 30 * time.Second})
 	b := newClient(t, pool, leasetable.Config{Owner: "b", TTL: 30 * time.Second, NoListen: true, PollInterval: 100 * time.Millisecond, Logger: logTo(waiting)})

@@ -84,7 +84,7 @@ func quoteNames(names []string, max int) string {
 }
 
 // returnUnreturned gives back, in one round trip, the leases whose release
-// or completion could not reach the database — the session's keep-alive
+// or completion could not reach the database — the lifeline's keep-alive
 // has just reached it again. They are released, never completed: a
 // completion whose caller was told it failed must leave the item to be
 // claimed again. Best effort: what fails now is tried again after the

@@ -29,7 +29,7 @@ func TestStatementsArePlannedOnce(t *testing.T) {
 		"pg_stat_statements.track":          "all",
 		"pg_stat_statements.track_planning": "on",
 	}})
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := pgtest.Context(t, 2*time.Minute)
 	require.NoError(t, migrations.UpURL(ctx, cl.URL("postgres")))
 	pool := pgtest.Pool(t, cl.URL("postgres"))
 	_, err := pool.Exec(ctx, "CREATE EXTENSION pg_stat_statements")

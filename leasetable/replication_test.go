@@ -42,7 +42,7 @@ func (l *lockedLog) count(s string) int {
 // the standby is synchronous the warning clears, unless the sessions
 // commit without waiting for it.
 func TestReplicationWarning(t *testing.T) {
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := pgtest.Context(t, 2*time.Minute)
 	// synchronous_commit on (NoFsync would turn it off), fsync off for speed.
 	primary := pgtest.NewCluster(t, pgcluster.Config{Settings: map[string]string{"fsync": "off"}})
 	require.NoError(t, migrations.UpURL(ctx, primary.URL("postgres")))

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 	"github.com/pgbaton/pgbaton/leasetable"
 )
 
@@ -27,7 +28,7 @@ func count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 func TestPruneRules(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	c := newClient(t, pool, leasetable.Config{Owner: "c", Retention: leasetable.Retention{Disabled: true}})
 	held, err := c.TryAcquire(ctx, "held-long")
 	require.NoError(t, err)
@@ -89,7 +90,7 @@ INSERT INTO pgbaton.lease_session (owner, ttl_ms, started_at, renewed_at, expire
 func TestRetentionKeepsTablesBounded(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, 10*time.Minute)
+	ctx := pgtest.Context(t, 10*time.Minute)
 	const rows = 1_000_000
 	start := time.Now()
 	// 100 days of a job every 8.64s, over 100 job names.
@@ -215,7 +216,7 @@ SELECT 'new-' || (j % 10), 'o', j, 'succeeded', clock_timestamp() FROM generate_
 // pages. The session keep-alive updates one row per client.
 func TestRenewalsAreHOT(t *testing.T) {
 	d := env.DB(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	conn, err := pgx.Connect(ctx, d.URL)
 	require.NoError(t, err)
 	defer conn.Close(ctx)

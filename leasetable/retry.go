@@ -7,9 +7,10 @@ import (
 	"io"
 	"net"
 
-	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgbaton/pgbaton/internal/pgerr"
 )
 
 // failure says what a failed statement tells about sending it again.
@@ -39,11 +40,11 @@ func classify(ctx context.Context, err error) (f failure, roleFlip bool) {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
-		case pgerrcode.ReadOnlySQLTransaction:
+		case pgerr.ReadOnlyTransaction:
 			// The old primary came back as a standby, or a multi-host DSN
 			// reached one: refused before anything changed.
 			return notApplied, true
-		case pgerrcode.AdminShutdown, pgerrcode.CrashShutdown, pgerrcode.CannotConnectNow:
+		case pgerr.AdminShutdown, pgerr.CrashShutdown, pgerr.CannotConnectNow:
 			return ambiguous, true
 		}
 		return permanentFailure, false

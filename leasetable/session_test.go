@@ -100,7 +100,7 @@ func TestManyLeasesOneKeepalive(t *testing.T) {
 func TestSessionLossEndsEveryLeaseInTime(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	c := newClient(t, pool, leasetable.Config{Owner: "s", TTL: 2 * time.Second})
 	leases := claimN(t, c, "items", 500)
 	// One more, granted later: its own deadline is later than the rest.
@@ -139,7 +139,7 @@ func TestSessionLossEndsEveryLeaseInTime(t *testing.T) {
 func TestForceReleaseEndsTheLeaseAtTheNextKeepalive(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	c := newClient(t, pool, leasetable.Config{Owner: "f", TTL: time.Second})
 	leases := claimN(t, c, "items", 10)
 	_, err := pool.Exec(ctx, "SELECT pgbaton.force_release_lease($1, 'test')", leases[3].Name())
@@ -167,7 +167,7 @@ func TestIdleSessionLapses(t *testing.T) {
 	// shared with other tests, whose writes a server-wide count would see.
 	sent := &statementCounter{}
 	cpool := d.Pool(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = sent })
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	c := newClient(t, cpool, leasetable.Config{Owner: "idle", TTL: 500 * time.Millisecond})
 	l, err := c.TryAcquire(ctx, "x")
 	require.NoError(t, err)

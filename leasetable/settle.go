@@ -42,7 +42,7 @@ func (c *Client) settleLater(leases []*Lease) {
 // settleLoop learns how the transactions of CompleteTx ended, in one
 // statement for all of them per round: a committed completion's lease
 // ends; a rolled-back one's row is released at once, so its item is
-// claimable again without waiting for the session to end. Transactions
+// claimable again without waiting for the lifeline to end. Transactions
 // still open are asked again, less and less often, up to once per
 // RenewInterval. It returns when none is left or the client closes.
 func (c *Client) settleLoop(ctx context.Context) {

@@ -19,7 +19,7 @@ import (
 func TestSettleManyReleasesEachWithItsToken(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	c := newClient(t, pool, leasetable.Config{Owner: "settle", TTL: time.Minute})
 	_, err := c.Register(ctx, "settle", "a", "b")
 	require.NoError(t, err)
@@ -60,7 +60,7 @@ func TestSettleManyReleasesEachWithItsToken(t *testing.T) {
 func TestCompleteAndClaimWithEndedContextGivesDoneBack(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	const ttl = 10 * time.Second
 	a := newClient(t, pool, leasetable.Config{Owner: "a", TTL: ttl, RenewInterval: 200 * time.Millisecond})
 	b := newClient(t, pool, leasetable.Config{Owner: "b", TTL: ttl})

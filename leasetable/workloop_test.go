@@ -60,13 +60,13 @@ func TestCancelledGrantIsGivenBack(t *testing.T) {
 	}
 	d := env.DB(t)
 	direct := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	other := newClient(t, direct, leasetable.Config{Owner: "other"})
 	_, err := other.Register(ctx, "items", "item-1", "item-2")
 	require.NoError(t, err)
 	// One round trip per statement (no separate prepare), so that the
 	// request is on the server before the caller gives up.
-	pool, proxy := proxiedPool(t, d, func(cfg *pgxpool.Config) { cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec })
+	pool, proxy := env.ProxiedPool(t, d, func(cfg *pgxpool.Config) { cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec })
 	victim := newClient(t, pool, leasetable.Config{Owner: "victim", TTL: time.Minute})
 	sem, err := victim.Semaphore(ctx, "sem", 2) // registers the semaphore's slots
 	require.NoError(t, err)
@@ -113,7 +113,7 @@ func TestCancelledGrantIsGivenBack(t *testing.T) {
 func TestCancelledAcquireRacingRelease(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := pgtest.Context(t, 2*time.Minute)
 	holder := newClient(t, pool, leasetable.Config{Owner: "holder", TTL: time.Minute})
 	waiter := newClient(t, pool, leasetable.Config{Owner: "waiter", TTL: time.Minute})
 	const trials = 60
@@ -159,7 +159,7 @@ func TestCancelledAcquireRacingRelease(t *testing.T) {
 func TestReleaseWithEndedContext(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := pgtest.Context(t, 30*time.Second)
 	c := newClient(t, pool, leasetable.Config{Owner: "c", TTL: time.Minute})
 	_, err := c.Register(ctx, "items", "a", "b")
 	require.NoError(t, err)
@@ -190,8 +190,8 @@ func TestCloseGivesBackFailedReleases(t *testing.T) {
 	}
 	d := env.DB(t)
 	direct := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
-	pool, proxy := proxiedPool(t, d)
+	ctx := pgtest.Context(t, time.Minute)
+	pool, proxy := env.ProxiedPool(t, d)
 	c, err := leasetable.New(ctx, pool, leasetable.Config{Owner: "c", TTL: time.Minute, ReleaseTimeout: 300 * time.Millisecond})
 	require.NoError(t, err)
 	l1, err := c.TryAcquire(ctx, "one")
@@ -231,7 +231,7 @@ func TestCloseGivesBackFailedReleases(t *testing.T) {
 func TestCompleteAfterReleaseOrLoss(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := pgtest.Context(t, 30*time.Second)
 	c := newClient(t, pool, leasetable.Config{Owner: "c", TTL: time.Minute})
 	_, err := c.Register(ctx, "items", "a", "b", "c", "d")
 	require.NoError(t, err)
@@ -275,7 +275,7 @@ func TestCompleteAfterReleaseOrLoss(t *testing.T) {
 func TestErrAtTheDeadline(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	c := newClient(t, pool, leasetable.Config{Owner: "c", TTL: 600 * time.Millisecond})
 	for trial := range 5 {
 		name := fmt.Sprintf("held-%d", trial)
@@ -307,7 +307,7 @@ func TestErrAtTheDeadline(t *testing.T) {
 func TestCompleteTx(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := pgtest.Context(t, 30*time.Second)
 	_, err := pool.Exec(ctx, "CREATE TABLE effect (item text)")
 	require.NoError(t, err)
 	c := newClient(t, pool, leasetable.Config{Owner: "c", TTL: 2 * time.Second})
@@ -487,7 +487,7 @@ func TestExactlyOnceEffectsUnderKills(t *testing.T) {
 func workUnderKills(t *testing.T, mode string, items int) (kills, doubled, missing, left int) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, 4*time.Minute)
+	ctx := pgtest.Context(t, 4*time.Minute)
 	const workers = 3
 	_, err := pool.Exec(ctx, "CREATE TABLE effect (item text NOT NULL, worker text NOT NULL)")
 	require.NoError(t, err)
@@ -536,7 +536,7 @@ SELECT count(*) FILTER (WHERE n > 1), $1 - count(*) FROM (SELECT item, count(*) 
 func TestCrashedWorkersItemRetriedFirst(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	const ttl = 2 * time.Second
 	names := make([]string, 60)
 	for i := range names {
@@ -570,7 +570,7 @@ func TestCrashedWorkersItemRetriedFirst(t *testing.T) {
 func TestClaimOrder(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := pgtest.Context(t, 30*time.Second)
 	c := newClient(t, pool, leasetable.Config{Owner: "c"})
 	_, err := c.Register(ctx, "q", "z", "y", "x")
 	require.NoError(t, err)

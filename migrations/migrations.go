@@ -124,7 +124,7 @@ func Down(ctx context.Context, pool *pgxpool.Pool) error {
 			return err
 		}
 		if err := q.DropSchema(ctx, tx); err != nil {
-			return fmt.Errorf("pgbaton: drop schema %s (it still holds objects pgbaton did not create?): %w", Schema, err)
+			return fmt.Errorf("migrations: drop schema %s (it still holds objects pgbaton did not create?): %w", Schema, err)
 		}
 		return nil
 	})
@@ -167,7 +167,7 @@ func run(ctx context.Context, pool *pgxpool.Pool, step func(*migrate.Migrate) er
 	q := db.New()
 	info, err := q.ServerInfo(ctx, pool)
 	if err != nil {
-		return fmt.Errorf("pgbaton: migrations: %w", err)
+		return fmt.Errorf("migrations: %w", err)
 	}
 	if info.InRecovery {
 		return pgbaton.ErrStandby
@@ -177,11 +177,11 @@ func run(ctx context.Context, pool *pgxpool.Pool, step func(*migrate.Migrate) er
 	}
 	lockConn, err := pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("pgbaton: migrations: %w", err)
+		return fmt.Errorf("migrations: %w", err)
 	}
 	defer lockConn.Release()
 	if err := q.LockMigrationsSession(ctx, lockConn); err != nil {
-		return fmt.Errorf("pgbaton: migrations: take migration lock: %w", err)
+		return fmt.Errorf("migrations: take migration lock: %w", err)
 	}
 	defer func() {
 		// A failed unlock leaves the lock on a pooled connection: close it.
@@ -192,7 +192,7 @@ func run(ctx context.Context, pool *pgxpool.Pool, step func(*migrate.Migrate) er
 	// golang-migrate's table lives in the schema, so the schema must exist
 	// first.
 	if err := q.CreateSchema(ctx, lockConn); err != nil {
-		return fmt.Errorf("pgbaton: create schema %s: %w", Schema, err)
+		return fmt.Errorf("migrations: create schema %s: %w", Schema, err)
 	}
 	v, dirty, err := Version(ctx, pool)
 	if err != nil {
@@ -204,18 +204,18 @@ func run(ctx context.Context, pool *pgxpool.Pool, step func(*migrate.Migrate) er
 
 	src, err := iofs.New(files, ".")
 	if err != nil {
-		return fmt.Errorf("pgbaton: migrations source: %w", err)
+		return fmt.Errorf("migrations: source: %w", err)
 	}
 	sqlDB := stdlib.OpenDBFromPool(pool)
 	driver, err := pgxmigrate.WithInstance(sqlDB, &pgxmigrate.Config{SchemaName: Schema, MigrationsTable: Table})
 	if err != nil {
 		_ = sqlDB.Close()
-		return fmt.Errorf("pgbaton: migrations driver: %w", err)
+		return fmt.Errorf("migrations: driver: %w", err)
 	}
 	m, err := migrate.NewWithInstance("iofs", src, "pgx5", driver)
 	if err != nil {
 		_ = driver.Close()
-		return fmt.Errorf("pgbaton: migrations: %w", err)
+		return fmt.Errorf("migrations: %w", err)
 	}
 	defer m.Close()
 
@@ -233,12 +233,12 @@ func run(ctx context.Context, pool *pgxpool.Pool, step func(*migrate.Migrate) er
 	case errors.Is(err, migrate.ErrNoChange):
 		return nil
 	case err != nil && ctx.Err() != nil:
-		return fmt.Errorf("pgbaton: migrations stopped: %w (%w)", ctx.Err(), err)
+		return fmt.Errorf("migrations: stopped: %w (%w)", ctx.Err(), err)
 	case err != nil:
-		return fmt.Errorf("pgbaton: migrations: %w", err)
+		return fmt.Errorf("migrations: %w", err)
 	}
 	if ctx.Err() != nil {
-		return fmt.Errorf("pgbaton: migrations stopped before the last step: %w", ctx.Err())
+		return fmt.Errorf("migrations: stopped before the last step: %w", ctx.Err())
 	}
 	return nil
 }

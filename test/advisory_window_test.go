@@ -22,7 +22,7 @@ import (
 // both.)
 func TestAdvisoryServerSideLossWindow(t *testing.T) {
 	d := env.DB(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	cfg := advisory.Config{PingInterval: 500 * time.Millisecond, PingTimeout: time.Second}
 	g := cfg.PingInterval + cfg.PingTimeout
 	holderPool := d.Pool(t)

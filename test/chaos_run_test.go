@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 	"github.com/pgbaton/pgbaton/test/check"
 )
 
@@ -92,7 +93,7 @@ func TestCheckersBite(t *testing.T) {
 	// The ledger checker also catches a lost and a doubled write: remove
 	// one acknowledged row and commit another twice.
 	pool := res.db.Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	tag, err := pool.Exec(ctx, "DELETE FROM chaos_ledger WHERE id = (SELECT min(id) FROM chaos_ledger)")
 	require.NoError(t, err)
 	require.EqualValues(t, 1, tag.RowsAffected())

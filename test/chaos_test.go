@@ -130,7 +130,7 @@ type chaosRun struct {
 func runChaos(t *testing.T, cfg chaosConfig) chaosResult {
 	d := env.DB(t)
 	pool := d.Pool(t, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["application_name"] = "chaos-parent" })
-	ctx := ctxT(t, cfg.Duration+3*time.Minute)
+	ctx := pgtest.Context(t, cfg.Duration+3*time.Minute)
 	r := &chaosRun{t: t, cfg: cfg, d: d, pool: pool, hist: check.NewHistory(), procs: map[int]*proc{},
 		stopFile: filepath.Join(t.TempDir(), "stop")}
 	u, err := url.Parse(d.URL)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/advisory"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 	"github.com/pgbaton/pgbaton/leasetable"
 )
 
@@ -253,7 +254,7 @@ func TestCampaignEnds(t *testing.T) {
 	for _, ly := range layers {
 		t.Run(ly.name, func(t *testing.T) {
 			pool := env.DB(t).Pool(t)
-			ctx := ctxT(t, 30*time.Second)
+			ctx := pgtest.Context(t, 30*time.Second)
 			c := ly.new(t, pool, "e3", "a")
 			require.ErrorIs(t, c.Campaign(ctx, pgbaton.Callbacks{}), pgbaton.ErrInvalidArgument)
 

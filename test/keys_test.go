@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbaton/pgbaton/advisory"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 )
 
 // TestCorpusMatchesSQL checks every committed fuzz seed for key hashing
@@ -20,7 +21,7 @@ import (
 // and from psql).
 func TestCorpusMatchesSQL(t *testing.T) {
 	pool := env.DB(t).Pool(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	files, err := filepath.Glob(filepath.Join("fuzz", "testdata", "fuzz", "FuzzName*", "*"))
 	require.NoError(t, err)
 	require.NotEmpty(t, files)

@@ -27,7 +27,7 @@ import (
 // works again.
 func TestLockTableFilledByAnotherClient(t *testing.T) {
 	url := tinyLockTableCluster(t)
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := pgtest.Context(t, 2*time.Minute)
 	pool := pgtest.Pool(t, url)
 	_, err := pool.Exec(ctx, "CREATE TABLE full_ledger (token bigint)")
 	require.NoError(t, err)
@@ -107,14 +107,14 @@ func tinyLockTableCluster(t *testing.T) string {
 		"max_connections":           "20",
 	}})
 	url := c.URL("postgres")
-	require.NoError(t, migrations.UpURL(ctxT(t, time.Minute), url))
+	require.NoError(t, migrations.UpURL(pgtest.Context(t, time.Minute), url))
 	return url
 }
 
 // fillLockTable takes advisory locks on a connection of its own until the
 // server answers 53200, and returns that connection (closed when t ends).
 func fillLockTable(t *testing.T, url string) *pgx.Conn {
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	filler, err := pgx.Connect(ctx, url)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = filler.Close(context.Background()) })
@@ -139,7 +139,7 @@ func fillLockTable(t *testing.T, url string) *pgx.Conn {
 func TestLockTableFullNameKeyTypedError(t *testing.T) {
 	url := tinyLockTableCluster(t)
 	pool := pgtest.Pool(t, url)
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	locker, err := advisory.New(pool, advisory.Config{})
 	require.NoError(t, err)
 	defer locker.Close(ctx)

@@ -1,10 +1,8 @@
 package test
 
 import (
-	"context"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 )
@@ -21,10 +19,4 @@ func TestMain(m *testing.M) {
 // children run in separate OS processes of the test binary.
 var children = map[string]pgtest.ChildFunc{
 	"worker": childWorker,
-}
-
-func ctxT(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
 }

@@ -36,7 +36,7 @@ func bouncerPool(t *testing.T, url string) *pgxpool.Pool {
 func TestPgBouncerTransactionPooling(t *testing.T) {
 	d := env.DB(t)
 	url := pgtest.StartPgBouncer(t, d)
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := pgtest.Context(t, 2*time.Minute)
 	pool := bouncerPool(t, url)
 
 	t.Run("session locks refused", func(t *testing.T) {
@@ -145,7 +145,7 @@ func lockBehindBouncer(t *testing.T, ctx context.Context, pool *pgxpool.Pool, ur
 func TestPgBouncerRefusedSessionLeavesNoLocks(t *testing.T) {
 	d := env.DB(t)
 	url := pgtest.StartPgBouncer(t, d)
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := pgtest.Context(t, 2*time.Minute)
 	pool := bouncerPool(t, url)
 	refused := lockBehindBouncer(t, ctx, pool, url)
 	require.ErrorIs(t, refused, advisory.ErrSessionPooling)
@@ -215,7 +215,7 @@ func plainBouncerCases() []bouncerCase {
 // allow), and no lock may be left on a server connection.
 func TestPgBouncerTransactionModeDeterministic(t *testing.T) {
 	d := env.DB(t)
-	ctx := ctxT(t, 5*time.Minute)
+	ctx := pgtest.Context(t, 5*time.Minute)
 	admin := env.AdminPool()
 	for _, c := range bouncerCases(t) {
 		t.Run(c.name, func(t *testing.T) {
@@ -313,7 +313,7 @@ func advisoryLocksIn(t *testing.T, ctx context.Context, admin *pgxpool.Pool, db 
 // advisory locks, when a client leaves).
 func TestPgBouncerSessionModeWorks(t *testing.T) {
 	d := env.DB(t)
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := pgtest.Context(t, 2*time.Minute)
 	admin := env.AdminPool()
 	var cases []bouncerCase
 	for _, c := range bouncerCases(t) {

@@ -57,7 +57,7 @@ func grantMany(t *testing.T, ctx context.Context, lc *leasetable.Client, prefix 
 // writes lose. (With a plain sequence the first token on the new primary
 // was 34 after tokens up to 521.)
 func TestTokensMonotonicAcrossLossyPromotion(t *testing.T) {
-	ctx := ctxT(t, 3*time.Minute)
+	ctx := pgtest.Context(t, 3*time.Minute)
 	primary := pgtest.NewCluster(t, pgcluster.Config{NoFsync: true})
 	url := newTokenDB(t, ctx, primary)
 	proxy, err := faultproxy.New(fmt.Sprintf("127.0.0.1:%d", primary.Port()))
@@ -133,7 +133,7 @@ func waitReplayed(t *testing.T, ctx context.Context, primary, standby *pgxpool.P
 // sequence and no durability check, hundreds of acknowledged grants were
 // lost and their tokens handed out again.)
 func TestTokensMonotonicAcrossCrashWithAsyncCommit(t *testing.T) {
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := pgtest.Context(t, 2*time.Minute)
 	c := pgtest.NewCluster(t, pgcluster.Config{Settings: map[string]string{
 		"wal_writer_delay": "10s", "wal_writer_flush_after": "1GB", "bgwriter_lru_maxpages": "0",
 	}})
@@ -163,7 +163,7 @@ func TestTokensMonotonicAcrossCrashWithAsyncCommit(t *testing.T) {
 // larger than every token before, whichever way the timeline moved.
 // pg_resetwal moves the timeline forward, as a promotion would.
 func TestTokensMonotonicAcrossTimelineResets(t *testing.T) {
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := pgtest.Context(t, 2*time.Minute)
 	a := pgtest.NewCluster(t, pgcluster.Config{NoFsync: true})
 	url := newTokenDB(t, ctx, a)
 	var last int64
@@ -237,7 +237,7 @@ func setTimeline(t *testing.T, ctx context.Context, c *pgcluster.Cluster, url st
 // here the function's EXECUTE is revoked): grants still work, with the
 // epoch as it was.
 func TestTokensWithoutWALPosition(t *testing.T) {
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	d := env.DB(t)
 	admin := d.Pool(t)
 	role := fmt.Sprintf("nowal_%d", time.Now().UnixNano())

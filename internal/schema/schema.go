@@ -12,12 +12,11 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/pgerr"
 )
 
 // ErrDirty is migrations.ErrDirty: a previous migration failed half-way.
@@ -33,11 +32,10 @@ var ErrPreRelease = errors.New("pgbaton: schema written by a pre-release develop
 // and whether it is dirty; 0 when pgbaton never migrated this database.
 func Version(ctx context.Context, q db.DBTX) (version uint, dirty bool, err error) {
 	row, err := db.New().SchemaVersion(ctx, q)
-	var pgErr *pgconn.PgError
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return 0, false, nil
-	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedTable:
+	case pgerr.Code(err) == pgerr.UndefinedTable:
 		return 0, false, nil
 	case err != nil:
 		return 0, false, fmt.Errorf("pgbaton: read schema version: %w", err)

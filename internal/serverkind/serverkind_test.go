@@ -1,7 +1,6 @@
 package serverkind_test
 
 import (
-	"context"
 	"os"
 	"testing"
 	"time"
@@ -53,17 +52,11 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // A server that answers like CockroachDB, at the protocol level: refused
 // from its startup parameters alone, or, when a proxy hid them, from
 // version(), which is asked with the simple protocol.
 func TestCheckRefusesCockroachDB(t *testing.T) {
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, 30*time.Second)
 	withParam := pgtest.StartFakeServer(t, crdbVersion, map[string]string{"server_version": "13.0.0", "crdb_version": crdbVersion})
 	err := serverkind.Check(ctx, pgtest.Pool(t, withParam.URL()))
 	require.ErrorIs(t, err, pgbaton.ErrUnsupportedServer)
@@ -78,7 +71,7 @@ func TestCheckRefusesCockroachDB(t *testing.T) {
 }
 
 func TestCheckRefusesYugabyteDB(t *testing.T) {
-	ctx := ctxT(t)
+	ctx := pgtest.Context(t, 30*time.Second)
 	yb := pgtest.StartFakeServer(t, ybVersion, map[string]string{"server_version": "11.2-YB-2.18.3.0-b0"})
 	err := serverkind.Check(ctx, pgtest.Pool(t, yb.URL()))
 	require.ErrorIs(t, err, pgbaton.ErrUnsupportedServer)
@@ -87,6 +80,6 @@ func TestCheckRefusesYugabyteDB(t *testing.T) {
 
 func TestCheckAcceptsPostgreSQL(t *testing.T) {
 	d := env.DB(t)
-	require.NoError(t, serverkind.Check(ctxT(t), d.Pool(t)))
-	require.ErrorIs(t, serverkind.Check(ctxT(t), nil), pgbaton.ErrInvalidArgument)
+	require.NoError(t, serverkind.Check(pgtest.Context(t, 30*time.Second), d.Pool(t)))
+	require.ErrorIs(t, serverkind.Check(pgtest.Context(t, 30*time.Second), nil), pgbaton.ErrInvalidArgument)
 }

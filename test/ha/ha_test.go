@@ -72,7 +72,7 @@ const lagFor = 3 * time.Second
 // acked_lost counts them all, including those an asynchronous failover
 // lost (allowed there; required in the lag phase).
 func TestHA(t *testing.T) {
-	ctx := ctxT(t, 20*time.Minute)
+	ctx := pgtest.Context(t, 20*time.Minute)
 	start := time.Now()
 	c, err := hacluster.Start(ctx, hacluster.Config{})
 	require.NoError(t, err)

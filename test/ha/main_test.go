@@ -3,10 +3,8 @@
 package ha
 
 import (
-	"context"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 )
@@ -18,10 +16,4 @@ func TestMain(m *testing.M) {
 	// it the goroutine leak check.
 	env = pgtest.Setup(pgtest.Options{NoServer: true})
 	os.Exit(env.Run(m))
-}
-
-func ctxT(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
 }

@@ -35,12 +35,6 @@ func TestMain(m *testing.M) {
 	os.Exit(env.Run(m))
 }
 
-func ctxT(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func leader(t *testing.T, ctx context.Context, c *Cluster) (name string, port int, inRecovery bool) {
 	conn, err := pgx.Connect(ctx, c.URL("postgres"))
 	require.NoError(t, err)
@@ -57,7 +51,7 @@ func leader(t *testing.T, ctx context.Context, c *Cluster) (name string, port in
 // The cluster comes up, the multi-host URL reaches the leader, a
 // switchover and a killed leader move it, and Stop leaves nothing behind.
 func TestCluster(t *testing.T) {
-	ctx := ctxT(t, 5*time.Minute)
+	ctx := pgtest.Context(t, 5*time.Minute)
 	start := time.Now()
 	c, err := Start(ctx, Config{})
 	require.NoError(t, err)

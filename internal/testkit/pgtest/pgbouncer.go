@@ -142,7 +142,7 @@ logfile = %s
 		select {
 		case <-exited:
 			log, _ := os.ReadFile(logPath)
-			return false, fmt.Errorf("pgbouncer exited: %s", log)
+			return false, fmt.Errorf("pgtest: pgbouncer exited: %s", log)
 		default:
 		}
 		c, err := net.Dial("tcp", addr)

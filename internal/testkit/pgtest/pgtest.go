@@ -118,14 +118,14 @@ func setup(opts Options) (_ *Env, err error) {
 		e.prefix = "pgbaton_t"
 	}
 	if e.admin, err = pgxpool.New(ctx, e.adminURL); err != nil {
-		return nil, fmt.Errorf("connect %s: %w", redact(e.adminURL), err)
+		return nil, fmt.Errorf("pgtest: connect %s: %w", redact(e.adminURL), err)
 	}
 	e.template = e.prefix + "template"
 	if _, err := e.admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{e.template}.Sanitize()); err != nil {
-		return nil, fmt.Errorf("create template database: %w", err)
+		return nil, fmt.Errorf("pgtest: create template database: %w", err)
 	}
 	if err := migrations.UpURL(ctx, e.urlFor(e.template)); err != nil {
-		return nil, fmt.Errorf("migrate template database: %w", err)
+		return nil, fmt.Errorf("pgtest: migrate template database: %w", err)
 	}
 	return e, nil
 }

@@ -14,24 +14,24 @@ import (
 	"github.com/pgbaton/pgbaton/internal/db"
 )
 
-// session is a client's lease session: one row of pgbaton.lease_session
+// lifeline is a client's lifeline: one row of pgbaton.lease_session
 // that one keep-alive per RenewInterval keeps alive for every lease bound
-// to it, however many. A lease bound to a session is valid in the database
-// while its own grant (or explicit Renew) has not expired or its session
+// to it, however many. A lease bound to a lifeline is valid in the database
+// while its own grant (or explicit Renew) has not expired or its lifeline
 // is alive; locally it is held until the later of its own deadline and the
-// session's, each started before the request that set it was sent and
+// lifeline's, each started before the request that set it was sent and
 // shortened by the safety margin, so the holder learns of a loss before
 // the database lets anyone else take the lease.
 //
-// A session is never revived: a keep-alive that arrives after the
-// session's expiry fails, and the client opens a new session for new
-// grants. The leases of a dead session end at their own deadlines.
-type session struct {
+// A lifeline is never revived: a keep-alive that arrives after the
+// lifeline's expiry fails, and the client opens a new lifeline for new
+// grants. The leases of a dead lifeline end at their own deadlines.
+type lifeline struct {
 	c  *Client
 	id int64
 
 	// base carries the monotonic clock; deadline is an offset from it, so
-	// leases read the session's deadline without a lock.
+	// leases read the lifeline's deadline without a lock.
 	base     time.Time
 	deadline atomic.Int64 // time.Duration since base
 	dead     atomic.Bool  // expired locally or gone from the database
@@ -49,25 +49,25 @@ type session struct {
 	deadT     *time.Timer
 	stopKeep  context.CancelFunc
 
-	// leases bound to the session. A leaf lock: nothing else is taken
+	// leases bound to the lifeline. A leaf lock: nothing else is taken
 	// while it is held, so a Lease may take it under its own mu.
 	setMu  sync.Mutex
 	leases map[*Lease]struct{}
 }
 
-// sessionFor returns the session new grants bind to, opening one when
+// lifelineFor returns the lifeline new grants bind to, opening one when
 // there is none or the current one is dead.
-func (c *Client) sessionFor(ctx context.Context) (*session, error) {
-	c.sessMu.Lock()
-	defer c.sessMu.Unlock()
+func (c *Client) lifelineFor(ctx context.Context) (*lifeline, error) {
+	c.lineMu.Lock()
+	defer c.lineMu.Unlock()
 	c.mu.Lock()
-	s := c.sess
+	s := c.line
 	c.mu.Unlock()
 	if s != nil && !s.dead.Load() && time.Now().Before(s.until()) {
 		return s, nil
 	}
 	start := time.Now()
-	// A repeat after a broken connection may leave an unused session
+	// A repeat after a broken connection may leave an unused lifeline
 	// behind; it expires at its TTL.
 	var row db.SessionOpenRow
 	err := c.retry(ctx, true, func(ctx context.Context) (err error) {
@@ -77,7 +77,7 @@ func (c *Client) sessionFor(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, c.dbError("open lease session", err)
 	}
-	s = &session{c: c, id: row.ID, base: start, expiresAt: row.ExpiresAt, renewedAt: start,
+	s = &lifeline{c: c, id: row.ID, base: start, expiresAt: row.ExpiresAt, renewedAt: start,
 		idleSince: start, leases: make(map[*Lease]struct{})}
 	s.deadline.Store(int64(c.cfg.TTL - c.cfg.SafetyMargin))
 	c.mu.Lock()
@@ -86,7 +86,7 @@ func (c *Client) sessionFor(ctx context.Context) (*session, error) {
 		c.goBackground(func(ctx context.Context) { s.close(ctx) })
 		return nil, errClosedDuringOpen
 	}
-	c.sess = s
+	c.line = s
 	c.mu.Unlock()
 	s.mu.Lock()
 	s.keepT = time.AfterFunc(c.cfg.RenewInterval, c.tracked(s.keepalive))
@@ -96,38 +96,38 @@ func (c *Client) sessionFor(ctx context.Context) (*session, error) {
 	return s, nil
 }
 
-var errClosedDuringOpen = fmt.Errorf("%w: leasetable: the client closed while a lease session was opened", pgbaton.ErrClosed)
+var errClosedDuringOpen = fmt.Errorf("%w: the client closed while a lease session was opened", pgbaton.ErrClosed)
 
-// param is the session as the grant functions take it.
-func (s *session) param() pgtype.Int8 { return pgtype.Int8{Int64: s.id, Valid: true} }
+// param is the lifeline as the grant functions take it.
+func (s *lifeline) param() pgtype.Int8 { return pgtype.Int8{Int64: s.id, Valid: true} }
 
-// until is the session's local deadline.
-func (s *session) until() time.Time {
+// until is the lifeline's local deadline.
+func (s *lifeline) until() time.Time {
 	return s.base.Add(time.Duration(s.deadline.Load()))
 }
 
-// carries reports whether the session keeps leases alive now: it is not
+// carries reports whether the lifeline keeps leases alive now: it is not
 // dead and its deadline has not passed.
-func (s *session) carries(now time.Time) bool {
+func (s *lifeline) carries(now time.Time) bool {
 	return !s.dead.Load() && now.Before(s.until())
 }
 
-// bind adds l to the leases the session keeps alive.
-func (s *session) bind(l *Lease) {
+// bind adds l to the leases the lifeline keeps alive.
+func (s *lifeline) bind(l *Lease) {
 	s.setMu.Lock()
 	s.leases[l] = struct{}{}
 	s.setMu.Unlock()
 }
 
 // unbind removes l; the last lease to leave starts the idle clock.
-func (s *session) unbind(l *Lease) {
+func (s *lifeline) unbind(l *Lease) {
 	s.setMu.Lock()
 	delete(s.leases, l)
 	s.setMu.Unlock()
 }
 
 // bound returns the leases bound now.
-func (s *session) bound() []*Lease {
+func (s *lifeline) bound() []*Lease {
 	s.setMu.Lock()
 	defer s.setMu.Unlock()
 	out := make([]*Lease, 0, len(s.leases))
@@ -138,7 +138,7 @@ func (s *session) bound() []*Lease {
 }
 
 // keepalive runs on the keep-alive timer.
-func (s *session) keepalive() {
+func (s *lifeline) keepalive() {
 	c := s.c
 	s.mu.Lock()
 	if s.dead.Load() {
@@ -161,7 +161,7 @@ func (s *session) keepalive() {
 		s.idleSince = now
 	} else if now.Sub(s.idleSince) >= c.cfg.TTL {
 		// Unused for a TTL: let it go rather than write for nothing. The
-		// next grant opens a new session.
+		// next grant opens a new lifeline.
 		s.mu.Unlock()
 		s.retire()
 		return
@@ -219,7 +219,7 @@ func (s *session) keepalive() {
 		}
 		s.afterKeepalive()
 	case err == nil:
-		// The database no longer has the session (it expired there first,
+		// The database no longer has the lifeline (it expired there first,
 		// or a failover lost it): its leases are valid by their own
 		// expiry only.
 		s.mu.Unlock()
@@ -235,7 +235,7 @@ func (s *session) keepalive() {
 }
 
 // checkDeadline runs on the deadline timer.
-func (s *session) checkDeadline() {
+func (s *lifeline) checkDeadline() {
 	s.mu.Lock()
 	if s.dead.Load() {
 		s.mu.Unlock()
@@ -250,10 +250,10 @@ func (s *session) checkDeadline() {
 	s.die("no successful keep-alive before the local deadline")
 }
 
-// die ends the session: no keep-alive is sent any more, and every lease
+// die ends the lifeline: no keep-alive is sent any more, and every lease
 // bound to it is now held only until its own deadline — those past it are
 // lost at once.
-func (s *session) die(why string) {
+func (s *lifeline) die(why string) {
 	// Read before stop cancels a keep-alive in flight.
 	trouble := s.trouble()
 	if !s.stop() {
@@ -263,32 +263,32 @@ func (s *session) die(why string) {
 	leases := s.bound()
 	c.log.Warn("pgbaton: lease session lost", "session", s.id, "leases", len(leases), "reason", why)
 	for _, l := range leases {
-		l.sessionEnded(trouble)
+		l.lifelineEnded(trouble)
 	}
-	c.forgetSession(s)
+	c.forgetLifeline(s)
 }
 
-// retire ends an idle session and deletes its row.
-func (s *session) retire() {
+// retire ends an idle lifeline and deletes its row.
+func (s *lifeline) retire() {
 	s.closing.Store(true)
 	if !s.stop() {
 		return
 	}
-	s.c.forgetSession(s)
+	s.c.forgetLifeline(s)
 	s.c.goBackground(s.close)
 	// A lease bound since the idle check holds by its own deadline.
 	for _, l := range s.bound() {
-		l.sessionEnded(false)
+		l.lifelineEnded(false)
 	}
 }
 
 // trouble reports whether keep-alives are failing or one hangs in flight:
 // a loss now is a renewal failure rather than an expiry.
-func (s *session) trouble() bool { return s.failing.Load() || s.inflight.Load() }
+func (s *lifeline) trouble() bool { return s.failing.Load() || s.inflight.Load() }
 
-// stop marks the session dead and stops its timers; false if it was
+// stop marks the lifeline dead and stops its timers; false if it was
 // already.
-func (s *session) stop() bool {
+func (s *lifeline) stop() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.dead.Swap(true) {
@@ -302,9 +302,9 @@ func (s *session) stop() bool {
 	return true
 }
 
-// close deletes the session's row; leases still bound keep only their own
-// expiry. Best effort: a session that is not closed expires at its TTL.
-func (s *session) close(ctx context.Context) {
+// close deletes the lifeline's row; leases still bound keep only their own
+// expiry. Best effort: a lifeline that is not closed expires at its TTL.
+func (s *lifeline) close(ctx context.Context) {
 	ctx, cancel := s.c.cleanupContext(ctx)
 	defer cancel()
 	if err := s.c.q.SessionClose(ctx, s.c.pool, s.id); err != nil {
@@ -312,8 +312,8 @@ func (s *session) close(ctx context.Context) {
 	}
 }
 
-// findRevoked ends the leases of the session an operator force-released.
-func (s *session) findRevoked(ctx context.Context) {
+// findRevoked ends the leases of the lifeline an operator force-released.
+func (s *lifeline) findRevoked(ctx context.Context) {
 	c := s.c
 	leases := s.bound()
 	if len(leases) == 0 {
@@ -343,7 +343,7 @@ func (s *session) findRevoked(ctx context.Context) {
 
 // afterKeepalive runs the hooks of leases that want to know of each
 // successful keep-alive (job run heartbeats), in the background.
-func (s *session) afterKeepalive() {
+func (s *lifeline) afterKeepalive() {
 	var hooks []func(context.Context)
 	for _, l := range s.bound() {
 		l.mu.Lock()
@@ -361,9 +361,9 @@ func (s *session) afterKeepalive() {
 	}
 }
 
-// overdue reports whether the session's last successful keep-alive is
+// overdue reports whether the lifeline's last successful keep-alive is
 // older than limit, and how long ago it was sent.
-func (s *session) overdue(limit time.Duration) (bool, time.Duration) {
+func (s *lifeline) overdue(limit time.Duration) (bool, time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	since := time.Since(s.renewedAt)
@@ -386,21 +386,21 @@ func (c *Client) tracked(fn func()) func() {
 	}
 }
 
-// forgetSession drops s as the session for new grants.
-func (c *Client) forgetSession(s *session) {
+// forgetLifeline drops s as the lifeline for new grants.
+func (c *Client) forgetLifeline(s *lifeline) {
 	c.mu.Lock()
-	if c.sess == s {
-		c.sess = nil
+	if c.line == s {
+		c.line = nil
 	}
 	c.mu.Unlock()
 }
 
-// closeSession ends the client's session for good at Close: its row is
+// closeLifeline ends the client's lifeline for good at Close: its row is
 // deleted (leases not given back keep only their own expiry).
-func (c *Client) closeSession(ctx context.Context) error {
+func (c *Client) closeLifeline(ctx context.Context) error {
 	c.mu.Lock()
-	s := c.sess
-	c.sess = nil
+	s := c.line
+	c.line = nil
 	c.mu.Unlock()
 	if s == nil {
 		return nil
@@ -410,7 +410,7 @@ func (c *Client) closeSession(ctx context.Context) error {
 		return nil
 	}
 	for _, l := range s.bound() {
-		l.sessionEnded(false)
+		l.lifelineEnded(false)
 	}
 	ctx, cancel := c.cleanupContext(ctx)
 	defer cancel()
