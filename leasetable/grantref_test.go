@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 )
 
 // TestGrantRefLookupsReadOnlyTheirRows: release_ref (a grant whose caller
@@ -16,7 +18,7 @@ import (
 // (pg_stat_xact_user_tables, before and after the call), which need no
 // flush on any server version.
 func TestGrantRefLookupsReadOnlyTheirRows(t *testing.T) {
-	ctx := ctxT(t, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
 	pool := env.DB(t).Pool(t)
 	const many = 3000
 	names := make([]string, many+2)
