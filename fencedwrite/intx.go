@@ -43,7 +43,10 @@ const rollbackTimeout = 10 * time.Second
 //     mapped as above).
 //   - A COMMIT that fails is never reported as a bare driver error. If the
 //     reply was lost, InTx asks the database (txid_status, on another
-//     connection of pool) whether the transaction committed: if it did,
+//     connection of pool, on the timeline the transaction ran on: a
+//     failover since makes the answer ErrCommitUnknown, because a promoted
+//     standby that lost the commit may know its id as another
+//     transaction) whether the transaction committed: if it did,
 //     InTx returns nil. If it did not and the lease has moved meanwhile,
 //     the error is a *StaleTokenError wrapping the commit error; if it did
 //     not and the lease is still held, the commit error says nothing was
@@ -84,7 +87,7 @@ func InTx(ctx context.Context, pool Beginner, lease Lease, fn func(pgx.Tx) error
 		return MapError(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return commitError(ctx, pool, name, token, row.Xid, err)
+		return commitError(ctx, pool, name, token, txRef{xid: row.Xid, timeline: row.Timeline}, err)
 	}
 	return nil
 }
@@ -95,8 +98,16 @@ func rollback(ctx context.Context, tx pgx.Tx) {
 	_ = tx.Rollback(ctx) // on failure pgx closes the connection, which rolls back too
 }
 
-// commitError explains a failed COMMIT of the transaction with id xid.
-func commitError(ctx context.Context, pool Beginner, name string, token, xid int64, err error) error {
+// txRef names a transaction: its id, and the timeline it ran on (0 when the
+// server does not tell). After a promotion that lost WAL, the new timeline
+// hands the lost transactions' ids to transactions of its own, so an id is
+// asked about only on its own timeline.
+type txRef struct {
+	xid, timeline int64
+}
+
+// commitError explains a failed COMMIT of the transaction tx.
+func commitError(ctx context.Context, pool Beginner, name string, token int64, tx txRef, err error) error {
 	// Find out even if ctx is what ended the commit: an honest answer is
 	// worth a short wait.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
@@ -105,7 +116,7 @@ func commitError(ctx context.Context, pool Beginner, name string, token, xid int
 		return mapped // a deferred fence check failed at commit
 	}
 	if !notCommitted(err) {
-		committed, statusErr := commitStatus(ctx, pool, xid)
+		committed, statusErr := commitStatus(ctx, pool, tx)
 		switch {
 		case statusErr != nil:
 			return fmt.Errorf("%w: lease %q: COMMIT failed (%w) and its outcome could not be read: %w",
@@ -141,22 +152,27 @@ func notCommitted(err error) bool {
 	return false
 }
 
-// commitStatus asks the database whether transaction xid committed,
+// commitStatus asks the database whether transaction tx committed,
 // waiting while it is still in progress (a backend that is being
-// terminated finishes its abort first).
-func commitStatus(ctx context.Context, pool Beginner, xid int64) (committed bool, err error) {
+// terminated finishes its abort first). It answers only from the timeline
+// tx ran on: a server on another one (promoted since, or a standby) may
+// know the same id as another transaction.
+func commitStatus(ctx context.Context, pool Beginner, tx txRef) (committed bool, err error) {
 	q := db.New()
 	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
-		status, err := q.FenceTxStatus(ctx, pool, xid)
+		row, err := q.FenceTxStatus(ctx, pool, tx.xid)
 		switch {
 		case err != nil:
 			return false, err
-		case status == "committed":
+		case row.Timeline != tx.timeline:
+			return false, fmt.Errorf("fencedwrite: the transaction ran on timeline %d, the server now answering is on %d (a failover happened; 0: not told)",
+				tx.timeline, row.Timeline)
+		case row.Status == "committed":
 			return true, nil
-		case status == "aborted":
+		case row.Status == "aborted":
 			return false, nil
-		case status != "in progress":
-			return false, fmt.Errorf("fencedwrite: txid_status(%d) is %q", xid, status)
+		case row.Status != "in progress":
+			return false, fmt.Errorf("fencedwrite: txid_status(%d) is %q", tx.xid, row.Status)
 		}
 		select {
 		case <-ctx.Done():

@@ -12,14 +12,20 @@ SELECT pg_is_in_recovery()::bool AS standby,
 -- COMMIT whose reply was lost InTx can ask txid_status whether it
 -- committed. The row lock already gave the transaction an id, so
 -- txid_current() costs nothing extra. A standby gets no id: see standby.
+-- timeline is the one the transaction runs on (0 where the server does
+-- not tell, see pgbaton.insert_timeline): an id means that transaction only
+-- on this timeline.
 SELECT pg_is_in_recovery()::bool AS standby,
        (CASE WHEN pg_is_in_recovery() THEN false ELSE pgbaton.assert_token(@name::text, @token::bigint) END)::bool AS ok,
-       (CASE WHEN pg_is_in_recovery() THEN 0 ELSE txid_current() END)::bigint AS xid;
+       (CASE WHEN pg_is_in_recovery() THEN 0 ELSE txid_current() END)::bigint AS xid,
+       coalesce(CASE WHEN pg_is_in_recovery() THEN NULL ELSE pgbaton.insert_timeline() END, 0)::bigint AS timeline;
 
 -- name: FenceTxStatus :one
 -- 'committed', 'aborted', 'in progress', or 'unknown' when the id is too
--- old to know.
-SELECT coalesce(txid_status(@xid::bigint), 'unknown')::text AS status;
+-- old to know; with the timeline this server writes on (0 on a standby,
+-- or where the server does not tell).
+SELECT coalesce(txid_status(@xid::bigint), 'unknown')::text AS status,
+       coalesce(CASE WHEN pg_is_in_recovery() THEN NULL ELSE pgbaton.insert_timeline() END, 0)::bigint AS timeline;
 
 -- name: FenceSetToken :exec
 -- The token writes to fenced tables present to pgbaton.reject_stale_token,

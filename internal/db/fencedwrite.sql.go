@@ -39,7 +39,8 @@ func (q *Queries) FenceAssertToken(ctx context.Context, db DBTX, arg FenceAssert
 const fenceAssertTokenXid = `-- name: FenceAssertTokenXid :one
 SELECT pg_is_in_recovery()::bool AS standby,
        (CASE WHEN pg_is_in_recovery() THEN false ELSE pgbaton.assert_token($1::text, $2::bigint) END)::bool AS ok,
-       (CASE WHEN pg_is_in_recovery() THEN 0 ELSE txid_current() END)::bigint AS xid
+       (CASE WHEN pg_is_in_recovery() THEN 0 ELSE txid_current() END)::bigint AS xid,
+       coalesce(CASE WHEN pg_is_in_recovery() THEN NULL ELSE pgbaton.insert_timeline() END, 0)::bigint AS timeline
 `
 
 type FenceAssertTokenXidParams struct {
@@ -48,19 +49,28 @@ type FenceAssertTokenXidParams struct {
 }
 
 type FenceAssertTokenXidRow struct {
-	Standby bool  `json:"standby"`
-	Ok      bool  `json:"ok"`
-	Xid     int64 `json:"xid"`
+	Standby  bool  `json:"standby"`
+	Ok       bool  `json:"ok"`
+	Xid      int64 `json:"xid"`
+	Timeline int64 `json:"timeline"`
 }
 
 // fencedwrite.InTx: the guard plus the transaction's id, so that after a
 // COMMIT whose reply was lost InTx can ask txid_status whether it
 // committed. The row lock already gave the transaction an id, so
 // txid_current() costs nothing extra. A standby gets no id: see standby.
+// timeline is the one the transaction runs on (0 where the server does
+// not tell, see pgbaton.insert_timeline): an id means that transaction only
+// on this timeline.
 func (q *Queries) FenceAssertTokenXid(ctx context.Context, db DBTX, arg FenceAssertTokenXidParams) (FenceAssertTokenXidRow, error) {
 	row := db.QueryRow(ctx, fenceAssertTokenXid, arg.Name, arg.Token)
 	var i FenceAssertTokenXidRow
-	err := row.Scan(&i.Standby, &i.Ok, &i.Xid)
+	err := row.Scan(
+		&i.Standby,
+		&i.Ok,
+		&i.Xid,
+		&i.Timeline,
+	)
 	return i, err
 }
 
@@ -124,16 +134,23 @@ func (q *Queries) FenceSetToken(ctx context.Context, db DBTX, token int64) error
 }
 
 const fenceTxStatus = `-- name: FenceTxStatus :one
-SELECT coalesce(txid_status($1::bigint), 'unknown')::text AS status
+SELECT coalesce(txid_status($1::bigint), 'unknown')::text AS status,
+       coalesce(CASE WHEN pg_is_in_recovery() THEN NULL ELSE pgbaton.insert_timeline() END, 0)::bigint AS timeline
 `
 
+type FenceTxStatusRow struct {
+	Status   string `json:"status"`
+	Timeline int64  `json:"timeline"`
+}
+
 // 'committed', 'aborted', 'in progress', or 'unknown' when the id is too
-// old to know.
-func (q *Queries) FenceTxStatus(ctx context.Context, db DBTX, xid int64) (string, error) {
+// old to know; with the timeline this server writes on (0 on a standby,
+// or where the server does not tell).
+func (q *Queries) FenceTxStatus(ctx context.Context, db DBTX, xid int64) (FenceTxStatusRow, error) {
 	row := db.QueryRow(ctx, fenceTxStatus, xid)
-	var status string
-	err := row.Scan(&status)
-	return status, err
+	var i FenceTxStatusRow
+	err := row.Scan(&i.Status, &i.Timeline)
+	return i, err
 }
 
 const fencedValueCompare = `-- name: FencedValueCompare :one
