@@ -229,7 +229,10 @@ COMMENT ON TABLE pgbaton.token_epoch IS
 -- epoch has nothing to guard against there. Whether the functions work is
 -- found out once per session (a subtransaction) and remembered in the
 -- session setting pgbaton.timeline_readable; a failed transaction forgets
--- it again.
+-- it again. Only a refusal that lasts is remembered (the role may not read
+-- the WAL position, the server does not support it); any other error, such
+-- as "recovery is in progress" on a standby whose session outlives its
+-- promotion, is raised: no token is drawn without knowing the timeline.
 CREATE FUNCTION pgbaton.insert_timeline()
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
@@ -245,7 +248,7 @@ BEGIN
     BEGIN
         tl := ('x' || substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))::bit(32)::bigint;
         PERFORM set_config('pgbaton.timeline_readable', 'on', false);
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN insufficient_privilege OR feature_not_supported OR undefined_function THEN
         PERFORM set_config('pgbaton.timeline_readable', 'off', false);
     END;
     RETURN tl;
