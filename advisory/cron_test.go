@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbaton/pgbaton/advisory"
+	"github.com/pgbaton/pgbaton/jobs"
 	"github.com/pgbaton/pgbaton/leasetable"
 )
 
@@ -37,7 +38,7 @@ func TestCronSkipIfHeldDoesNotDedupeSlots(t *testing.T) {
 			slot := start.Add(time.Duration(s) * time.Second)
 			for n := range nodes {
 				if claim {
-					won, err := clients[n].ClaimSlot(ctx, "report", slot)
+					won, err := jobs.ClaimSlot(ctx, clients[n], "report", slot)
 					require.NoError(t, err)
 					if !won {
 						continue

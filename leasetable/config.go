@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/pgbaton/pgbaton/internal/names"
 )
 
 // MaxNameLen is the longest lease name, group, job or owner, in bytes.
@@ -179,15 +179,8 @@ func defaultOwner() string {
 // checkName rejects what the database would refuse, before anything is
 // sent: empty or oversized names, NUL bytes and invalid UTF-8.
 func checkName(what, s string) error {
-	switch {
-	case s == "":
-		return invalid("empty %s", what)
-	case len(s) > MaxNameLen:
-		return invalid("%s is %d bytes, at most %d allowed", what, len(s), MaxNameLen)
-	case strings.IndexByte(s, 0) >= 0:
-		return invalid("%s contains a NUL byte", what)
-	case !utf8.ValidString(s):
-		return invalid("%s is not valid UTF-8", what)
+	if p := names.Problem(what, s, MaxNameLen); p != "" {
+		return invalid("%s", p)
 	}
 	return nil
 }

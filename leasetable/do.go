@@ -19,11 +19,21 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	if err != nil {
 		return err
 	}
-	return c.runUnder(ctx, l, func(ctx context.Context) error { return fn(ctx) })
+	return l.Do(ctx, fn)
 }
 
-// runUnder runs fn under l and releases l afterwards.
-func (c *Client) runUnder(ctx context.Context, l *Lease, fn func(ctx context.Context) error) (err error) {
+// Do runs fn under the lease as Client.Do does once it has the lease: fn's
+// context is cancelled, with cause ErrLeaseLost, if the lease is lost, and
+// the lease is released when fn returns, on every path. It returns fn's
+// error; if fn returned nil but the lease was lost while it ran, an error
+// wrapping ErrLeaseLost. For work that must do something between the
+// acquire and fn, such as recording a job run (package jobs).
+func (l *Lease) Do(ctx context.Context, fn func(ctx context.Context) error) (err error) {
+	if fn == nil {
+		_ = l.Release(ctx)
+		return invalid("nil function")
+	}
+	c := l.c
 	fnCtx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(l.Context(), func() { cancel(l.Err()) })
 	defer func() {

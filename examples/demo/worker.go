@@ -18,6 +18,7 @@ import (
 
 	"github.com/pgbaton/pgbaton/examples/demo/internal/demodb"
 	"github.com/pgbaton/pgbaton/fencedwrite"
+	"github.com/pgbaton/pgbaton/jobs"
 	"github.com/pgbaton/pgbaton/leasetable"
 )
 
@@ -113,7 +114,7 @@ func (w *demoWorker) cron(ctx context.Context) {
 		case <-tick.C:
 		}
 		slot := time.Now().Add(w.skew).Truncate(demoSlot)
-		won, err := w.client.ClaimSlot(ctx, demoJob, slot)
+		won, err := jobs.ClaimSlot(ctx, w.client, demoJob, slot)
 		if err != nil {
 			if ctx.Err() == nil {
 				w.emit(demoEvent{Kind: "error", Detail: "claim slot: " + err.Error()})
