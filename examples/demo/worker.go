@@ -20,6 +20,7 @@ import (
 	"github.com/pgbaton/pgbaton/fencedwrite"
 	"github.com/pgbaton/pgbaton/jobs"
 	"github.com/pgbaton/pgbaton/leasetable"
+	"github.com/pgbaton/pgbaton/retention"
 )
 
 // The demo's names, shared by the orchestrator and its workers.
@@ -98,6 +99,9 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		wg.Go(func() { w.lead(ctx) })
 	}
 	wg.Go(func() { w.work(ctx) })
+	// Old cron slots, job runs and the like are pruned by one worker at a
+	// time (the leasetable client prunes its own tables by itself).
+	wg.Go(func() { _ = retention.Run(ctx, w.client, retention.Config{}) })
 	wg.Wait()
 	return nil
 }
