@@ -84,12 +84,13 @@ type Config struct {
 	// notifications are not used (NoListen, or not delivered). Default 1s.
 	PollInterval time.Duration
 
-	// Retention says how long the rows that pile up with use (cron slots,
-	// job runs, the audit log, fenced values, names, dead sessions...) are
-	// kept, and how this client prunes them in the background: once per
-	// Retention.Interval one client of all those sharing the database takes
-	// the lease RetentionLease and deletes old rows in small batches. The
-	// zero value prunes with the documented defaults.
+	// Retention says how long the rows of leasetable's tables that pile
+	// up with use (waiter registrations, unused named leases, dead
+	// sessions) are kept, and how this client prunes them in the
+	// background: once per Retention.Interval one client of all those
+	// sharing the database takes the lease RetentionLease and deletes old
+	// rows in small batches. The zero value prunes with the documented
+	// defaults. The other tables are package retention's.
 	Retention Retention
 
 	// ReleaseTimeout bounds how long a release or completion may take
