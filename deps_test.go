@@ -24,7 +24,7 @@ var libraryDeps = []string{
 // through migrations, and never import the test harness.
 func TestLibraryLinksOnlyItsOwnDependencies(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}",
-		"./advisory", "./leasetable", "./fencedwrite", "./health").CombinedOutput()
+		"./advisory", "./leasetable", "./fencedwrite", "./health", "./jobs", "./retention").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
@@ -66,6 +66,90 @@ func TestOnlyTestsImportTheHarness(t *testing.T) {
 		for _, imp := range strings.Fields(imports) {
 			if strings.HasPrefix(imp, harness) {
 				t.Errorf("%s imports the test harness %s", pkg, imp)
+			}
+		}
+	}
+}
+
+// layers ranks the module's packages, lowest first; a package is ranked
+// by the longest entry that is its path or a folder above it. A package
+// imports only packages of a lower rank, or of its own entry (internal
+// helpers among themselves, a module's own subpackages). The order is the
+// docs': the root's shared errors, the internal helpers, the migrations
+// (imported only by the test harness and the tools), the three layers in
+// the order of the README, then what is built on them: health, jobs (job
+// runs and cron slots over leasetable and fencedwrite), retention
+// (pruning every layer's tables), and the modules a library user never
+// imports.
+var layers = []struct {
+	pkg  string // path below the module, "" for the root
+	rank int
+}{
+	{"", 0},
+	{"internal", 1},
+	{"migrations", 2},
+	{"internal/testkit", 3},
+	{"advisory", 4},
+	{"leasetable", 5},
+	{"fencedwrite", 6},
+	{"health", 7},
+	{"jobs", 8},
+	{"retention", 9},
+	{"gocronlock", 10},
+	{"admin", 11},
+	{"cmd/pgbaton", 12},
+	{"examples", 13},
+	{"bench", 13},
+	{"test", 13},
+}
+
+// layerOf is the entry of layers that ranks pkg, or -1.
+func layerOf(pkg string) int {
+	const module = "github.com/pgbaton/pgbaton"
+	rel, ok := strings.CutPrefix(pkg, module)
+	if !ok || rel != "" && rel[0] != '/' {
+		return -1
+	}
+	rel = strings.TrimPrefix(rel, "/")
+	best := -1
+	for i, l := range layers {
+		if (rel == l.pkg || l.pkg == "" || strings.HasPrefix(rel, l.pkg+"/")) &&
+			(best < 0 || len(l.pkg) > len(layers[best].pkg)) {
+			best = i
+		}
+	}
+	return best
+}
+
+// TestImportsGoDownward fails when a package of any of the repository's
+// modules imports one ranked above it in layers (test files aside: an
+// example may use every layer), or when a package has no rank yet.
+func TestImportsGoDownward(t *testing.T) {
+	// Every module of the workspace (go.work), each with its packages.
+	mods, err := exec.Command("go", "list", "-m", "-f", "{{.Path}}/...").Output()
+	if err != nil {
+		t.Fatalf("go list -m: %v", err)
+	}
+	args := append([]string{"list", "-f", "{{.ImportPath}}: {{join .Imports \" \"}}"}, strings.Fields(string(mods))...)
+	out, err := exec.Command("go", args...).Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		pkg, imports, _ := strings.Cut(line, ":")
+		from := layerOf(pkg)
+		if from < 0 {
+			t.Errorf("%s has no rank: add it to layers", pkg)
+			continue
+		}
+		for _, imp := range strings.Fields(imports) {
+			to := layerOf(imp)
+			if to < 0 || to == from {
+				continue // another module's, or its own entry's
+			}
+			if layers[to].rank >= layers[from].rank {
+				t.Errorf("%s (rank %d) imports %s (rank %d): imports go to lower ranks only",
+					pkg, layers[from].rank, imp, layers[to].rank)
 			}
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pgbaton/pgbaton/advisory"
 	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
+	"github.com/pgbaton/pgbaton/jobs"
 	"github.com/pgbaton/pgbaton/leasetable"
 )
 
@@ -38,7 +39,7 @@ func TestCronSkipIfHeldDoesNotDedupeSlots(t *testing.T) {
 			slot := start.Add(time.Duration(s) * time.Second)
 			for n := range nodes {
 				if claim {
-					won, err := clients[n].ClaimSlot(ctx, "report", slot)
+					won, err := jobs.ClaimSlot(ctx, clients[n], "report", slot)
 					require.NoError(t, err)
 					if !won {
 						continue

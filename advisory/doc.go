@@ -67,7 +67,7 @@
 // and each run the same slot again: three nodes whose tickers fire a few
 // hundred milliseconds apart run a short job about three times per slot.
 // For a job that must run once per slot, claim the slot with
-// leasetable.Client.ClaimSlot(ctx, job, scheduledAt), passing the nominal
+// jobs.ClaimSlot(ctx, client, job, scheduledAt), passing the nominal
 // time of the slot (the tick truncated to the schedule), which is true
 // for exactly one caller per (job, slot) however skewed the tickers; take
 // an advisory lock inside it only if runs of one job must also never

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgbaton/pgbaton/advisory"
+	"github.com/pgbaton/pgbaton/jobs"
 	"github.com/pgbaton/pgbaton/leasetable"
 )
 
@@ -37,7 +38,7 @@ func Example_cron() {
 		}
 		defer client.Close(ctx)
 		slot := firedAt.Truncate(time.Minute) // the nominal time of an every-minute job
-		won, err := client.ClaimSlot(ctx, "job:report", slot)
+		won, err := jobs.ClaimSlot(ctx, client, "job:report", slot)
 		if err != nil {
 			panic(err)
 		}

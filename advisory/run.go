@@ -15,7 +15,7 @@ type RunOptions struct {
 	// that no two nodes run fn at once. That alone does not run a cron job
 	// once per scheduled slot: a node whose ticker fires after another
 	// node's run has ended runs the slot again. Claim the slot with
-	// leasetable.Client.ClaimSlot first (package doc, "Cron jobs").
+	// jobs.ClaimSlot first (package doc, "Cron jobs").
 	Wait bool
 	// Shared takes the lock in shared mode (readers), default exclusive.
 	Shared bool

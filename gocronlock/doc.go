@@ -25,7 +25,7 @@
 // still the scheduled time that fired; Lock reads it from the scheduler
 // the Locker is bound to (Locker.NewScheduler creates one bound; Bind
 // binds one you create with gocron.WithDistributedLocker) and claims the
-// slot with leasetable.Client.ClaimSlot(Prefix + job name, slot), which is
+// slot with jobs.ClaimSlot(client, Prefix + job name, slot), which is
 // true for exactly one scheduler per slot, however skewed the tickers.
 // The others get ErrSlotTaken and gocron skips the run there. Three
 // schedulers, one job every second: 32 of 32 ticks ran exactly once, none

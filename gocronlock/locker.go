@@ -11,6 +11,7 @@ import (
 	"github.com/go-co-op/gocron/v2"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/jobs"
 	"github.com/pgbaton/pgbaton/leasetable"
 )
 
@@ -156,7 +157,7 @@ func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 	}
 	name := l.cfg.Prefix + key
 	if r.scheduled {
-		won, err := l.client.ClaimSlot(ctx, name, r.slot)
+		won, err := jobs.ClaimSlot(ctx, l.client, name, r.slot)
 		if err != nil {
 			return nil, err
 		}

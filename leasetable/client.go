@@ -132,6 +132,16 @@ func (c *Client) Owner() string { return c.cfg.Owner }
 // Config is the client's configuration with defaults filled in.
 func (c *Client) Config() Config { return c.cfg }
 
+// Pool is the pool the client was made with, for the packages built on
+// leasetable (jobs, retention) to run their own statements beside its
+// leases. It returns pgbaton.ErrClosed once Close has begun.
+func (c *Client) Pool() (*pgxpool.Pool, error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	return c.pool, nil
+}
+
 // Close releases every lease the client still holds (their contexts end
 // with ErrReleased) in one round trip, tries again to give back leases
 // whose Release or Complete could not reach the database, stops the LISTEN

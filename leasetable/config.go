@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/pgbaton/pgbaton/internal/names"
 )
 
 // MaxNameLen is the longest lease name, group, job or owner, in bytes.
@@ -84,12 +84,13 @@ type Config struct {
 	// notifications are not used (NoListen, or not delivered). Default 1s.
 	PollInterval time.Duration
 
-	// Retention says how long the rows that pile up with use (cron slots,
-	// job runs, the audit log, fenced values, names, dead lifelines...) are
-	// kept, and how this client prunes them in the background: once per
-	// Retention.Interval one client of all those sharing the database takes
-	// the lease RetentionLease and deletes old rows in small batches. The
-	// zero value prunes with the documented defaults.
+	// Retention says how long the rows of leasetable's tables that pile
+	// up with use (waiter registrations, unused named leases, dead
+	// lifelines) are kept, and how this client prunes them in the
+	// background: once per Retention.Interval one client of all those
+	// sharing the database takes the lease RetentionLease and deletes old
+	// rows in small batches. The zero value prunes with the documented
+	// defaults. The other tables are package retention's.
 	Retention Retention
 
 	// ReleaseTimeout bounds how long a release or completion may take
@@ -179,15 +180,8 @@ func defaultOwner() string {
 // checkName rejects what the database would refuse, before anything is
 // sent: empty or oversized names, NUL bytes and invalid UTF-8.
 func checkName(what, s string) error {
-	switch {
-	case s == "":
-		return invalid("empty %s", what)
-	case len(s) > MaxNameLen:
-		return invalid("%s is %d bytes, at most %d allowed", what, len(s), MaxNameLen)
-	case strings.IndexByte(s, 0) >= 0:
-		return invalid("%s contains a NUL byte", what)
-	case !utf8.ValidString(s):
-		return invalid("%s is not valid UTF-8", what)
+	if p := names.Problem(what, s, MaxNameLen); p != "" {
+		return invalid("%s", p)
 	}
 	return nil
 }

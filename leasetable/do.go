@@ -8,10 +8,9 @@ import (
 
 // Do acquires the lease name (waiting like Acquire), runs fn with a
 // context that is cancelled, with cause ErrLeaseLost, if the lease is lost,
-// and releases the lease on every path. If the lease was lost while fn
-// ran, the error returned wraps ErrLeaseLost, even if fn returned nil
-// (fn may not have run alone, so do not acknowledge its work), joined with
-// fn's error if fn failed too. Otherwise it returns fn's error.
+// and releases the lease on every path. A loss of the lease while fn ran
+// is always in the error it returns (joined with fn's error when fn failed
+// too), because fn may not have run alone.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error) error {
 	if fn == nil {
 		return invalid("nil function")
@@ -20,12 +19,21 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	if err != nil {
 		return err
 	}
-	return c.runUnder(ctx, l, func(ctx context.Context) error { return fn(ctx) })
+	return l.Do(ctx, fn)
 }
 
-// runUnder runs fn under l and releases l afterwards. A loss of l while fn
-// ran is always in the error it returns, joined with fn's.
-func (c *Client) runUnder(ctx context.Context, l *Lease, fn func(ctx context.Context) error) (err error) {
+// Do runs fn under the lease as Client.Do does once it has the lease: fn's
+// context is cancelled, with cause ErrLeaseLost, if the lease is lost, and
+// the lease is released when fn returns, on every path. A loss of the
+// lease while fn ran is always in the error it returns, joined with fn's.
+// For work that must do something between the
+// acquire and fn, such as recording a job run (package jobs).
+func (l *Lease) Do(ctx context.Context, fn func(ctx context.Context) error) (err error) {
+	if fn == nil {
+		_ = l.Release(ctx)
+		return invalid("nil function")
+	}
+	c := l.c
 	fnCtx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(l.Context(), func() { cancel(l.Err()) })
 	defer func() {

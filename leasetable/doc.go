@@ -36,9 +36,9 @@
 //     effects, completing the finished batch and claiming the next in one
 //     round trip and one commit (CompleteAndClaim); the
 //     claim functions stay on their indexes however stale the table's
-//     statistics; semaphores, leader election with terms, job runs with
-//     checkpoints fenced in pgbaton.fenced_value (package fencedwrite), and
-//     cron slots claimed once across nodes;
+//     statistics; semaphores, leader election with terms (job runs with
+//     fenced checkpoints and cron slots are package jobs, built on this
+//     one);
 //   - observability: OpenTelemetry metrics (Config.MeterProvider: acquire
 //     attempts by result with their wait, hold durations, losses by cause,
 //     renewal failures; lease names only with Config.MetricNames), log/slog
@@ -48,13 +48,12 @@
 //
 // The Client's methods by what they are for, file by file:
 //
-//   - acquire: TryAcquire and Acquire (acquire.go), Do (do.go),
+//   - acquire: TryAcquire and Acquire (acquire.go), Do and Lease.Do (do.go),
 //     Semaphore (semaphore.go);
 //   - claim: Register, Claim, Complete, CompleteAndClaim, CompleteTx
 //     (claim.go), Keep (keep.go);
-//   - run: RunJob and job runs (jobrun.go), ClaimSlot (cronslot.go);
 //   - elect: Elect, Campaign, Leader (election.go);
-//   - operate: New, Close (client.go), Info (info.go), Check (check.go),
+//   - operate: New, Close, Pool (client.go), Info (info.go), Check (check.go),
 //     Replication (replication.go), Prune and background retention
 //     (retention.go).
 //
@@ -141,12 +140,21 @@
 //
 // # Retention
 //
-// Rows that pile up with use (cron slots, job runs, the audit log, waiter
-// registrations, fenced values, advisory names, processed-message records,
-// named leases nobody uses, dead lifelines) are pruned in the background by
-// one Client at a time, which holds RetentionLease while it deletes old
-// rows in small batches (Config.Retention, Prune; the rules are in
-// migration 0013).
+// The rows of this package's tables that pile up with use (waiter
+// registrations, named leases nobody uses, dead lifelines) are pruned in
+// the background by one Client at a time, which holds RetentionLease while
+// it deletes old rows in small batches (Config.Retention, Prune; the rules
+// are pgbaton.prune's, in migrations/0105_operator.up.sql). The other tables (cron slots, job runs, the
+// audit log, fenced values, advisory names, processed-message records)
+// belong to the packages above or beside this one; package retention
+// prunes them (retention.Run, under the same lease).
+//
+// # Layering
+//
+// leasetable imports none of the other layers (advisory, fencedwrite) nor
+// the packages built on it (jobs, retention); the module's deps_test.go
+// fails on an import upward. What those packages need from it is
+// exported for them and kept small: Client.Pool, Lease.Do, Lease.OnRenew.
 //
 // Times inside the database come from clock_timestamp(), so calls made
 // inside a caller's long transaction still use the current time.

@@ -208,65 +208,6 @@ func TestClaimCoverageAndRebalance(t *testing.T) {
 	}, "dead worker's shards not all taken over: %v", got)
 }
 
-// childSlots tries ClaimSlot for args[1] slots starting at unix second
-// args[2] of job "tick", with a skew of args[3] milliseconds added to its
-// ticker, and prints "slot N" for each slot it won.
-func childSlots(ctx context.Context, args []string) error {
-	n, _ := strconv.Atoi(args[1])
-	base, _ := strconv.ParseInt(args[2], 10, 64)
-	skew, _ := strconv.Atoi(args[3])
-	c, closeFn, err := childClient(ctx, args[0], shortTTL)
-	if err != nil {
-		return err
-	}
-	defer closeFn()
-	for i := range n {
-		// A skewed ticker fires at a different moment, but computes the
-		// same nominal slot time.
-		time.Sleep(time.Duration(skew) * time.Microsecond) // simulated skew, not synchronisation
-		ok, err := c.ClaimSlot(ctx, "tick", time.Unix(base+int64(i)*60, 0))
-		if err != nil {
-			return err
-		}
-		if ok {
-			pgtest.Printf("slot %d", i)
-		}
-	}
-	pgtest.Printf("done")
-	return nil
-}
-
-func TestClaimSlotOnceAcrossProcesses(t *testing.T) {
-	d := env.DB(t)
-	const slots, procs = 50, 3
-	base := time.Now().Unix() / 60 * 60
-	var kids []*pgtest.Child
-	for p := range procs {
-		kids = append(kids, env.StartChild(t, "slots", d.URL, strconv.Itoa(slots), strconv.FormatInt(base, 10), strconv.Itoa(p*300)))
-	}
-	won := map[string]int{}
-	for _, k := range kids {
-		for {
-			line := k.Expect(t, "", 30*time.Second)
-			if line == "done" {
-				break
-			}
-			won[line]++
-		}
-		require.NoError(t, k.Wait(t, 10*time.Second))
-	}
-	require.Len(t, won, slots, "every slot ran")
-	for s, n := range won {
-		assert.Equal(t, 1, n, "%s ran %d times", s, n)
-	}
-	ok, err := leasetable.New(pgtest.Context(t, 10*time.Second), d.Pool(t), leasetable.Config{})
-	require.NoError(t, err)
-	defer ok.Close(context.Background())
-	again, err := ok.ClaimSlot(context.Background(), "tick", time.Unix(base, 0).Add(123*time.Nanosecond))
-	require.NoError(t, err)
-	assert.False(t, again, "a slot is claimed once, to the microsecond")
-}
-
 func TestLeaseSurvivesServerCrash(t *testing.T) {
 	// A durable cluster of its own: the shared one runs without fsync and
 	// synchronous_commit, where a crash loses the last commits (and the

@@ -68,7 +68,7 @@ func (c *Client) Keep(ctx context.Context, cfg KeepConfig) error {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					_ = c.runUnder(ctx, l, func(ctx context.Context) error {
+					_ = l.Do(ctx, func(ctx context.Context) error {
 						cfg.Work(ctx, l)
 						return nil
 					})

@@ -37,7 +37,7 @@ type Lease struct {
 	onLifeline bool        // own passed while the lifeline was alive
 	ended      bool
 	err        error
-	afterRenew func(context.Context) // job runs heartbeat here
+	afterRenew func(context.Context) // set by OnRenew
 
 	releaseOnce sync.Once
 	finishedAs  finishKind // how releaseOnce ended it, guarded by mu
@@ -156,6 +156,16 @@ func (l *Lease) Err() error {
 		}
 	}
 	return context.Cause(l.ctx)
+}
+
+// OnRenew has fn run in the background after every successful keep-alive
+// of the lease's session, while the lease is held, with a context that
+// ends after RenewInterval: package jobs moves a run's heartbeat with it.
+// fn replaces the one set before; nil removes it.
+func (l *Lease) OnRenew(fn func(ctx context.Context)) {
+	l.mu.Lock()
+	l.afterRenew = fn
+	l.mu.Unlock()
 }
 
 // Context is cancelled when the lease ends, with Err as its cause: run

@@ -357,10 +357,7 @@ func TestBadInput(t *testing.T) {
 		assert.ErrorIs(t, err, pgbaton.ErrInvalidArgument, "%q", name)
 		_, err = c.Semaphore(ctx, name, 1)
 		assert.ErrorIs(t, err, pgbaton.ErrInvalidArgument, "%q", name)
-		_, err = c.ClaimSlot(ctx, name, time.Now())
-		assert.ErrorIs(t, err, pgbaton.ErrInvalidArgument, "%q", name)
 		assert.ErrorIs(t, c.Do(ctx, name, func(context.Context) error { return nil }), pgbaton.ErrInvalidArgument)
-		assert.ErrorIs(t, c.RunJob(ctx, name, func(context.Context, *leasetable.Run) error { return nil }), pgbaton.ErrInvalidArgument)
 		_, err = c.Elect(ctx, name, "v")
 		assert.ErrorIs(t, err, pgbaton.ErrInvalidArgument, "%q", name)
 		_, err = c.Leader(ctx, name)
@@ -373,18 +370,13 @@ func TestBadInput(t *testing.T) {
 	assert.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
 	_, err = c.Semaphore(ctx, "sem", 0)
 	assert.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
-	_, err = c.ClaimSlot(ctx, "job", time.Time{})
-	assert.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
 	assert.ErrorIs(t, c.Do(ctx, "x", nil), pgbaton.ErrInvalidArgument)
-	assert.ErrorIs(t, c.RunJob(ctx, "x", nil), pgbaton.ErrInvalidArgument)
 	assert.ErrorIs(t, c.Campaign(ctx, "x", "v", leasetable.Callbacks{}), pgbaton.ErrInvalidArgument)
 	assert.ErrorIs(t, c.Complete(ctx, nil), pgbaton.ErrInvalidArgument)
 	work := func(context.Context, *leasetable.Lease) {}
 	assert.ErrorIs(t, c.Keep(ctx, leasetable.KeepConfig{Group: "", Max: 1, Work: work}), pgbaton.ErrInvalidArgument)
 	assert.ErrorIs(t, c.Keep(ctx, leasetable.KeepConfig{Group: "g", Max: 0, Work: work}), pgbaton.ErrInvalidArgument)
 	assert.ErrorIs(t, c.Keep(ctx, leasetable.KeepConfig{Group: "g", Max: 1}), pgbaton.ErrInvalidArgument)
-	_, err = c.Runs(ctx, "x", 0)
-	assert.ErrorIs(t, err, pgbaton.ErrInvalidArgument)
 	// The SQL functions refuse bad input the same way.
 	for _, sql := range []string{
 		"SELECT * FROM pgbaton.try_acquire('', 'o', 1000)",
@@ -426,6 +418,8 @@ func TestBadInput(t *testing.T) {
 	_, err = cc.Acquire(ctx, "x")
 	assert.ErrorIs(t, err, pgbaton.ErrClosed)
 	_, err = cc.Claim(ctx, "g", 1)
+	assert.ErrorIs(t, err, pgbaton.ErrClosed)
+	_, err = cc.Pool()
 	assert.ErrorIs(t, err, pgbaton.ErrClosed)
 }
 

@@ -31,8 +31,6 @@ var children = map[string]pgtest.ChildFunc{
 	"hold":      childHold,
 	"exclusive": childExclusive,
 	"claimer":   childClaimer,
-	"slots":     childSlots,
-	"job":       childJob,
 	"keeper":    childKeeper,
 	"meterhold": childMeterHold,
 	"worker":    childWorker,

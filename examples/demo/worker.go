@@ -18,7 +18,9 @@ import (
 
 	"github.com/pgbaton/pgbaton/examples/demo/internal/demodb"
 	"github.com/pgbaton/pgbaton/fencedwrite"
+	"github.com/pgbaton/pgbaton/jobs"
 	"github.com/pgbaton/pgbaton/leasetable"
+	"github.com/pgbaton/pgbaton/retention"
 )
 
 // The demo's names, shared by the orchestrator and its workers.
@@ -97,6 +99,9 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		wg.Go(func() { w.lead(ctx) })
 	}
 	wg.Go(func() { w.work(ctx) })
+	// Old cron slots, job runs and the like are pruned by one worker at a
+	// time (the leasetable client prunes its own tables by itself).
+	wg.Go(func() { _ = retention.Run(ctx, w.client, retention.Config{}) })
 	wg.Wait()
 	return nil
 }
@@ -113,7 +118,7 @@ func (w *demoWorker) cron(ctx context.Context) {
 		case <-tick.C:
 		}
 		slot := time.Now().Add(w.skew).Truncate(demoSlot)
-		won, err := w.client.ClaimSlot(ctx, demoJob, slot)
+		won, err := jobs.ClaimSlot(ctx, w.client, demoJob, slot)
 		if err != nil {
 			if ctx.Err() == nil {
 				w.emit(demoEvent{Kind: "error", Detail: "claim slot: " + err.Error()})

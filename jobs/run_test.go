@@ -1,4 +1,4 @@
-package leasetable_test
+package jobs_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/fencedwrite"
 	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
+	"github.com/pgbaton/pgbaton/jobs"
 	"github.com/pgbaton/pgbaton/leasetable"
 )
 
@@ -24,12 +25,12 @@ type progress struct{ Done int }
 // childJob runs job "etl", checkpointing progress 1, 2, 3, ... and printing
 // "checkpoint N" after each, until killed.
 func childJob(ctx context.Context, args []string) error {
-	c, closeFn, err := childClient(ctx, args[0], shortTTL)
+	c, closeFn, err := childClient(ctx, args[0])
 	if err != nil {
 		return err
 	}
 	defer closeFn()
-	return c.RunJob(ctx, "etl", func(ctx context.Context, r *leasetable.Run) error {
+	return jobs.Do(ctx, c, "etl", func(ctx context.Context, r *jobs.Run) error {
 		for i := 1; ; i++ {
 			if err := r.Checkpoint(ctx, progress{Done: i}); err != nil {
 				return err
@@ -44,7 +45,7 @@ func childJob(ctx context.Context, args []string) error {
 	})
 }
 
-func TestRunJobResumesAfterKilledHolder(t *testing.T) {
+func TestDoResumesAfterKilledHolder(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
 	ctx := pgtest.Context(t, time.Minute)
@@ -55,7 +56,7 @@ func TestRunJobResumesAfterKilledHolder(t *testing.T) {
 	k.Signal(t, syscall.SIGKILL)
 	c := newClient(t, pool, leasetable.Config{Owner: "resumer", TTL: shortTTL})
 	var resumed progress
-	err := c.RunJob(ctx, "etl", func(ctx context.Context, r *leasetable.Run) error {
+	err := jobs.Do(ctx, c, "etl", func(ctx context.Context, r *jobs.Run) error {
 		ok, err := r.LastCheckpoint(&resumed)
 		require.NoError(t, err)
 		require.True(t, ok, "a new holder sees the lost run's checkpoint")
@@ -64,18 +65,18 @@ func TestRunJobResumesAfterKilledHolder(t *testing.T) {
 	require.NoError(t, err)
 	assert.GreaterOrEqual(t, resumed.Done, 3)
 
-	runs, err := c.Runs(ctx, "etl", 10)
+	runs, err := jobs.Runs(ctx, c, "etl", 10)
 	require.NoError(t, err)
 	require.Len(t, runs, 2)
-	assert.Equal(t, leasetable.RunSucceeded, runs[0].Status)
+	assert.Equal(t, jobs.Succeeded, runs[0].Status)
 	assert.Equal(t, "resumer", runs[0].Owner)
 	assert.JSONEq(t, `{"Done":`+strconv.Itoa(resumed.Done+1)+`}`, string(runs[0].Checkpoint))
-	assert.Equal(t, leasetable.RunLost, runs[1].Status, "the killed run is marked lost")
+	assert.Equal(t, jobs.Lost, runs[1].Status, "the killed run is marked lost")
 	assert.NotNil(t, runs[1].FinishedAt)
 	assert.Greater(t, runs[0].Token, runs[1].Token)
 
 	// A later run starts fresh: the last run succeeded.
-	require.NoError(t, c.RunJob(ctx, "etl", func(ctx context.Context, r *leasetable.Run) error {
+	require.NoError(t, jobs.Do(ctx, c, "etl", func(ctx context.Context, r *jobs.Run) error {
 		var p progress
 		ok, err := r.LastCheckpoint(&p)
 		assert.False(t, ok)
@@ -83,12 +84,12 @@ func TestRunJobResumesAfterKilledHolder(t *testing.T) {
 	}))
 }
 
-func TestRunJobLostLeaseFencesCheckpoint(t *testing.T) {
+func TestDoLostLeaseFencesCheckpoint(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
 	ctx := pgtest.Context(t, time.Minute)
 	c := newClient(t, pool, leasetable.Config{Owner: "slow", TTL: 500 * time.Millisecond})
-	err := c.RunJob(ctx, "fenced", func(fnCtx context.Context, r *leasetable.Run) error {
+	err := jobs.Do(ctx, c, "fenced", func(fnCtx context.Context, r *jobs.Run) error {
 		require.NoError(t, r.Checkpoint(fnCtx, progress{Done: 1}))
 		// Renewals are blocked until the grant expires; then another
 		// holder takes over.
@@ -106,21 +107,21 @@ func TestRunJobLostLeaseFencesCheckpoint(t *testing.T) {
 		return context.Cause(fnCtx)
 	})
 	require.ErrorIs(t, err, leasetable.ErrLeaseLost)
-	runs, err := c.Runs(ctx, "fenced", 1)
+	runs, err := jobs.Runs(ctx, c, "fenced", 1)
 	require.NoError(t, err)
-	assert.Equal(t, leasetable.RunLost, runs[0].Status)
+	assert.Equal(t, jobs.Lost, runs[0].Status)
 	assert.JSONEq(t, `{"Done":1}`, string(runs[0].Checkpoint))
 }
 
-func TestRunJobStatuses(t *testing.T) {
+func TestDoStatuses(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
 	ctx := pgtest.Context(t, time.Minute)
 	c := newClient(t, pool, leasetable.Config{TTL: shortTTL})
 	boom := errors.New("boom")
-	require.ErrorIs(t, c.RunJob(ctx, "j", func(context.Context, *leasetable.Run) error { return boom }), boom)
+	require.ErrorIs(t, jobs.Do(ctx, c, "j", func(context.Context, *jobs.Run) error { return boom }), boom)
 	cctx, cancel := context.WithCancel(ctx)
-	err := c.RunJob(cctx, "j", func(ctx context.Context, r *leasetable.Run) error {
+	err := jobs.Do(cctx, c, "j", func(ctx context.Context, r *jobs.Run) error {
 		// Heartbeats move with renewals while the run lasts.
 		first := heartbeat(t, pool, r.ID())
 		pgtest.Eventually(t, 5*time.Second, func() (bool, error) {
@@ -131,11 +132,11 @@ func TestRunJobStatuses(t *testing.T) {
 		return ctx.Err()
 	})
 	require.ErrorIs(t, err, context.Canceled)
-	runs, err := c.Runs(ctx, "j", 10)
+	runs, err := jobs.Runs(ctx, c, "j", 10)
 	require.NoError(t, err)
 	require.Len(t, runs, 2)
-	assert.Equal(t, leasetable.RunCancelled, runs[0].Status)
-	assert.Equal(t, leasetable.RunFailed, runs[1].Status)
+	assert.Equal(t, jobs.Cancelled, runs[0].Status)
+	assert.Equal(t, jobs.Failed, runs[1].Status)
 	assert.Equal(t, "boom", runs[1].Error)
 	in, err := c.Info(ctx, "j")
 	require.NoError(t, err)
@@ -156,7 +157,7 @@ func TestCheckpointFencedInDatabase(t *testing.T) {
 	pool := d.Pool(t)
 	ctx := pgtest.Context(t, time.Minute)
 	c := newClient(t, pool, leasetable.Config{Owner: "unaware", TTL: time.Minute})
-	err := c.RunJob(ctx, "db-fenced", func(ctx context.Context, r *leasetable.Run) error {
+	err := jobs.Do(ctx, c, "db-fenced", func(ctx context.Context, r *jobs.Run) error {
 		require.NoError(t, r.Checkpoint(ctx, progress{Done: 1}))
 		_, err := pool.Exec(ctx, "UPDATE pgbaton.lease SET owner = 'thief', token = nextval('pgbaton.lease_token_seq') WHERE name = 'db-fenced'")
 		require.NoError(t, err)
@@ -166,9 +167,9 @@ func TestCheckpointFencedInDatabase(t *testing.T) {
 		return nil
 	})
 	require.ErrorIs(t, err, leasetable.ErrLeaseLost, "fn returned nil, but the lease was lost")
-	runs, err := c.Runs(ctx, "db-fenced", 1)
+	runs, err := jobs.Runs(ctx, c, "db-fenced", 1)
 	require.NoError(t, err)
-	assert.Equal(t, leasetable.RunLost, runs[0].Status)
+	assert.Equal(t, jobs.Lost, runs[0].Status)
 	assert.JSONEq(t, `{"Done":1}`, string(runs[0].Checkpoint))
 }
 
@@ -179,15 +180,15 @@ func TestCheckpointInFencedValue(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
 	ctx := pgtest.Context(t, time.Minute)
-	key := leasetable.CheckpointKey("ck")
+	key := jobs.CheckpointKey("ck")
 	stale := newClient(t, pool, leasetable.Config{Owner: "stale", TTL: time.Minute})
 	fresh := newClient(t, pool, leasetable.Config{Owner: "fresh", TTL: time.Minute})
 
-	staleRun := make(chan *leasetable.Run)
+	staleRun := make(chan *jobs.Run)
 	finished := make(chan struct{})
 	staleErr := make(chan error, 1)
 	go func() {
-		staleErr <- stale.RunJob(ctx, "ck", func(ctx context.Context, r *leasetable.Run) error {
+		staleErr <- jobs.Do(ctx, stale, "ck", func(ctx context.Context, r *jobs.Run) error {
 			if err := r.Checkpoint(ctx, progress{Done: 1}); err != nil {
 				return err
 			}
@@ -208,7 +209,7 @@ func TestCheckpointInFencedValue(t *testing.T) {
 UPDATE pgbaton.lease_session SET expires_at = clock_timestamp() WHERE owner = 'stale'`)
 	require.NoError(t, err)
 	stop := errors.New("stop before done")
-	err = fresh.RunJob(ctx, "ck", func(ctx context.Context, r *leasetable.Run) error {
+	err = jobs.Do(ctx, fresh, "ck", func(ctx context.Context, r *jobs.Run) error {
 		var p progress
 		ok, err := r.LastCheckpoint(&p)
 		require.NoError(t, err)
@@ -235,16 +236,16 @@ UPDATE pgbaton.lease_session SET expires_at = clock_timestamp() WHERE owner = 's
 	close(finished)
 	require.ErrorIs(t, <-staleErr, leasetable.ErrLeaseLost)
 
-	runs, err := fresh.Runs(ctx, "ck", 10)
+	runs, err := jobs.Runs(ctx, fresh, "ck", 10)
 	require.NoError(t, err)
 	require.Len(t, runs, 2)
-	assert.Equal(t, leasetable.RunFailed, runs[0].Status)
+	assert.Equal(t, jobs.Failed, runs[0].Status)
 	assert.JSONEq(t, `{"Done":2}`, string(runs[0].Checkpoint), "job_run keeps a copy for `pgbaton runs`")
-	assert.Equal(t, leasetable.RunLost, runs[1].Status)
+	assert.Equal(t, jobs.Lost, runs[1].Status)
 	assert.JSONEq(t, `{"Done":1}`, string(runs[1].Checkpoint))
 
 	// The failed run's checkpoint carries over; a success deletes it.
-	require.NoError(t, fresh.RunJob(ctx, "ck", func(ctx context.Context, r *leasetable.Run) error {
+	require.NoError(t, jobs.Do(ctx, fresh, "ck", func(ctx context.Context, r *jobs.Run) error {
 		var p progress
 		ok, err := r.LastCheckpoint(&p)
 		require.True(t, ok)
@@ -254,8 +255,8 @@ UPDATE pgbaton.lease_session SET expires_at = clock_timestamp() WHERE owner = 's
 	_, err = fencedwrite.GetValue(ctx, pool, key)
 	require.ErrorIs(t, err, fencedwrite.ErrNotFound)
 
-	long := strings.Repeat("j", leasetable.MaxJobNameLen+1)
-	require.ErrorIs(t, fresh.RunJob(ctx, long, func(context.Context, *leasetable.Run) error { return nil }), pgbaton.ErrInvalidArgument)
+	long := strings.Repeat("j", jobs.MaxNameLen+1)
+	require.ErrorIs(t, jobs.Do(ctx, fresh, long, func(context.Context, *jobs.Run) error { return nil }), pgbaton.ErrInvalidArgument)
 	in, err := fresh.Info(ctx, long)
 	require.NoError(t, err)
 	assert.Zero(t, in.Token, "nothing taken")

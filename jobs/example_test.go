@@ -1,4 +1,4 @@
-package leasetable_test
+package jobs_test
 
 import (
 	"context"
@@ -6,14 +6,15 @@ import (
 	"log"
 	"time"
 
+	"github.com/pgbaton/pgbaton/jobs"
 	"github.com/pgbaton/pgbaton/leasetable"
 )
 
 // A cron job on many nodes: every node's ticker fires, ClaimSlot lets one
-// node take each scheduled slot, and RunJob records the run with fenced
+// node take each scheduled slot, and Do records the run with fenced
 // checkpoints, so a node that takes over after a crash resumes from the
 // last one.
-func ExampleClient_RunJob() {
+func ExampleDo() {
 	pool, done := examplePool()
 	defer done()
 	ctx := context.Background()
@@ -24,12 +25,12 @@ func ExampleClient_RunJob() {
 	defer client.Close(ctx)
 
 	slot := time.Date(2026, 1, 1, 3, 0, 0, 0, time.UTC) // the schedule's nominal time
-	won, err := client.ClaimSlot(ctx, "rollup", slot)
+	won, err := jobs.ClaimSlot(ctx, client, "rollup", slot)
 	if err != nil || !won {
 		return // another node runs this slot
 	}
 	type progress struct{ LastID int }
-	err = client.RunJob(ctx, "rollup", func(ctx context.Context, run *leasetable.Run) error {
+	err = jobs.Do(ctx, client, "rollup", func(ctx context.Context, run *jobs.Run) error {
 		var p progress
 		if _, err := run.LastCheckpoint(&p); err != nil {
 			return err
@@ -43,7 +44,7 @@ func ExampleClient_RunJob() {
 		return nil
 	})
 	fmt.Println(err)
-	again, _ := client.ClaimSlot(ctx, "rollup", slot)
+	again, _ := jobs.ClaimSlot(ctx, client, "rollup", slot)
 	fmt.Println("slot claimed again:", again)
 	// Output:
 	// rolling up batch 1
