@@ -30,28 +30,5 @@ CREATE TABLE pgbaton.cron_slot (
     PRIMARY KEY (job, scheduled_at)
 );
 
--- Retention: every table that grows with use has a rule that bounds it,
--- applied in small batches (pgbaton.prune, one table per call) by one
--- client at a time (leasetable's background pruner holds the lease
--- "pgbaton:retention" while it prunes). Each rule deletes the oldest rows
--- first, up to p_batch, skipping rows somebody else has locked, so a call
--- is short and never waits.
---
---   table              rule (default retention in leasetable.Retention)
---   cron_slot          slots scheduled longer ago than the retention (7 days)
---   job_run            finished runs older than the retention (30 days),
---                      except the newest run of each job
---   event              audit rows older than the retention (365 days)
---   lease_waiter       registrations older than the retention (1 day): a
---                      waiter that crashed never removed its own
---   fenced_value       values not written for the retention (90 days)
---   advisory_name      names not registered for the retention (90 days)
---   processed_message  as pgbaton.prune_processed (7 days)
---   lease              leases without a group (named, not work items)
---                      neither held nor granted for the retention (7 days);
---                      a later grant makes a new row with a larger token
---   lease_session      sessions dead for the retention (1 minute)
---
--- Work items are deleted when completed; registered items, shards and
--- semaphore slots (leases with a group) are never pruned.
+-- Slots by scheduled time, for their retention (pgbaton.prune).
 CREATE INDEX cron_slot_scheduled_idx ON pgbaton.cron_slot (scheduled_at);

@@ -135,6 +135,32 @@ BEGIN
     RETURN NEXT;
 END $$;
 
+-- Retention: every table that grows with use has a rule that bounds it,
+-- applied in small batches (pgbaton.prune, one table per call) by one
+-- client at a time (the pruner holds the lease "pgbaton:retention" while
+-- it prunes: leasetable's Client for its own tables, retention.Run for the
+-- others). Each rule deletes the oldest rows first, up to p_batch,
+-- skipping rows somebody else has locked, so a call is short and never
+-- waits.
+--
+--   table              rule (default in leasetable.Retention or retention.Config)
+--   cron_slot          slots scheduled longer ago than the retention (7 days)
+--   job_run            finished runs older than the retention (30 days),
+--                      except the newest run of each job
+--   event              audit rows older than the retention (365 days)
+--   lease_waiter       registrations older than the retention (1 day): a
+--                      waiter that crashed never removed its own
+--   fenced_value       values not written for the retention (90 days)
+--   advisory_name      names not registered for the retention (90 days)
+--   processed_message  as pgbaton.prune_processed (7 days)
+--   lease              leases without a group (named, not work items)
+--                      neither held nor granted for the retention (7 days);
+--                      a later grant makes a new row with a larger token
+--   lease_session      sessions dead for the retention (1 minute)
+--
+-- Work items are deleted when completed; registered items, shards and
+-- semaphore slots (leases with a group) are never pruned.
+--
 -- prune deletes up to p_batch rows of p_table older than p_older_than by
 -- its rule (above) and returns how many it deleted.
 CREATE FUNCTION pgbaton.prune(p_table text, p_older_than interval, p_batch integer)
