@@ -1,10 +1,12 @@
 package leasetable_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
@@ -59,4 +61,88 @@ func TestGrantRefLookupsReadOnlyTheirRows(t *testing.T) {
 	read, got = rowsRead("SELECT count(*) FROM pgbaton.release_ref('w', $1, $2::uuid)", session, ref)
 	require.Equal(t, 2, got, "release_ref gives back the request's 2 grants")
 	require.Less(t, read, int64(100), "release_ref read %d lease rows to find its 2 grants", read)
+}
+
+// TestNoGrantOutlivesItsLifelineRow: a grant bound to a lifeline
+// (pgbaton.lease_session row) in a transaction still open while the
+// lifeline is pruned or closed kept a session_id pointing nowhere once it
+// committed: pruning and closing unbind the leases they can see, and the
+// grant was not visible yet. claim picks expired rows only when they have
+// no lifeline or when their lifeline row says it is dead, so such an item
+// was never claimed again. A grant now holds its lifeline row (FOR KEY
+// SHARE) until it commits: pruning skips that lifeline, closing waits for
+// the grant and then unbinds it.
+func TestNoGrantOutlivesItsLifelineRow(t *testing.T) {
+	ctx := pgtest.Context(t, time.Minute)
+	pool := env.DB(t).Pool(t)
+	_, err := pool.Exec(ctx, "SELECT pgbaton.register('g', ARRAY['pruned', 'closed'])")
+	require.NoError(t, err)
+	orphans := func() (n int) {
+		require.NoError(t, pool.QueryRow(ctx, `
+			SELECT count(*) FROM pgbaton.lease l
+			 WHERE l.session_id IS NOT NULL
+			   AND NOT EXISTS (SELECT FROM pgbaton.lease_session s WHERE s.id = l.session_id)`).Scan(&n))
+		return n
+	}
+	// grantOpen claims one item bound to a new lifeline of TTL ttlMs in a
+	// transaction left open.
+	grantOpen := func(ttlMs int) (pgx.Tx, int64) {
+		var line int64
+		require.NoError(t, pool.QueryRow(ctx, "SELECT id FROM pgbaton.session_open('w', $1)", ttlMs).Scan(&line))
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+		var n int
+		require.NoError(t, tx.QueryRow(ctx,
+			"SELECT count(*) FROM pgbaton.claim('g', 'w', 1, 1, $1, NULL, false)", line).Scan(&n))
+		require.Equal(t, 1, n)
+		return tx, line
+	}
+
+	// Pruning: the lifeline (TTL 1 ms) is long dead when it is pruned.
+	tx, line := grantOpen(1)
+	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
+		var dead bool
+		err := pool.QueryRow(ctx, "SELECT expires_at < clock_timestamp() FROM pgbaton.lease_session WHERE id = $1", line).Scan(&dead)
+		return dead, err
+	}, "the lifeline did not expire")
+	_, err = pool.Exec(ctx, "SELECT pgbaton.prune_sessions('0 s', 100)")
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	require.Zero(t, orphans(), "a grant committed bound to a pruned lifeline")
+	_, err = pool.Exec(ctx, "SELECT pgbaton.prune_sessions('0 s', 100)")
+	require.NoError(t, err, "pruned once the grant committed")
+
+	// Closing: session_close runs while the grant is open.
+	tx, line = grantOpen(60000)
+	closed := make(chan error, 1)
+	go func() {
+		_, err := pool.Exec(ctx, "SELECT pgbaton.session_close($1)", line)
+		closed <- err
+	}()
+	// Commit only once the close has finished or waits for the grant, so
+	// the order is the one under test whichever way the close behaves.
+	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
+		select {
+		case err := <-closed:
+			closed <- err
+			return true, nil
+		default:
+		}
+		var waiting bool
+		err := pool.QueryRow(ctx, `
+			SELECT EXISTS (SELECT FROM pg_stat_activity
+			                WHERE query LIKE 'SELECT pgbaton.session_close%' AND wait_event_type = 'Lock')`).Scan(&waiting)
+		return waiting, err
+	}, "session_close neither finished nor waited")
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, <-closed)
+	require.Zero(t, orphans(), "a grant committed bound to a closed lifeline")
+
+	// Both items expire (TTL 1 ms) and are claimable again.
+	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
+		var n int
+		err := pool.QueryRow(ctx, "SELECT count(*) FROM pgbaton.claim('g', 'other', 2, 60000)").Scan(&n)
+		return n == 2, err
+	}, "the items of the pruned and the closed lifeline are not claimable")
 }

@@ -335,16 +335,24 @@ $$;
 -- pruned meanwhile: the grant then lives by its own expiry), and an
 -- invalid_parameter_value error if it is somebody else's: a lease must
 -- never be kept alive by another owner's keep-alive.
+--
+-- It holds the session row FOR KEY SHARE until the granting transaction
+-- ends: pruning (FOR UPDATE SKIP LOCKED) passes that session by, and
+-- closing (FOR UPDATE first) waits for the grant and then unbinds it.
+-- Without the lock a grant still uncommitted while its session was pruned
+-- or closed committed bound to a row that was gone, and claim never
+-- picked that lease again. KEY SHARE does not conflict with keep-alives
+-- (they update no key column).
 CREATE FUNCTION pgbaton.session_of(p_session bigint, p_owner text)
 RETURNS bigint
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     o text;
 BEGIN
     IF p_session IS NULL THEN
         RETURN NULL;
     END IF;
-    SELECT s.owner INTO o FROM pgbaton.lease_session s WHERE s.id = p_session;
+    SELECT s.owner INTO o FROM pgbaton.lease_session s WHERE s.id = p_session FOR KEY SHARE;
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
@@ -401,6 +409,9 @@ LANGUAGE plpgsql
 SET enable_seqscan = off
 AS $$
 BEGIN
+    -- First wait for grants binding to it (session_of), so that the
+    -- unbinding below sees them.
+    PERFORM 1 FROM pgbaton.lease_session s WHERE s.id = p_id FOR UPDATE;
     UPDATE pgbaton.lease l SET session_id = NULL WHERE l.session_id = p_id;
     DELETE FROM pgbaton.lease_session s WHERE s.id = p_id;
 END $$;
