@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/pgbaton/pgbaton/advisory/internal/pgsession"
 )
 
 // A session on a direct connection (see direct) calls the advisory lock
@@ -31,48 +33,13 @@ import (
 // own ReadyForQuery), so a call that fails leaves the others of its batch
 // alone, unlike statements sent up to one Sync.
 
-// Operations only the fast path names: a blocking wait runs them on its
-// session (see fastWait).
-const (
-	opLock       int32 = 5
-	opLockShared int32 = 6
-)
-
-// fastFuncs are the OIDs of the functions a direct session calls, indexed
-// by operation (opPing calls pg_backend_pid), then the same for a pair of
-// int4 keys: the order of AdvisoryFastPathFunctions' function_oids.
-type fastFuncs [13]uint32
-
-// newFastFuncs takes the OIDs readyConn looked up; nil if they are not
-// what was asked for (the session then runs the statements).
-func newFastFuncs(oids []int64) *fastFuncs {
-	var f fastFuncs
-	if len(oids) != len(f) {
-		return nil
-	}
-	for i, o := range oids {
-		if o <= 0 || o > 1<<32-1 {
-			return nil
-		}
-		f[i] = uint32(o)
-	}
-	return &f
-}
-
-func (f *fastFuncs) oid(op int32, pair bool) uint32 {
-	if pair && op != opPing {
-		return f[op+6]
-	}
-	return f[op]
-}
-
-// encode appends the call of op on id to buf. scratch holds the
+// encodeCall appends the call of op on id to buf. scratch holds the
 // arguments until the message is encoded.
-func (f *fastFuncs) encode(buf []byte, op int32, id lockID, scratch *[2][8]byte) []byte {
-	fc := pgproto3.FunctionCall{Function: f.oid(op, id.pair), ResultFormatCode: 1}
+func encodeCall(f *pgsession.Fast, buf []byte, op pgsession.Op, id lockID, scratch *[2][8]byte) []byte {
+	fc := pgproto3.FunctionCall{Function: f.OID(op, id.pair), ResultFormatCode: 1}
 	var args [2][]byte
 	switch {
-	case op == opPing:
+	case op == pgsession.Ping:
 	case id.pair:
 		binary.BigEndian.PutUint32(scratch[0][:4], uint32(id.hi))
 		binary.BigEndian.PutUint32(scratch[1][:4], uint32(id.lo))
@@ -145,13 +112,13 @@ func (a callAnswer) int4Result() (int32, bool) {
 func fastWait(ctx context.Context, oc *ownedConn, id lockID, shared bool) (waited, extra bool, err error) {
 	pc := oc.conn.PgConn()
 	nc := pc.Conn()
-	try, lock := opTry, opLock
+	try, lock := pgsession.Try, pgsession.Lock
 	if shared {
-		try, lock = opTryShared, opLockShared
+		try, lock = pgsession.TryShared, pgsession.LockShared
 	}
 	var scratch [2][8]byte
-	buf := oc.fast.encode(nil, try, id, &scratch)
-	buf = oc.fast.encode(buf, lock, id, &scratch)
+	buf := encodeCall(oc.fast, nil, try, id, &scratch)
+	buf = encodeCall(oc.fast, buf, lock, id, &scratch)
 	cutDone := make(chan struct{})
 	cut := context.AfterFunc(ctx, func() {
 		defer close(cutDone)

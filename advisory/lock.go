@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/advisory/internal/pgsession"
 )
 
 // Lock is a held advisory lock. Watch Done (or Context) while working
@@ -109,9 +110,9 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 	e.busy = true
 	l.mu.Unlock()
 
-	op := opUnlock
+	op := pgsession.Unlock
 	if lk.shared {
-		op = opUnlockShared
+		op = pgsession.UnlockShared
 	}
 	s := lk.sess
 	ok, err := s.do(op, lk.id)

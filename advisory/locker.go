@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/advisory/internal/pgsession"
 )
 
 // Locker takes session advisory locks on connections it owns. It is safe
@@ -315,9 +316,9 @@ func (l *Locker) take(ctx context.Context, key Key, id lockID, shared, wait bool
 	if err != nil {
 		return nil, err
 	}
-	op := opTry
+	op := pgsession.Try
 	if shared {
-		op = opTryShared
+		op = pgsession.TryShared
 	}
 	ok, err := s.doClaimed(op, id)
 	if err == nil && ok {

@@ -10,17 +10,9 @@ import (
 	"time"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/advisory/internal/pgsession"
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/pgerr"
-)
-
-// Operations a session runs for callers (see queries/advisory.sql).
-const (
-	opPing         int32 = 0
-	opTry          int32 = 1
-	opTryShared    int32 = 2
-	opUnlock       int32 = 3
-	opUnlockShared int32 = 4
 )
 
 const (
@@ -78,7 +70,7 @@ type sessionHooks struct {
 }
 
 type request struct {
-	op     int32
+	op     pgsession.Op
 	id     lockID
 	result chan result // buffered 1
 }
@@ -174,7 +166,7 @@ func (s *session) lostErr() error {
 // do runs one operation on the session and waits for its result. The
 // caller must know whether a lock was taken, so there is no context: the
 // wait is bounded by PingTimeout, after which the session is lost.
-func (s *session) do(op int32, id lockID) (bool, error) {
+func (s *session) do(op pgsession.Op, id lockID) (bool, error) {
 	s.pending.Add(1)
 	return s.doClaimed(op, id)
 }
@@ -182,7 +174,7 @@ func (s *session) do(op int32, id lockID) (bool, error) {
 // doClaimed is do for a caller that counted its request in s.pending
 // already (reserveSession does, so that the next caller sees the session
 // busy and picks another).
-func (s *session) doClaimed(op int32, id lockID) (bool, error) {
+func (s *session) doClaimed(op pgsession.Op, id lockID) (bool, error) {
 	defer s.pending.Add(-1)
 	r := &request{op: op, id: id, result: make(chan result, 1)}
 	for {
@@ -279,14 +271,14 @@ func (s *session) run() {
 				<-watch.done
 				watch = nil
 				cfg.Logger.Debug("advisory: the server sent to an idle session; pinging now", "pid", s.pid)
-				queue = append(queue, &request{op: opPing, result: make(chan result, 1)})
+				queue = append(queue, &request{op: pgsession.Ping, result: make(chan result, 1)})
 				continue
 			case r := <-s.reqs:
 				queue = append(queue, r)
 			case <-ping.C:
 				idle := s.hooks.since() - time.Duration(s.lastOK.Load())
 				if idle >= cfg.PingInterval {
-					queue = append(queue, &request{op: opPing, result: make(chan result, 1)})
+					queue = append(queue, &request{op: pgsession.Ping, result: make(chan result, 1)})
 					idle = 0
 				}
 				ping.Reset(max(cfg.PingInterval-idle, time.Millisecond))
@@ -455,7 +447,7 @@ func (s *session) receive(b *batch) error {
 		case pgErr != nil:
 			r.result <- result{err: mapError("advisory lock", pgErr)}
 		default:
-			if !out.ok[i] && (r.op == opUnlock || r.op == opUnlockShared) {
+			if !out.ok[i] && (r.op == pgsession.Unlock || r.op == pgsession.UnlockShared) {
 				s.dirty.Store(true)
 			}
 			r.result <- result{ok: out.ok[i]}
@@ -654,7 +646,7 @@ func (s *session) withConn(fn func(*ownedConn)) {
 func countPings(batch []*request) int {
 	n := 0
 	for _, r := range batch {
-		if r.op == opPing {
+		if r.op == pgsession.Ping {
 			n++
 		}
 	}

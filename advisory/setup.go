@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/advisory/internal/pgsession"
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/serverkind"
 )
@@ -25,8 +26,8 @@ type ownedConn struct {
 	conn  *pgx.Conn
 	pid   int32
 	token string // set on the backend; every session statement checks it
-	names stmtNames
-	fast  *fastFuncs // set on a direct connection: see fastpath.go
+	names pgsession.Statements
+	fast  *pgsession.Fast // set on a direct connection: see fastpath.go
 }
 
 // openConn takes a connection out of the pool for good (Hijack: the pool
@@ -86,7 +87,7 @@ func (l *Locker) setupConn(ctx context.Context, conn *pgx.Conn) (*ownedConn, err
 		}
 	}
 	oc := &ownedConn{conn: conn, pid: row.Pid, token: newToken()}
-	oc.names = namesFor(oc.token)
+	oc.names = pgsession.NamesFor(oc.token)
 	if err := l.readyConn(ctx, oc, isDirect); err != nil {
 		return nil, err
 	}

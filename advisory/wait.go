@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/advisory/internal/pgsession"
 	"github.com/pgbaton/pgbaton/internal/db"
 )
 
@@ -142,9 +143,9 @@ func (s *session) runWait(c *control) (_ controlReply, goOn bool, owed *request)
 	}
 	s.lastOK.Store(int64(s.hooks.since()))
 	if extra {
-		op := opUnlock
+		op := pgsession.Unlock
 		if c.sharedLock {
-			op = opUnlockShared
+			op = pgsession.UnlockShared
 		}
 		owed = &request{op: op, id: c.id, result: make(chan result, 1)}
 	}

@@ -7,37 +7,17 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/pgbaton/pgbaton/advisory/internal/pgsession"
 	"github.com/pgbaton/pgbaton/internal/appname"
 	"github.com/pgbaton/pgbaton/internal/db"
 )
-
-// stmtNames are the names a connection prepares the session statements
-// under. They carry the connection's token, so that they can never clash
-// with statements a previous client left on a backend a pooler hands on.
-type stmtNames struct{ op, try, unlock string }
-
-func namesFor(token string) stmtNames {
-	return stmtNames{op: "pgbaton_op_" + token, try: "pgbaton_try_" + token, unlock: "pgbaton_unlock_" + token}
-}
-
-// statement is the prepared statement that runs r: the two most common
-// requests have their own, without the general one's branching. op takes
-// (op, pair, hi, lo, key, token), the others (key, token).
-func (n *stmtNames) statement(r *request) string {
-	switch {
-	case r.op == opTry && !r.id.pair:
-		return n.try
-	case r.op == opUnlock && !r.id.pair:
-		return n.unlock
-	}
-	return n.op
-}
 
 // readyConn makes a probed connection the Locker's, in one round trip:
 // the TCP settings, application_name and token are set (see
@@ -58,19 +38,16 @@ func (l *Locker) readyConn(ctx context.Context, oc *ownedConn, direct bool) erro
 		[]byte(appname.Of("advisory", l.cfg.Owner)), []byte(oc.token),
 	}
 	var buf []byte
-	for _, p := range []pgproto3.Parse{
-		{Name: oc.names.op, Query: db.AdvisoryOpSQL},
-		{Name: oc.names.try, Query: db.AdvisoryTryOneSQL},
-		{Name: oc.names.unlock, Query: db.AdvisoryUnlockOneSQL},
-		{Query: db.AdvisorySessionReadySQL},
-	} {
-		buf, _ = p.Encode(buf)
+	for _, p := range oc.names.Parse() {
+		buf, _ = (&pgproto3.Parse{Name: p[0], Query: p[1]}).Encode(buf)
 	}
+	buf, _ = (&pgproto3.Parse{Query: db.AdvisorySessionReadySQL}).Encode(buf)
 	buf, _ = (&pgproto3.Bind{Parameters: settings}).Encode(buf)
 	buf, _ = (&pgproto3.Execute{}).Encode(buf)
 	if direct {
 		buf, _ = (&pgproto3.Parse{Query: db.AdvisoryFastPathFunctionsSQL}).Encode(buf)
-		buf, _ = (&pgproto3.Bind{ResultFormatCodes: binaryFormat}).Encode(buf)
+		fns := `{"` + strings.Join(pgsession.FastPathFunctions(), `","`) + `"}` // a text[] literal
+		buf, _ = (&pgproto3.Bind{Parameters: [][]byte{[]byte(fns)}, ResultFormatCodes: binaryFormat}).Encode(buf)
 		buf, _ = (&pgproto3.Execute{}).Encode(buf)
 	}
 	buf, _ = (&pgproto3.Sync{}).Encode(buf)
@@ -89,7 +66,7 @@ func (l *Locker) readyConn(ctx context.Context, oc *ownedConn, direct bool) erro
 		case *pgproto3.DataRow: // the fast path's functions
 			var oids []int64
 			if len(msg.Values) == 1 && oc.conn.TypeMap().Scan(pgtype.Int8ArrayOID, pgtype.BinaryFormatCode, msg.Values[0], &oids) == nil {
-				oc.fast = newFastFuncs(oids)
+				oc.fast = pgsession.NewFast(oids)
 			}
 		case *pgproto3.ErrorResponse:
 			if failed == nil {
@@ -117,12 +94,12 @@ func (l *Locker) readyConn(ctx context.Context, oc *ownedConn, direct bool) erro
 type wire struct {
 	nc    net.Conn
 	fe    *pgproto3.Frontend
-	names stmtNames
+	names pgsession.Statements
 	token []byte
-	fast  *fastFuncs // nil: prepared statements
-	pid   int32      // the backend a fast ping must find
-	buf   []byte     // encoding buffer
-	par   [6][]byte  // Bind parameters
+	fast  *pgsession.Fast // nil: prepared statements
+	pid   int32           // the backend a fast ping must find
+	buf   []byte          // encoding buffer
+	par   [6][]byte       // Bind parameters
 	raw   [6][8]byte
 }
 
@@ -142,15 +119,15 @@ func (w *wire) encode(batch []*request) []byte {
 	if w.fast != nil {
 		var scratch [2][8]byte
 		for _, r := range batch {
-			buf = w.fast.encode(buf, r.op, r.id, &scratch)
+			buf = encodeCall(w.fast, buf, r.op, r.id, &scratch)
 		}
 		w.buf = buf
 		return buf
 	}
 	for _, r := range batch {
-		bind := pgproto3.Bind{PreparedStatement: w.names.statement(r)}
-		if bind.PreparedStatement == w.names.op {
-			bind.Parameters = w.params(int4Param(r.op), boolParam(r.id.pair), int4Param(r.id.hi),
+		bind := pgproto3.Bind{PreparedStatement: w.names.For(r.op, r.id.pair)}
+		if bind.PreparedStatement == w.names.General {
+			bind.Parameters = w.params(int4Param(int32(r.op)), boolParam(r.id.pair), int4Param(r.id.hi),
 				int4Param(r.id.lo), int8Param(r.id.id))
 		} else {
 			bind.Parameters = w.params(int8Param(r.id.id))
@@ -301,7 +278,7 @@ func (w *wire) readCalls(batch []*request, out batchOutcome) (batchOutcome, erro
 			if out.failedAt < 0 {
 				out.failedAt, out.pgErr = i, a.err
 			}
-		case r.op == opPing:
+		case r.op == pgsession.Ping:
 			// The backend must still be the one the probe found: the
 			// fast path's version of the statements' token guard.
 			pid, ok := a.int4Result()
