@@ -22,7 +22,7 @@ func (l *Locker) Check(ctx context.Context) error {
 		return err
 	}
 	defer l.unreserve(s)
-	if _, err := s.doClaimed(pgsession.Ping, lockID{}); err != nil {
+	if _, err := s.DoClaimed(pgsession.Ping, lockID{}); err != nil {
 		return fmt.Errorf("advisory: check: %w", err)
 	}
 	return nil

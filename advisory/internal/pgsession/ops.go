@@ -141,3 +141,11 @@ func (n *Statements) For(op Op, pair bool) string {
 	}
 	return n.General
 }
+
+// Key is a resolved advisory key, what Postgres sees: one bigint (ID), or
+// a pair of int4 (Pair, Hi, Lo).
+type Key struct {
+	Pair   bool
+	ID     int64
+	Hi, Lo int32
+}
