@@ -1,8 +1,16 @@
-// Package pgsession is a connection an advisory Locker owns for good: it
-// is opened and probed, runs lock operations (pipelined prepared
-// statements, or fast-path function calls on a direct connection),
-// blocks in a wait, releases everything and closes. It knows nothing of
-// the Locker's bookkeeping.
+// Package pgsession is a connection an advisory Locker owns for good
+// (Conn): it is opened and probed, runs lock operations for many callers,
+// blocks in a wait, releases everything and closes, and Done says when it
+// has ended and its locks with it. It knows nothing of the Locker's
+// bookkeeping (which goroutine holds which key).
+//
+//   - ops.go: the operations, defined once (op codes, functions, statements)
+//   - conn.go: Open: take a connection from the pool, probe it, refuse an
+//     unsafe one
+//   - session.go: the goroutine that owns the connection: batches,
+//     pipelining, pings, waits, the end
+//   - wire.go: the bytes: prepared statements, or fast-path function calls
+//     on a direct connection
 package pgsession
 
 import "github.com/pgbaton/pgbaton/internal/db"
