@@ -98,7 +98,7 @@ type controlKind int
 const (
 	controlShutdown controlKind = iota // release everything, close
 	controlRetire                      // stop and close: an idle spare, holding nothing
-	controlFunc                        // run fn with the connection (tests)
+	controlFunc                        // run fn with the connection (Clear, tests)
 	controlWait                        // block until the lock is granted (see runWait)
 )
 

@@ -23,20 +23,20 @@ import (
 // direct connection, the functions the fast path calls are looked up
 // (see the fast path below). It speaks the protocol through the connection's own
 // pgproto3.Frontend, so pgx's view of the connection stays exact.
-func (oc *Conn) ready(ctx context.Context, direct bool) error {
-	ctx, cancel := context.WithTimeout(ctx, oc.cfg.PingTimeout)
+func (s *Conn) ready(ctx context.Context, direct bool) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.PingTimeout)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
-	pc := oc.conn.PgConn()
+	pc := s.conn.PgConn()
 	nc := pc.Conn()
-	st := oc.cfg.serverTimeouts()
+	st := s.cfg.serverTimeouts()
 	settings := [][]byte{
 		[]byte(strconv.Itoa(st.keepalivesIdle)), []byte(strconv.Itoa(st.keepalivesInterval)),
 		[]byte(strconv.Itoa(st.keepalivesCount)), []byte(strconv.Itoa(st.userTimeout)),
-		[]byte(oc.cfg.AppName), []byte(oc.token),
+		[]byte(s.cfg.AppName), []byte(s.token),
 	}
 	var buf []byte
-	for _, p := range oc.names.Parse() {
+	for _, p := range s.names.Parse() {
 		buf, _ = (&pgproto3.Parse{Name: p[0], Query: p[1]}).Encode(buf)
 	}
 	buf, _ = (&pgproto3.Parse{Query: db.AdvisorySessionReadySQL}).Encode(buf)
@@ -63,8 +63,8 @@ func (oc *Conn) ready(ctx context.Context, direct bool) error {
 		switch msg := msg.(type) {
 		case *pgproto3.DataRow: // the fast path's functions
 			var oids []int64
-			if len(msg.Values) == 1 && oc.conn.TypeMap().Scan(pgtype.Int8ArrayOID, pgtype.BinaryFormatCode, msg.Values[0], &oids) == nil {
-				oc.fast = NewFast(oids)
+			if len(msg.Values) == 1 && s.conn.TypeMap().Scan(pgtype.Int8ArrayOID, pgtype.BinaryFormatCode, msg.Values[0], &oids) == nil {
+				s.fast = NewFast(oids)
 			}
 		case *pgproto3.ErrorResponse:
 			if failed == nil {
@@ -103,9 +103,9 @@ type wire struct {
 
 var binaryFormat = []int16{1}
 
-func newWire(oc *Conn) wire {
-	pc := oc.conn.PgConn()
-	return wire{nc: pc.Conn(), fe: pc.Frontend(), names: oc.names, token: []byte(oc.token), fast: oc.fast, pid: oc.pid}
+func newWire(s *Conn) wire {
+	pc := s.conn.PgConn()
+	return wire{nc: pc.Conn(), fe: pc.Frontend(), names: s.names, token: []byte(s.token), fast: s.fast, pid: s.pid}
 }
 
 // encode lays out a batch of requests: function calls, or statements and
@@ -380,22 +380,22 @@ func (a callAnswer) int4Result() (int32, bool) {
 	return int32(binary.BigEndian.Uint32(a.result[:])), a.n == 4
 }
 
-// fastWait blocks until id is granted on oc's backend, by two calls sent
+// fastWait blocks until id is granted on the backend, by two calls sent
 // together: a try, whose answer says whether the key was held (waited),
 // then the blocking lock. When the try succeeds, the lock returns at once
 // and the backend holds the key twice: extra says one unlock is owed.
 // The wait ends early only when ctx ends: the read is cut and the
 // connection closed (see runWait, which cancels on the server first).
-func (oc *Conn) fastWait(ctx context.Context, id Key, shared bool) (waited, extra bool, err error) {
-	pc := oc.conn.PgConn()
+func (s *Conn) fastWait(ctx context.Context, id Key, shared bool) (waited, extra bool, err error) {
+	pc := s.conn.PgConn()
 	nc := pc.Conn()
 	try, lock := Try, Lock
 	if shared {
 		try, lock = TryShared, LockShared
 	}
 	var scratch [2][8]byte
-	buf := encodeCall(oc.fast, nil, try, id, &scratch)
-	buf = encodeCall(oc.fast, buf, lock, id, &scratch)
+	buf := encodeCall(s.fast, nil, try, id, &scratch)
+	buf = encodeCall(s.fast, buf, lock, id, &scratch)
 	cutDone := make(chan struct{})
 	cut := context.AfterFunc(ctx, func() {
 		defer close(cutDone)
