@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/advisory/internal/pgsession"
 )
 
 // Check reports whether the Locker can take locks: it makes a round trip
@@ -21,7 +22,7 @@ func (l *Locker) Check(ctx context.Context) error {
 		return err
 	}
 	defer l.unreserve(s)
-	if _, err := s.doClaimed(opPing, lockID{}); err != nil {
+	if _, err := s.DoClaimed(pgsession.Ping, lockID{}); err != nil {
 		return fmt.Errorf("advisory: check: %w", err)
 	}
 	return nil

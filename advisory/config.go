@@ -3,7 +3,6 @@ package advisory
 import (
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"strings"
 	"time"
@@ -175,32 +174,4 @@ func defaultOwner() string {
 		owner = fmt.Sprintf("pid:%d", os.Getpid())
 	}
 	return owner
-}
-
-// giveUp is how long after its last answer a session is declared lost.
-func (c Config) giveUp() time.Duration { return c.PingInterval + c.PingTimeout }
-
-// serverTimeouts are the TCP settings of every session, derived from
-// giveUp so that the server drops a silent client only well after the
-// client has given up (see doc.go): keepalive probes start after
-// giveUp+1s of silence, and the connection is dropped once data or probes
-// have gone unanswered for 2×giveUp+1s.
-type serverTimeouts struct {
-	keepalivesIdle     int // seconds
-	keepalivesInterval int // seconds
-	keepalivesCount    int
-	userTimeout        int // milliseconds
-}
-
-func (c Config) serverTimeouts() serverTimeouts {
-	g := c.giveUp()
-	user := 2*g + time.Second
-	idle := int(math.Ceil((g + time.Second).Seconds()))
-	count := max(1, int(math.Ceil((user.Seconds()-float64(idle))/1)))
-	return serverTimeouts{
-		keepalivesIdle:     idle,
-		keepalivesInterval: 1,
-		keepalivesCount:    count,
-		userTimeout:        int(user.Milliseconds()),
-	}
 }

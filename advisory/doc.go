@@ -6,14 +6,12 @@
 // caller's pgxpool for good so that pool lifetime limits never drop them.
 // Many locks share one session; because Postgres advisory locks are
 // re-entrant within a session, the Locker's own bookkeeping keeps two
-// goroutines from both holding a key. Each session's connection belongs
-// to one goroutine: lock and unlock calls hand it their requests and wait
-// for their answers; it sends whatever is queued as one batch, keeps the
-// next batches on the wire while earlier ones are answered (so eight
-// goroutines on one session outrun eight connections of their own),
-// pings the server when the session was idle, and, when the connection
-// fails, answers every pending call with the cause and cancels every lock
-// on the session. Under heavier load (16 requests pending on every
+// goroutines from both holding a key. Calls on one session share its
+// round trips: what is queued goes as one batch, and the next batches go
+// on the wire while earlier ones are answered (so eight goroutines on one
+// session outrun eight connections of their own). An idle session is
+// pinged; when its connection fails, every pending call gets the cause
+// and every lock on the session is cancelled. Under heavier load (16 requests pending on every
 // session) new locks go to a second session (Config.MaxSessionsUnderLoad,
 // default 2), which then stays open. Past Config.MaxLocksPerSession locks
 // a session is full and another one opens.
@@ -38,13 +36,10 @@
 // pg_advisory_lock would.
 //
 // On a direct connection (see Unsafe setups) sessions call the lock
-// functions by the protocol's fast-path function call instead of running
-// statements: one message per lock or unlock, run by the backend without
-// a parse, a plan or an executor. It is what makes a lock handed between
-// clients on one key faster than raw pgx running SELECT
-// pg_advisory_lock(...) (see the README's Speed section). Through a
-// pooler or proxy, sessions run prepared statements that carry the token
-// described below.
+// functions by the protocol's fast-path function call, which the backend
+// runs without a parse, a plan or an executor (see the README's Speed
+// section); through a pooler or proxy they run prepared statements that
+// carry the token described below.
 //
 // Every connection a Locker holds locks on carries the application_name
 // "pgbaton advisory <Config.Owner>" (host:pid by default), so
@@ -215,9 +210,9 @@
 // pooler lent to another session since, is noticed at once and never
 // locks or unlocks anything there, so two Lockers can never hold one key
 // through one shared backend. (A direct connection's backend is its own
-// for life: its pings check the backend's pid instead.) Locks taken before such a late detection are
-// released on the session's backend if the pooler lets it be reached
-// again. SQLSTATE 53200 (the server's shared lock table is full) becomes
+// for life: its pings check the backend's pid instead.) Locks taken
+// before such a late detection are released on the session's backend if
+// the pooler lets it be reached again. SQLSTATE 53200 (the server's shared lock table is full) becomes
 // ErrLockTableFull, and a Locker refuses to hold more than
 // Config.MaxLocks locks before that happens. Refusals are logged to
 // Config.Logger (Error; Warn for a full lock table) as well as returned.

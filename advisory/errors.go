@@ -2,10 +2,9 @@ package advisory
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/pgbaton/pgbaton"
-	"github.com/pgbaton/pgbaton/internal/pgerr"
+	"github.com/pgbaton/pgbaton/advisory/internal/pgsession"
 )
 
 // Errors of package advisory. Test for them with errors.Is; the errors
@@ -20,7 +19,7 @@ var (
 	// the session holding it is gone (connection failed, ping timed out,
 	// backend terminated, Locker closed). Postgres may already have granted
 	// the lock to someone else.
-	ErrLockLost = errors.New("advisory: lock lost")
+	ErrLockLost = pgsession.ErrLockLost
 
 	// ErrUnlocked is the cause of a Lock's context after Unlock.
 	ErrUnlocked = errors.New("advisory: lock was unlocked")
@@ -30,7 +29,7 @@ var (
 	// new logins fail) or before that, when the Locker already holds
 	// Config.MaxLocks locks. Release locks, or raise
 	// max_locks_per_transaction on the server.
-	ErrLockTableFull = errors.New("advisory: lock table full")
+	ErrLockTableFull = pgsession.ErrLockTableFull
 
 	// ErrSessionPooling is returned when a session connection turns out to
 	// be served by a pooler such as PgBouncer in transaction or statement
@@ -39,7 +38,7 @@ var (
 	// random backends. Connect the Locker to
 	// Postgres directly (or to a session-mode pool), or use XactLock, or the
 	// leasetable package.
-	ErrSessionPooling = errors.New("advisory: connection goes through a transaction-pooling proxy (backend pid changed between statements); session advisory locks need a direct connection: use XactLock or package leasetable behind PgBouncer")
+	ErrSessionPooling = pgsession.ErrSessionPooling
 
 	// ErrKeyCollision is returned when a lock name hashes to the same key as
 	// a different name already recorded in pgbaton.advisory_name. Nothing
@@ -54,24 +53,9 @@ var (
 	ErrNotHeld = errors.New("advisory: lock not held")
 )
 
-// mapError turns server errors that have a meaning here into this
-// package's sentinels, or the shared ones (internal/pgerr), keeping the
-// original in the chain.
-func mapError(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	switch pgerr.Code(err) {
-	case pgerr.InvalidStatementName:
-		return fmt.Errorf("%w: %s: %w", ErrSessionPooling, op, err)
-	case pgerr.OutOfSharedMemory:
-		return fmt.Errorf("%w: %s: the server's lock table is full (raise max_locks_per_transaction or hold fewer locks): %w", ErrLockTableFull, op, err)
-	}
-	if mapped, ok := pgerr.Map(op, err); ok {
-		return mapped
-	}
-	return fmt.Errorf("advisory: %s: %w", op, err)
-}
+// mapError maps server errors to this package's sentinels, or the shared
+// ones (internal/pgerr).
+var mapError = pgsession.MapError
 
 // logRefusal logs err if it is a refusal an operator must act on: the
 // server or the setup is unsafe for session locks (Error), or the lock

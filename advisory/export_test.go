@@ -3,6 +3,8 @@ package advisory
 import (
 	"context"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // SessionSettingsForTest reads the TCP settings from the Locker's first
@@ -13,8 +15,7 @@ func SessionSettingsForTest(t testing.TB, l *Locker) map[string]string {
 	defer l.unreserve(s)
 	got := map[string]string{}
 	var err error
-	s.withConn(func(oc *ownedConn) {
-		conn := oc.conn
+	s.WithConn(func(conn *pgx.Conn) {
 		for _, name := range []string{"tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count", "tcp_user_timeout"} {
 			var v string
 			if err = conn.QueryRow(context.Background(), "SELECT current_setting($1)", name).Scan(&v); err != nil {
@@ -35,7 +36,7 @@ func FastPathForTest(t testing.TB, l *Locker) bool {
 	t.Helper()
 	s := firstSession(t, l)
 	defer l.unreserve(s)
-	return s.fast != nil
+	return s.Fast()
 }
 
 // firstSession reserves the Locker's first session (opening it if need
@@ -46,6 +47,6 @@ func firstSession(t testing.TB, l *Locker) *session {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.pending.Add(-1) // no request goes through the queue
+	s.Unclaim() // no request goes through the queue
 	return s
 }

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/advisory/internal/pgsession"
 )
 
 // Limits on names, in bytes of UTF-8. The registry table enforces them too.
@@ -66,22 +67,18 @@ func (k Key) String() string {
 }
 
 // lockID is a resolved key: what Postgres sees.
-type lockID struct {
-	pair   bool
-	id     int64
-	hi, lo int32
-}
+type lockID = pgsession.Key
 
 // resolve validates k and returns the key Postgres sees.
 func (k Key) resolve(namespace string) (lockID, error) {
 	switch k.kind {
 	case kindName:
 		id, err := NameKey(namespace, k.name)
-		return lockID{id: id}, err
+		return lockID{ID: id}, err
 	case kindInt64:
-		return lockID{id: k.id}, nil
+		return lockID{ID: k.id}, nil
 	case kindPair:
-		return lockID{pair: true, hi: k.hi, lo: k.lo}, nil
+		return lockID{Pair: true, Hi: k.hi, Lo: k.lo}, nil
 	}
 	return lockID{}, fmt.Errorf("%w: zero advisory.Key; use advisory.Name, Int64 or Pair", pgbaton.ErrInvalidArgument)
 }

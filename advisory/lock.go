@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/advisory/internal/pgsession"
 )
 
 // Lock is a held advisory lock. Watch Done (or Context) while working
@@ -66,8 +67,8 @@ func (lk *Lock) Err() error {
 // goroutine could not notice (a process paused past PingInterval +
 // PingTimeout): such a lock must not look held.
 func (lk *Lock) checkExpiry() {
-	if lk.ctx.Err() == nil && lk.sess.expired() {
-		lk.sess.abort(lk.sess.lostErr())
+	if lk.ctx.Err() == nil && lk.sess.Expired() {
+		lk.sess.Abort(lk.sess.LostErr())
 		<-lk.sess.exited // the Locker has cancelled the session's locks
 	}
 }
@@ -109,12 +110,12 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 	e.busy = true
 	l.mu.Unlock()
 
-	op := opUnlock
+	op := pgsession.Unlock
 	if lk.shared {
-		op = opUnlockShared
+		op = pgsession.UnlockShared
 	}
 	s := lk.sess
-	ok, err := s.do(op, lk.id)
+	ok, err := s.Do(op, lk.id)
 
 	l.mu.Lock()
 	e.busy = false
@@ -129,7 +130,7 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("advisory: unlock %s: %w", lk.key, err)
 	case !ok:
-		return fmt.Errorf("%w: the server did not hold %s on session pid %d", ErrNotHeld, lk.key, s.pid)
+		return fmt.Errorf("%w: the server did not hold %s on session pid %d", ErrNotHeld, lk.key, s.PID())
 	}
 	return nil
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/advisory/internal/pgsession"
+	"github.com/pgbaton/pgbaton/internal/appname"
 )
 
 // Locker takes session advisory locks on connections it owns. It is safe
@@ -19,7 +21,8 @@ import (
 type Locker struct {
 	pool  *pgxpool.Pool
 	cfg   Config
-	epoch time.Time // monotonic base of session timestamps
+	conn  pgsession.Config // what its connections need of cfg
+	epoch time.Time        // monotonic base of spreadAt
 
 	ctx    context.Context // cancelled by Close: ends blocking waits
 	cancel context.CancelFunc
@@ -99,6 +102,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Locker, error) {
 		entries: make(map[lockID]*entry),
 		names:   make(map[string]struct{}),
 		metrics: newMetrics(cfg),
+	}
+	l.conn = pgsession.Config{
+		Pool: pool, PingInterval: cfg.PingInterval, PingTimeout: cfg.PingTimeout, SessionPooler: cfg.SessionPooler,
+		AppName: appname.Of("advisory", cfg.Owner), Logger: cfg.Logger, Stats: &l.stats.Counters, PingsFailed: l.metrics.renewFailed,
 	}
 	return l, nil
 }
@@ -193,7 +200,7 @@ func (l *Locker) resolve(ctx context.Context, key Key) (lockID, error) {
 		return lockID{}, err
 	}
 	if key.kind == kindName {
-		if err := l.register(ctx, key.name, id.id); err != nil {
+		if err := l.register(ctx, key.name, id.ID); err != nil {
 			// Behind a transaction pooler the registry's upsert through the
 			// pool can fail in ways that say nothing of the pooler (another
 			// client's prepared statement on the same backend): then the
@@ -228,7 +235,7 @@ func (l *Locker) enter(key Key, id lockID, shared, wait bool) turn {
 	}
 	if e := l.entries[id]; e != nil {
 		// Another goroutine of this Locker holds or is taking the key.
-		if !e.busy && shared && e.shared && e.sess.alive() {
+		if !e.busy && shared && e.shared && e.sess.Alive() {
 			lk := l.newLock(key, id, true, e.sess)
 			e.locks[lk] = struct{}{}
 			return turn{joined: lk}
@@ -274,8 +281,8 @@ func (l *Locker) settleTurn(key Key, id lockID, shared bool, e *entry, s *sessio
 	}
 	if err == nil {
 		select {
-		case <-s.dead: // lost since: its locks went with it
-			err = fmt.Errorf("advisory: lock %s: %w", key, s.cause)
+		case <-s.Done(): // lost since: its locks went with it
+			err = fmt.Errorf("advisory: lock %s: %w", key, s.Cause())
 		default:
 		}
 	}
@@ -315,11 +322,11 @@ func (l *Locker) take(ctx context.Context, key Key, id lockID, shared, wait bool
 	if err != nil {
 		return nil, err
 	}
-	op := opTry
+	op := pgsession.Try
 	if shared {
-		op = opTryShared
+		op = pgsession.TryShared
 	}
-	ok, err := s.doClaimed(op, id)
+	ok, err := s.DoClaimed(op, id)
 	if err == nil && ok {
 		return s, nil
 	}
@@ -355,7 +362,7 @@ func (l *Locker) sessionCheck(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.pending.Add(-1) // no request follows
+	s.Unclaim() // no request follows
 	l.unreserve(s)
 	return nil
 }
@@ -371,7 +378,7 @@ func (l *Locker) reserveSession(ctx context.Context) (*session, error) {
 		}
 		if s := l.roomySession(); s != nil {
 			s.count++
-			s.pending.Add(1)
+			s.Claim()
 			return s, nil
 		}
 		return nil, nil
@@ -394,21 +401,21 @@ func (l *Locker) reserveSession(ctx context.Context) (*session, error) {
 	if s != nil || err != nil {
 		return s, err
 	}
-	oc, err := l.openConn(ctx)
+	s, err = l.openSession(ctx)
 	if err != nil {
 		return nil, err
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.closed {
-		closeConn(oc.conn)
+		l.mu.Unlock()
+		s.retire()
 		return nil, pgbaton.ErrClosed
 	}
-	s = l.newSession(oc)
 	s.shared = true
 	s.count++
-	s.pending.Add(1)
+	s.Claim()
 	l.sessions = append(l.sessions, s)
+	l.mu.Unlock()
 	return s, nil
 }
 
@@ -428,12 +435,12 @@ func (l *Locker) roomySession() *session {
 	var busy *session
 	roomy := 0
 	for _, s := range l.sessions {
-		if s.count < l.cfg.MaxLocksPerSession && s.alive() {
-			if s.pending.Load() < spreadDepth {
+		if s.count < l.cfg.MaxLocksPerSession && s.Alive() {
+			if s.Pending() < spreadDepth {
 				return s
 			}
 			roomy++
-			if busy == nil || s.pending.Load() < busy.pending.Load() {
+			if busy == nil || s.Pending() < busy.Pending() {
 				busy = s
 			}
 		}
@@ -479,7 +486,7 @@ func (l *Locker) spreadLocked() {
 			l.mu.Unlock()
 			return
 		}
-		oc, err := l.openConn(l.ctx)
+		s, err := l.openSession(l.ctx)
 		l.mu.Lock()
 		if err != nil {
 			l.spreadAt = l.since() + l.cfg.RetryDelay
@@ -491,10 +498,9 @@ func (l *Locker) spreadLocked() {
 		}
 		if l.closed {
 			l.mu.Unlock()
-			closeConn(oc.conn)
+			s.retire()
 			return
 		}
-		s := l.newSession(oc)
 		s.shared = true
 		l.sessions = append(l.sessions, s)
 		l.mu.Unlock()
@@ -515,7 +521,7 @@ func (l *Locker) unreserve(s *session) {
 	if !park {
 		return
 	}
-	if !s.dirty.Load() {
+	if !s.Dirty() {
 		l.parkSession(s)
 		return
 	}
@@ -526,18 +532,8 @@ func (l *Locker) unreserve(s *session) {
 // unlock found its backend holding less than it should.
 func (l *Locker) parkSession(s *session) {
 	defer l.bg.Done()
-	if s.dirty.Load() {
-		var err error
-		s.withConn(func(oc *ownedConn) {
-			ctx, cancel := context.WithTimeout(context.Background(), l.cfg.PingTimeout)
-			err = releaseAll(ctx, oc)
-			cancel()
-		})
-		if err != nil {
-			s.abort(fmt.Errorf("%w: %w", ErrLockLost, err))
-			return
-		}
-		s.dirty.Store(false)
+	if s.Clear() != nil {
+		return // the session ends
 	}
 	l.addSpare(s)
 }
@@ -548,7 +544,7 @@ const maxSpares = 2
 // addSpare keeps s, idle and holding no locks, for a later wait.
 func (l *Locker) addSpare(s *session) {
 	l.mu.Lock()
-	if l.closed || len(l.spares) >= maxSpares || !s.alive() {
+	if l.closed || len(l.spares) >= maxSpares || !s.Alive() {
 		l.mu.Unlock()
 		l.dropSpare(s)
 		return
@@ -589,7 +585,7 @@ func (l *Locker) parkLocked(s *session) bool {
 	}
 	others := 0
 	for _, o := range l.sessions {
-		if o != s && o.alive() && o.count < l.cfg.MaxLocksPerSession {
+		if o != s && o.Alive() && o.count < l.cfg.MaxLocksPerSession {
 			others++
 		}
 	}
@@ -611,9 +607,9 @@ func (l *Locker) removeSession(s *session) {
 	}
 }
 
-// sessionEnded runs once when s is lost or closed, from its
-// goroutine: every lock on it is cancelled with the cause, and its keys
-// are free to be taken again (on another session).
+// sessionEnded runs once when s is lost or closed (see watch): every
+// lock on it is cancelled with the cause, and its keys are free to be
+// taken again (on another session).
 func (l *Locker) sessionEnded(s *session, cause error) (lost int, spare bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

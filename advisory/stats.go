@@ -1,6 +1,10 @@
 package advisory
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/pgbaton/pgbaton/advisory/internal/pgsession"
+)
 
 // Stats is a snapshot of a Locker, for metrics.
 type Stats struct {
@@ -30,7 +34,8 @@ type Stats struct {
 }
 
 type counters struct {
-	batches, requests, pipelined, contended, lostSessions, connects atomic.Int64
+	pgsession.Counters      // batches, requests, pipelined, connects
+	contended, lostSessions atomic.Int64
 }
 
 // Stats returns a snapshot of the Locker's state and counters.
@@ -38,11 +43,11 @@ func (l *Locker) Stats() Stats {
 	l.mu.Lock()
 	st := Stats{Sessions: len(l.sessions), Held: l.total}
 	l.mu.Unlock()
-	st.Batches = l.stats.batches.Load()
-	st.Requests = l.stats.requests.Load()
-	st.Pipelined = l.stats.pipelined.Load()
+	st.Batches = l.stats.Batches.Load()
+	st.Requests = l.stats.Requests.Load()
+	st.Pipelined = l.stats.Pipelined.Load()
 	st.Contended = l.stats.contended.Load()
 	st.LostSessions = l.stats.lostSessions.Load()
-	st.Connects = l.stats.connects.Load()
+	st.Connects = l.stats.Connects.Load()
 	return st
 }

@@ -58,7 +58,7 @@ func (l *Locker) xact(ctx context.Context, tx pgx.Tx, key Key, shared, wait bool
 	}
 	op := "transaction lock " + key.String()
 	if key.kind == kindName && !recorded {
-		err = l.xactName(ctx, tx, key, id.id, shared, wait)
+		err = l.xactName(ctx, tx, key, id.ID, shared, wait)
 	} else {
 		err = l.xactKey(ctx, tx, key, id, shared, wait)
 	}
@@ -72,7 +72,7 @@ func (l *Locker) xact(ctx context.Context, tx pgx.Tx, key Key, shared, wait bool
 func (l *Locker) xactKey(ctx context.Context, tx pgx.Tx, key Key, id lockID, shared, wait bool) error {
 	op := "transaction lock " + key.String()
 	row, err := db.New().AdvisoryXactLock(ctx, tx, db.AdvisoryXactLockParams{
-		Wait: wait, Shared: shared, Pair: id.pair, Hi: id.hi, Lo: id.lo, Key: id.id,
+		Wait: wait, Shared: shared, Pair: id.Pair, Hi: id.Hi, Lo: id.Lo, Key: id.ID,
 	})
 	switch {
 	case err != nil:

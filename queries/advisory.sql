@@ -11,9 +11,10 @@
 -- name: AdvisoryOp :one
 -- Every request a multiplexed session sends that is not one of the two
 -- below: op 0 ping, 1 try exclusive, 2 try shared, 3 unlock exclusive,
--- 4 unlock shared. Keys come in two spaces that Postgres keeps apart: one
--- bigint (key), or a pair of int4 (pair, hi, lo). Sessions prepare these
--- three statements by name and pipeline them (advisory/wire.go).
+-- 4 unlock shared, as in the operation table of package pgsession
+-- (advisory/internal, checked by a test). Keys come in two spaces that
+-- Postgres keeps apart: one bigint (key), or a pair of int4 (pair, hi,
+-- lo). Sessions prepare these three statements by name and pipeline them.
 SELECT (CASE
             WHEN @op::int = 0 THEN true
             WHEN @op::int = 1 AND @pair::bool THEN pg_try_advisory_lock(@hi::int4, @lo::int4)
@@ -51,17 +52,11 @@ SELECT pg_backend_pid()::int4 AS pid,
          WHERE l.pid = pg_backend_pid() AND l.locktype = 'advisory')::int4 AS advisory_locks;
 
 -- name: AdvisoryFastPathFunctions :one
--- The functions a session on a direct connection calls by the fast-path
--- protocol, in the order advisory/fastpath.go expects. Sent with the
--- session statements' Parse, once the server is known to be PostgreSQL.
-SELECT ARRAY['pg_backend_pid()',
-             'pg_try_advisory_lock(bigint)', 'pg_try_advisory_lock_shared(bigint)',
-             'pg_advisory_unlock(bigint)', 'pg_advisory_unlock_shared(bigint)',
-             'pg_advisory_lock(bigint)', 'pg_advisory_lock_shared(bigint)',
-             'pg_try_advisory_lock(int4, int4)', 'pg_try_advisory_lock_shared(int4, int4)',
-             'pg_advisory_unlock(int4, int4)', 'pg_advisory_unlock_shared(int4, int4)',
-             'pg_advisory_lock(int4, int4)', 'pg_advisory_lock_shared(int4, int4)'
-       ]::pg_catalog.regprocedure[]::pg_catalog.oid[]::int8[] AS function_oids;
+-- The OIDs of the functions a session on a direct connection calls by the
+-- fast-path protocol, in the order asked (the regprocedures of
+-- advisory/internal/pgsession's operation table). Sent with the session
+-- statements' Parse, once the server is known to be PostgreSQL.
+SELECT CAST(CAST(CAST(@functions::text[] AS pg_catalog.regprocedure[]) AS pg_catalog.oid[]) AS int8[]) AS function_oids;
 
 -- name: AdvisoryBackendPID :one
 SELECT pg_backend_pid()::int4 AS pid;

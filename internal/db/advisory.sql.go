@@ -21,21 +21,15 @@ func (q *Queries) AdvisoryBackendPID(ctx context.Context, db DBTX) (int32, error
 }
 
 const advisoryFastPathFunctions = `-- name: AdvisoryFastPathFunctions :one
-SELECT ARRAY['pg_backend_pid()',
-             'pg_try_advisory_lock(bigint)', 'pg_try_advisory_lock_shared(bigint)',
-             'pg_advisory_unlock(bigint)', 'pg_advisory_unlock_shared(bigint)',
-             'pg_advisory_lock(bigint)', 'pg_advisory_lock_shared(bigint)',
-             'pg_try_advisory_lock(int4, int4)', 'pg_try_advisory_lock_shared(int4, int4)',
-             'pg_advisory_unlock(int4, int4)', 'pg_advisory_unlock_shared(int4, int4)',
-             'pg_advisory_lock(int4, int4)', 'pg_advisory_lock_shared(int4, int4)'
-       ]::pg_catalog.regprocedure[]::pg_catalog.oid[]::int8[] AS function_oids
+SELECT CAST(CAST(CAST($1::text[] AS pg_catalog.regprocedure[]) AS pg_catalog.oid[]) AS int8[]) AS function_oids
 `
 
-// The functions a session on a direct connection calls by the fast-path
-// protocol, in the order advisory/fastpath.go expects. Sent with the
-// session statements' Parse, once the server is known to be PostgreSQL.
-func (q *Queries) AdvisoryFastPathFunctions(ctx context.Context, db DBTX) ([]int64, error) {
-	row := db.QueryRow(ctx, advisoryFastPathFunctions)
+// The OIDs of the functions a session on a direct connection calls by the
+// fast-path protocol, in the order asked (the regprocedures of
+// advisory/internal/pgsession's operation table). Sent with the session
+// statements' Parse, once the server is known to be PostgreSQL.
+func (q *Queries) AdvisoryFastPathFunctions(ctx context.Context, db DBTX, functions []string) ([]int64, error) {
+	row := db.QueryRow(ctx, advisoryFastPathFunctions, functions)
 	var function_oids []int64
 	err := row.Scan(&function_oids)
 	return function_oids, err
@@ -154,9 +148,10 @@ type AdvisoryOpParams struct {
 // there, on a backend that belongs to other clients.
 // Every request a multiplexed session sends that is not one of the two
 // below: op 0 ping, 1 try exclusive, 2 try shared, 3 unlock exclusive,
-// 4 unlock shared. Keys come in two spaces that Postgres keeps apart: one
-// bigint (key), or a pair of int4 (pair, hi, lo). Sessions prepare these
-// three statements by name and pipeline them (advisory/wire.go).
+// 4 unlock shared, as in the operation table of package pgsession
+// (advisory/internal, checked by a test). Keys come in two spaces that
+// Postgres keeps apart: one bigint (key), or a pair of int4 (pair, hi,
+// lo). Sessions prepare these three statements by name and pipeline them.
 func (q *Queries) AdvisoryOp(ctx context.Context, db DBTX, arg AdvisoryOpParams) (bool, error) {
 	row := db.QueryRow(ctx, advisoryOp,
 		arg.Op,

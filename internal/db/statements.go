@@ -1,7 +1,7 @@
 package db
 
 // The text of the statements an advisory session prepares by name and
-// pipelines on its socket itself (advisory/wire.go), where the generated
+// pipelines on its socket itself (advisory/internal/pgsession/wire.go), where the generated
 // methods, which go through pgx one round trip at a time, cannot be used.
 // sqlc keeps query text unexported; these hand it out without a copy that
 // could drift from queries/advisory.sql.

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package advisory
+package pgsession
 
 import "syscall"
 

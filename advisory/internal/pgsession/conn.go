@@ -1,4 +1,4 @@
-package advisory
+package pgsession
 
 import (
 	"context"
@@ -6,51 +6,66 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
+	"math"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/serverkind"
 )
 
-// ownedConn is a connection the Locker took out of the pool for good and
-// made its own: probed (server kind, standby, pooler), tagged
-// (application_name, token) and with the session statements prepared.
-// Sessions (and the blocking waits they run) are on ownedConns.
-type ownedConn struct {
-	conn  *pgx.Conn
-	pid   int32
-	token string // set on the backend; every session statement checks it
-	names stmtNames
-	fast  *fastFuncs // set on a direct connection: see fastpath.go
+// Config is what a Conn needs of its Locker's configuration.
+type Config struct {
+	Pool          *pgxpool.Pool
+	PingInterval  time.Duration
+	PingTimeout   time.Duration
+	SessionPooler bool   // see advisory.Config.SessionPooler
+	AppName       string // application_name of every connection
+	Logger        *slog.Logger
+	Stats         *Counters
+	// PingsFailed is told how many pings went down with a failed batch:
+	// the connection's renew failures.
+	PingsFailed func(n int)
 }
 
-// openConn takes a connection out of the pool for good (Hijack: the pool
-// forgets it, so MaxConnLifetime and health checks never touch it) and
-// makes it the Locker's.
-func (l *Locker) openConn(ctx context.Context) (*ownedConn, error) {
-	l.stats.connects.Add(1)
-	pc, err := l.pool.Acquire(ctx)
+// Counters count what every Conn of a Locker does, for its Stats.
+type Counters struct {
+	Batches, Requests, Pipelined, Connects atomic.Int64
+}
+
+// Open takes a connection out of cfg.Pool for good (Hijack: the pool
+// forgets it, so MaxConnLifetime and health checks never touch it),
+// refuses it if it cannot hold session locks safely (server kind,
+// standby, pooler: see setupConn), and readies it: TCP settings,
+// application_name and token set, statements prepared (see ready).
+// The Conn's goroutine runs until Shutdown, Retire or a failure.
+func Open(ctx context.Context, cfg *Config) (*Conn, error) {
+	cfg.Stats.Connects.Add(1)
+	pc, err := cfg.Pool.Acquire(ctx)
 	if err != nil {
-		return nil, mapError("open session", err)
+		return nil, MapError("open session", err)
 	}
 	conn := pc.Hijack()
-	oc, err := l.setupConn(ctx, conn)
+	s, err := setupConn(ctx, cfg, conn)
 	if err != nil {
 		closeConn(conn)
 		return nil, err
 	}
-	return oc, nil
+	s.start()
+	return s, nil
 }
 
 // setupConn refuses a connection that cannot hold session locks safely,
 // before anything is changed on its backend, and readies the others.
-func (l *Locker) setupConn(ctx context.Context, conn *pgx.Conn) (*ownedConn, error) {
-	ctx, cancel := context.WithTimeout(ctx, l.cfg.PingTimeout)
+func setupConn(ctx context.Context, cfg *Config, conn *pgx.Conn) (*Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, cfg.PingTimeout)
 	defer cancel()
 	if k := serverkind.FromParams(conn); k != serverkind.PostgreSQL {
 		return nil, fmt.Errorf("advisory: %w", k.Err(conn.PgConn().ParameterStatus("crdb_version")))
@@ -62,7 +77,7 @@ func (l *Locker) setupConn(ctx context.Context, conn *pgx.Conn) (*ownedConn, err
 		if kerr := serverkind.CheckConn(ctx, conn); errors.Is(kerr, pgbaton.ErrUnsupportedServer) {
 			return nil, fmt.Errorf("advisory: %w", kerr)
 		}
-		return nil, mapError("set up session", err)
+		return nil, MapError("set up session", err)
 	}
 	if err := serverkind.Classify(row.Version, conn.PgConn().ParameterStatus).Err(row.Version); err != nil {
 		return nil, fmt.Errorf("advisory: %w", err)
@@ -70,7 +85,7 @@ func (l *Locker) setupConn(ctx context.Context, conn *pgx.Conn) (*ownedConn, err
 	if row.InRecovery {
 		return nil, fmt.Errorf("advisory: %w", pgbaton.ErrStandby)
 	}
-	if conn.PgConn().PID() != uint32(row.Pid) && !l.cfg.SessionPooler {
+	if conn.PgConn().PID() != uint32(row.Pid) && !cfg.SessionPooler {
 		// The cancel key the server sent at startup is not the backend's:
 		// a pooler made it up, as it must when one client connection may
 		// be served by many backends. Whether this one lends backends per
@@ -81,16 +96,16 @@ func (l *Locker) setupConn(ctx context.Context, conn *pgx.Conn) (*ownedConn, err
 	}
 	isDirect := direct(conn, row)
 	if !isDirect {
-		if err := l.checkProxy(ctx, conn, row); err != nil {
+		if err := checkProxy(ctx, cfg.Pool, conn, row); err != nil {
 			return nil, err
 		}
 	}
-	oc := &ownedConn{conn: conn, pid: row.Pid, token: newToken()}
-	oc.names = namesFor(oc.token)
-	if err := l.readyConn(ctx, oc, isDirect); err != nil {
+	s := &Conn{cfg: cfg, conn: conn, pid: row.Pid, token: newToken()}
+	s.names = NamesFor(s.token)
+	if err := s.ready(ctx, isDirect); err != nil {
 		return nil, err
 	}
-	return oc, nil
+	return s, nil
 }
 
 // direct reports whether the connection demonstrably reaches its backend
@@ -136,11 +151,11 @@ const proxyRounds = 5
 // A pooler that slips through all three still cannot make two sessions
 // share locks: every session statement checks the backend's token, which
 // the last session set up there owns (queries/advisory.sql).
-func (l *Locker) checkProxy(ctx context.Context, conn *pgx.Conn, row db.AdvisorySessionProbeRow) error {
+func checkProxy(ctx context.Context, pool *pgxpool.Pool, conn *pgx.Conn, row db.AdvisorySessionProbeRow) error {
 	if row.AdvisoryLocks > 0 {
 		return fmt.Errorf("%w (backend %d already holds %d advisory locks of another client)", ErrSessionPooling, row.Pid, row.AdvisoryLocks)
 	}
-	probe, err := l.pool.Acquire(ctx)
+	probe, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("advisory: a proxy is in between, and no second connection could be had to check that it does not pool transactions: %w", err)
 	}
@@ -149,14 +164,14 @@ func (l *Locker) checkProxy(ctx context.Context, conn *pgx.Conn, row db.Advisory
 	for range proxyRounds {
 		pid, err := q.AdvisoryBackendPID(ctx, simpleProtocol{conn})
 		if err != nil {
-			return mapError("set up session", err)
+			return MapError("set up session", err)
 		}
 		if pid != row.Pid {
 			return fmt.Errorf("%w (pids %d then %d)", ErrSessionPooling, row.Pid, pid)
 		}
 		other, err := q.AdvisoryBackendPID(ctx, simpleProtocol{probe.Conn()})
 		if err != nil {
-			return mapError("set up session", err)
+			return MapError("set up session", err)
 		}
 		if other == row.Pid {
 			return fmt.Errorf("%w (two client connections were served by backend %d)", ErrSessionPooling, row.Pid)
@@ -199,4 +214,32 @@ func closeConn(conn *pgx.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = conn.Close(ctx)
+}
+
+// giveUp is how long after its last answer a connection is declared lost.
+func (c *Config) giveUp() time.Duration { return c.PingInterval + c.PingTimeout }
+
+// serverTimeouts are the TCP settings of every connection, derived from
+// giveUp so that the server drops a silent client only well after the
+// client has given up (see advisory's package documentation): keepalive
+// probes start after giveUp+1s of silence, and the connection is dropped
+// once data or probes have gone unanswered for 2×giveUp+1s.
+type serverTimeouts struct {
+	keepalivesIdle     int // seconds
+	keepalivesInterval int // seconds
+	keepalivesCount    int
+	userTimeout        int // milliseconds
+}
+
+func (c *Config) serverTimeouts() serverTimeouts {
+	g := c.giveUp()
+	user := 2*g + time.Second
+	idle := int(math.Ceil((g + time.Second).Seconds()))
+	count := max(1, int(math.Ceil((user.Seconds()-float64(idle))/1)))
+	return serverTimeouts{
+		keepalivesIdle:     idle,
+		keepalivesInterval: 1,
+		keepalivesCount:    count,
+		userTimeout:        int(user.Milliseconds()),
+	}
 }

@@ -1,0 +1,807 @@
+package pgsession
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/pgerr"
+)
+
+const (
+	// maxBatch bounds how many queued requests go into one batch.
+	maxBatch = 256
+	// maxInflight bounds the batches on the wire at once.
+	maxInflight = 4
+)
+
+// Conn is one connection a Locker owns, holding many locks. One
+// goroutine (run) owns the connection for its whole life: it takes
+// requests from callers over a channel, sends whatever is queued as one
+// batch, keeps up to maxInflight batches on the wire so that the server
+// always has the next one, reads the answers in order and hands each
+// caller its own, pings when the connection was idle for a PingInterval,
+// and on any failure answers everything pending with the cause and ends,
+// which closes Done: every lock on it is lost. Callers never touch the
+// connection; what else must run on it (a blocking wait, releasing
+// everything, closing it) is a control request the goroutine runs
+// between batches.
+type Conn struct {
+	cfg   *Config
+	conn  *pgx.Conn
+	pid   int32
+	token string // set on the backend; every session statement checks it
+	names Statements
+	fast  *Fast // set on a direct connection: function calls, not statements
+	w     wire
+	epoch time.Time // monotonic base of lastOK
+
+	reqs     chan *request
+	ctl      chan *control
+	kill     chan struct{} // closed by Abort
+	killOnce sync.Once
+	killErr  error // why Abort was called; set before kill is closed
+
+	dead   chan struct{} // closed once no more requests run: lost or closed
+	exited chan struct{} // closed when the goroutine is done (Done)
+	cause  error         // why the connection ended; set before dead is closed
+
+	lastOK  atomic.Int64 // since() when the last answered batch was sent
+	pending atomic.Int32 // requests queued or on the wire: the pipeline is busy
+	dirty   atomic.Bool  // an unlock found nothing held: clear the backend before reuse
+}
+
+type request struct {
+	op     Op
+	id     Key
+	result chan result // buffered 1
+}
+
+type result struct {
+	ok    bool
+	err   error
+	retry bool // skipped by the server after an earlier statement failed: send again
+}
+
+// batch is requests sent together, answered together.
+type batch struct {
+	reqs     []*request
+	sent     time.Duration // since() when it was sent
+	deadline time.Time     // the answer must have come by then
+}
+
+// control is work the goroutine does with the connection to itself,
+// between batches.
+type control struct {
+	kind  controlKind
+	ctx   context.Context
+	fn    func(*pgx.Conn) // controlFunc
+	reply chan controlReply
+
+	// controlWait: the lock to wait for, and the Locker's context (its
+	// end gives the wait up, like ctx's).
+	id         Key
+	sharedLock bool
+	stop       context.Context
+}
+
+type controlKind int
+
+const (
+	controlShutdown controlKind = iota // release everything, close
+	controlRetire                      // stop and close: an idle spare, holding nothing
+	controlFunc                        // run fn with the connection (Clear, tests)
+	controlWait                        // block until the lock is granted (see runWait)
+)
+
+type controlReply struct {
+	err error
+
+	// controlWait: the key was held when the wait began; the connection
+	// had failed before the wait could run (a spare gone stale).
+	waited, stale bool
+}
+
+// start starts the connection's goroutine.
+func (s *Conn) start() {
+	s.w = newWire(s)
+	s.reqs = make(chan *request, maxBatch)
+	s.ctl = make(chan *control)
+	s.kill = make(chan struct{})
+	s.dead = make(chan struct{})
+	s.exited = make(chan struct{})
+	s.epoch = time.Now()
+	s.lastOK.Store(int64(s.since()))
+	go s.run()
+}
+
+func (s *Conn) since() time.Duration { return time.Since(s.epoch) }
+
+// PID is the backend's process id.
+func (s *Conn) PID() int32 { return s.pid }
+
+// Done is closed when the connection has ended, lost or closed, and its
+// goroutine is gone: every lock on it is gone. Cause says why.
+func (s *Conn) Done() <-chan struct{} { return s.exited }
+
+// Cause is why the connection ended, once Done is closed.
+func (s *Conn) Cause() error { return s.cause }
+
+// Pending is the number of requests queued or on the wire.
+func (s *Conn) Pending() int32 { return s.pending.Load() }
+
+// Claim counts in a request the caller is about to send with DoClaimed
+// (so that the next caller sees the connection busy), or gives up with
+// Unclaim.
+func (s *Conn) Claim()   { s.pending.Add(1) }
+func (s *Conn) Unclaim() { s.pending.Add(-1) }
+
+// Dirty reports whether an unlock found the backend holding less than it
+// should: Clear it before it is used for other locks.
+func (s *Conn) Dirty() bool { return s.dirty.Load() }
+
+// Fast reports whether the connection calls the lock functions by the
+// fast-path protocol.
+func (s *Conn) Fast() bool { return s.fast != nil }
+
+// Expired reports whether the session went longer than PingInterval +
+// PingTimeout without an answer: its locks must be treated as lost even if
+// the goroutine that would notice has not run (a paused process).
+func (s *Conn) Expired() bool {
+	return s.since()-time.Duration(s.lastOK.Load()) > s.cfg.giveUp()
+}
+
+func (s *Conn) Alive() bool {
+	select {
+	case <-s.dead:
+		return false
+	default:
+		return !s.Expired()
+	}
+}
+
+func (s *Conn) LostErr() error {
+	return fmt.Errorf("%w: session (backend pid %d) unanswered for more than PingInterval + PingTimeout (%s)", ErrLockLost, s.pid, s.cfg.giveUp())
+}
+
+// Do runs one operation on the session and waits for its result. The
+// caller must know whether a lock was taken, so there is no context: the
+// wait is bounded by PingTimeout, after which the session is lost.
+func (s *Conn) Do(op Op, id Key) (bool, error) {
+	s.pending.Add(1)
+	return s.DoClaimed(op, id)
+}
+
+// DoClaimed is do for a caller that counted its request in s.pending
+// already (reserveSession does, so that the next caller sees the session
+// busy and picks another).
+func (s *Conn) DoClaimed(op Op, id Key) (bool, error) {
+	defer s.pending.Add(-1)
+	r := &request{op: op, id: id, result: make(chan result, 1)}
+	for {
+		select {
+		case s.reqs <- r:
+		case <-s.dead:
+			return false, s.cause
+		}
+		var res result
+		select {
+		case res = <-r.result:
+		case <-s.dead:
+			// Every request the goroutine took was answered before dead
+			// was closed; one still in the channel never ran.
+			select {
+			case res = <-r.result:
+			default:
+				return false, s.cause
+			}
+		}
+		if !res.retry {
+			return res.ok, res.err
+		}
+	}
+}
+
+// Abort ends the session from outside its goroutine (a caller that found
+// it expired, a Close that ran out of time): the socket is closed, which
+// ends whatever I/O the goroutine is in.
+func (s *Conn) Abort(cause error) {
+	select {
+	case <-s.dead:
+		return
+	default:
+	}
+	s.killOnce.Do(func() {
+		s.killErr = cause
+		close(s.kill)
+		_ = s.w.nc.Close()
+	})
+}
+
+// run is the session's goroutine.
+func (s *Conn) run() {
+	cfg := s.cfg
+	ping := time.NewTimer(cfg.PingInterval)
+	defer ping.Stop()
+	// Watching the socket while idle (idleWatch) starts after
+	// idleWatchAfter of idleness.
+	watchT := time.NewTimer(time.Hour)
+	watchT.Stop()
+	defer watchT.Stop()
+	var watch *idleWatch
+	// Without a descriptor to wait on (other systems, custom dialers) the
+	// session relies on its pings alone and never arms the watch timer.
+	watchable := canWatchIdle && rawConnOf(s.w.nc) != nil
+	defer func() {
+		if watch != nil {
+			watch.stop()
+		}
+	}()
+	var (
+		queue    []*request // taken from callers, not sent yet
+		inflight []*batch   // sent, oldest first
+		pending  *control   // taken, waiting for the wire to drain
+	)
+	for {
+		if pending != nil && len(inflight) == 0 {
+			var over bool
+			if queue, over = s.control(pending, queue); over {
+				return
+			}
+			pending = nil
+			continue
+		}
+		if pending == nil && len(queue) == 0 && len(inflight) == 0 {
+			queue = s.linger(queue)
+		}
+		if pending == nil && len(queue) == 0 && len(inflight) == 0 {
+			if watchable && watch == nil {
+				watchT.Reset(idleWatchAfter)
+			}
+			var readable <-chan struct{}
+			if watch != nil {
+				readable = watch.readable
+			}
+			select {
+			case <-watchT.C:
+				watch = startIdleWatch(s.w.nc)
+				continue
+			case <-readable:
+				// The server sent something unasked: it is ending the
+				// session, most likely. A ping reads it now.
+				<-watch.done
+				watch = nil
+				cfg.Logger.Debug("advisory: the server sent to an idle session; pinging now", "pid", s.pid)
+				queue = append(queue, &request{op: Ping, result: make(chan result, 1)})
+				continue
+			case r := <-s.reqs:
+				queue = append(queue, r)
+			case <-ping.C:
+				idle := s.since() - time.Duration(s.lastOK.Load())
+				if idle >= cfg.PingInterval {
+					queue = append(queue, &request{op: Ping, result: make(chan result, 1)})
+					idle = 0
+				}
+				ping.Reset(max(cfg.PingInterval-idle, time.Millisecond))
+			case c := <-s.ctl:
+				pending = c
+			case <-s.kill:
+				if watch != nil {
+					watch.stop() // before finish: nothing outlives the session
+					watch = nil
+				}
+				s.finish(s.killErr, queue, inflight)
+				return
+			}
+			// Busy again: the socket is the goroutine's alone.
+			watchT.Stop()
+			if watch != nil {
+				watch.stop()
+				watch = nil
+			}
+			continue
+		}
+		if pending == nil {
+			select {
+			case pending = <-s.ctl:
+			default:
+				queue = s.takeQueued(queue)
+			}
+		}
+		if pending != nil && pending.kind == controlShutdown {
+			// Closing: what is not on the wire yet does not go.
+			s.failQueue(queue, pgbaton.ErrClosed)
+			queue = nil
+		}
+		if pending == nil && len(queue) > 0 && len(inflight) < maxInflight {
+			if len(inflight) > 0 {
+				s.cfg.Stats.Pipelined.Add(1)
+			}
+			n := min(len(queue), maxBatch)
+			b, err := s.send(queue[:n])
+			queue = queue[n:]
+			if err != nil {
+				s.finish(err, queue, inflight)
+				return
+			}
+			inflight = append(inflight, b)
+			continue // more may have come meanwhile: they go before the read
+		}
+		if len(inflight) == 0 {
+			continue
+		}
+		b := inflight[0]
+		inflight[0] = nil
+		inflight = inflight[1:]
+		if err := s.receive(b); err != nil {
+			if errors.Is(err, ErrSessionPooling) {
+				s.leavePooler(err, queue, inflight)
+			} else {
+				s.finish(err, queue, inflight)
+			}
+			s.dropControl(pending)
+			return
+		}
+	}
+}
+
+// linger yields the processor a few times before the goroutine blocks
+// for work: the callers just answered run first, and the next request of
+// a caller that locks and unlocks in a row is then taken without the
+// goroutine being parked and woken again (a futex wake-up and a context
+// switch each time: with one goroutine looping TryLock+Unlock, perf stat
+// counted about a fifth fewer context switches above raw pgx's).
+func (s *Conn) linger(queue []*request) []*request {
+	for range lingerYields {
+		runtime.Gosched()
+		select {
+		case r := <-s.reqs:
+			return append(queue, r)
+		default:
+		}
+	}
+	return queue
+}
+
+// lingerYields is how often linger yields.
+const lingerYields = 2
+
+// takeQueued appends what callers queued meanwhile, without waiting.
+func (s *Conn) takeQueued(queue []*request) []*request {
+	for len(queue) < maxBatch {
+		select {
+		case r := <-s.reqs:
+			queue = append(queue, r)
+		default:
+			return queue
+		}
+	}
+	return queue
+}
+
+// send puts reqs on the wire as one batch; an error ends the session.
+func (s *Conn) send(reqs []*request) (*batch, error) {
+	if s.Expired() {
+		// The process did not run for longer than the server is guaranteed
+		// to keep a silent session (paused, or starved). Whether or not the
+		// server kept it, the locks may have been reported lost already:
+		// they must stay lost.
+		return nil, s.withBatch(reqs, s.LostErr())
+	}
+	b := &batch{reqs: reqs, sent: s.since(), deadline: time.Now().Add(s.cfg.PingTimeout)}
+	s.cfg.Stats.Batches.Add(1)
+	s.cfg.Stats.Requests.Add(int64(len(reqs)))
+	if err := s.w.write(s.w.encode(reqs), s.cfg.PingTimeout); err != nil {
+		return nil, s.withBatch(reqs, s.failure(err))
+	}
+	return b, nil
+}
+
+// withBatch answers reqs with err and returns it.
+func (s *Conn) withBatch(reqs []*request, err error) error {
+	s.cfg.PingsFailed(countPings(reqs))
+	for _, r := range reqs {
+		r.result <- result{err: err}
+	}
+	return err
+}
+
+// failure is the cause of a session that failed on I/O: what Abort said,
+// if it was aborted.
+func (s *Conn) failure(err error) error {
+	select {
+	case <-s.kill:
+		return s.killErr
+	default:
+	}
+	return fmt.Errorf("%w: session connection (backend pid %d) failed: %w", ErrLockLost, s.pid, err)
+}
+
+// receive reads the answer to b and hands out the results. Statements
+// after one that failed were skipped by the server (one implicit
+// transaction up to the Sync); their callers send them again. An error
+// ends the session; b's requests have been answered with it.
+func (s *Conn) receive(b *batch) error {
+	out, err := s.w.read(b.reqs, b.deadline)
+	var lost error
+	switch {
+	case err != nil:
+		lost = s.failure(err)
+	case out.noRow:
+		// A statement's token guard did not match: it ran on another
+		// backend, or a pooler lent this one to another session, and
+		// changed nothing there.
+		lost = fmt.Errorf("%w: %w (session backend pid %d)", ErrLockLost, ErrSessionPooling, s.pid)
+	case out.pgErr != nil && out.pgErr.Code == pgerr.InvalidStatementName:
+		lost = fmt.Errorf("%w: %w", ErrLockLost, MapError("session statement", out.pgErr))
+	}
+	if lost != nil {
+		return s.withBatch(b.reqs, lost)
+	}
+	s.lastOK.Store(int64(b.sent))
+	for i, r := range b.reqs {
+		pgErr, retry := out.answer(i)
+		switch {
+		case retry:
+			r.result <- result{retry: true}
+		case pgErr != nil:
+			r.result <- result{err: MapError("advisory lock", pgErr)}
+		default:
+			if !out.ok[i] && (r.op == Unlock || r.op == UnlockShared) {
+				s.dirty.Store(true)
+			}
+			r.result <- result{ok: out.ok[i]}
+		}
+	}
+	return nil
+}
+
+// failQueue answers requests that were not sent with err.
+func (s *Conn) failQueue(queue []*request, err error) {
+	for _, r := range queue {
+		r.result <- result{err: err}
+	}
+}
+
+// drainWire reads every batch on the wire and answers its requests with
+// cause: their outcome does not matter any more, as the backend is
+// cleared next. It reports whether the connection is still usable.
+func (s *Conn) drainWire(inflight []*batch, cause error) bool {
+	for i, b := range inflight {
+		_, err := s.w.read(b.reqs, b.deadline)
+		s.failQueue(b.reqs, cause)
+		if err != nil {
+			for _, rest := range inflight[i+1:] {
+				s.failQueue(rest.reqs, cause)
+			}
+			return false
+		}
+	}
+	return true
+}
+
+// leavePooler ends a session that found itself behind a transaction
+// pooler. Locks taken before the pooler showed itself sit on the session's
+// first backend, which the pooler lends to other clients: they are
+// released there (the token guard finds that backend, if the pooler lets
+// it be reached again) before the connection is closed.
+func (s *Conn) leavePooler(cause error, queue []*request, inflight []*batch) {
+	s.failQueue(queue, cause)
+	if s.drainWire(inflight, cause) {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.PingTimeout)
+		if err := s.releaseAll(ctx); err != nil {
+			s.cfg.Logger.Error("advisory: locks left behind a transaction pooler", "pid", s.pid, "error", err)
+		}
+		cancel()
+	}
+	s.finish(cause, nil, nil)
+}
+
+// control runs c with nothing on the wire; it reports whether the session
+// is over. queue holds requests not sent yet (a shutdown answers them); a
+// wait may put one in front of them.
+func (s *Conn) control(c *control, queue []*request) ([]*request, bool) {
+	if s.Expired() && c.kind != controlShutdown {
+		s.finish(s.LostErr(), queue, nil)
+		c.reply <- controlReply{err: s.LostErr(), stale: true}
+		return nil, true
+	}
+	switch c.kind {
+	case controlWait:
+		rep, goOn, owed := s.runWait(c)
+		if !goOn {
+			// Given up or failed: the backend was cleared (or is gone).
+			s.finish(fmt.Errorf("%w: %w", ErrLockLost, pgbaton.ErrClosed), queue, nil)
+		}
+		c.reply <- rep
+		if owed != nil {
+			// Sent before any unlock of the caller's can be.
+			queue = append([]*request{owed}, queue...)
+		}
+		return queue, !goOn
+	case controlFunc:
+		c.fn(s.conn)
+		c.reply <- controlReply{}
+		return queue, false
+	case controlRetire:
+		// Closing the connection ends the backend and whatever it held.
+		s.finish(fmt.Errorf("%w: %w", ErrLockLost, pgbaton.ErrClosed), queue, nil)
+		c.reply <- controlReply{}
+		return nil, true
+	default: // controlShutdown
+		closed := fmt.Errorf("%w: %w", ErrLockLost, pgbaton.ErrClosed)
+		s.failQueue(queue, pgbaton.ErrClosed)
+		ctx, cancel := context.WithTimeout(c.ctx, s.cfg.PingTimeout)
+		var err error
+		if e := s.releaseAll(ctx); e != nil {
+			err = fmt.Errorf("advisory: release locks of session (backend pid %d): %w", s.pid, e)
+		}
+		_ = s.conn.Close(ctx)
+		cancel()
+		s.finish(closed, nil, nil)
+		c.reply <- controlReply{err: err}
+		return nil, true
+	}
+}
+
+// dropControl answers a control that was taken but never ran because the
+// session ended first (its caller waits for an answer): a wait may try
+// another session.
+func (s *Conn) dropControl(c *control) {
+	if c == nil {
+		return
+	}
+	rep := controlReply{stale: true}
+	if c.kind == controlWait {
+		rep.err = s.cause
+	}
+	c.reply <- rep
+}
+
+// finish ends the session: every request taken is answered with cause,
+// the connection is closed, and Done is closed: the Locker cancels the
+// locks on it.
+func (s *Conn) finish(cause error, queue []*request, inflight []*batch) {
+	s.failQueue(queue, cause)
+	for _, b := range inflight {
+		_ = s.withBatch(b.reqs, cause)
+	}
+	s.cause = cause
+	close(s.dead)
+	// Requests that came in since never run.
+	for {
+		select {
+		case r := <-s.reqs:
+			r.result <- result{err: cause}
+			continue
+		default:
+		}
+		break
+	}
+	// A hard close of the socket tells the server at once if the network
+	// still works.
+	_ = s.w.nc.Close()
+	close(s.exited)
+}
+
+// sendControl sends c to the goroutine and waits for its reply; false if the
+// session ended first.
+func (s *Conn) sendControl(c *control) (controlReply, bool) {
+	c.reply = make(chan controlReply, 1)
+	select {
+	case s.ctl <- c:
+	case <-s.dead:
+		return controlReply{}, false
+	}
+	return <-c.reply, true
+}
+
+// Shutdown stops the session for Close: what is on the wire is answered,
+// then every lock is released explicitly before the connection closes,
+// so that nothing is left in pg_locks when Close returns. ctx bounds it.
+func (s *Conn) Shutdown(ctx context.Context) error {
+	c := &control{kind: controlShutdown, ctx: ctx, reply: make(chan controlReply, 1)}
+	select {
+	case s.ctl <- c:
+	case <-s.dead:
+		<-s.exited
+		return nil // lost already: the socket is closed
+	case <-ctx.Done():
+		s.Abort(fmt.Errorf("%w: %w", ErrLockLost, pgbaton.ErrClosed))
+		<-s.exited
+		return fmt.Errorf("advisory: close session (backend pid %d): %w", s.pid, context.Cause(ctx))
+	}
+	select {
+	case rep := <-c.reply:
+		<-s.exited
+		return rep.err
+	case <-ctx.Done():
+		s.Abort(fmt.Errorf("%w: %w", ErrLockLost, pgbaton.ErrClosed))
+		<-s.exited
+		return fmt.Errorf("advisory: close session (backend pid %d): %w", s.pid, context.Cause(ctx))
+	}
+}
+
+// Retire stops an idle session that holds nothing and closes its
+// connection.
+func (s *Conn) Retire() {
+	s.sendControl(&control{kind: controlRetire, ctx: context.Background()})
+	<-s.exited
+}
+
+// WithConn runs fn with the connection to itself, between batches.
+func (s *Conn) WithConn(fn func(*pgx.Conn)) {
+	s.sendControl(&control{kind: controlFunc, fn: fn, ctx: context.Background()})
+}
+
+// Clear releases every advisory lock the backend holds, between batches,
+// if an unlock found it holding less than it should (Dirty). If that
+// fails the connection ends, and the error says why.
+func (s *Conn) Clear() error {
+	if !s.dirty.Load() {
+		return nil
+	}
+	var err error
+	s.WithConn(func(*pgx.Conn) {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.PingTimeout)
+		err = s.releaseAll(ctx)
+		cancel()
+	})
+	if err != nil {
+		s.Abort(fmt.Errorf("%w: %w", ErrLockLost, err))
+		return err
+	}
+	s.dirty.Store(false)
+	return nil
+}
+
+// countPings counts the pings in batch: a lost batch's pings are the
+// session's renew failures.
+func countPings(batch []*request) int {
+	n := 0
+	for _, r := range batch {
+		if r.op == Ping {
+			n++
+		}
+	}
+	return n
+}
+
+// releaseAll releases every advisory lock of the backend. The statement
+// is guarded by the token, so behind a transaction pooler, where it may
+// land on any backend, it is repeated a few times until it reaches the
+// right one; elsewhere the first attempt does it.
+func (s *Conn) releaseAll(ctx context.Context) error {
+	for range 20 {
+		n, err := db.New().AdvisoryUnlockAll(ctx, simpleProtocol{s.conn}, s.token)
+		if pgerr.Code(err) == pgerr.QueryCanceled {
+			continue // a late cancel request of a given-up wait hit this one
+		}
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: could not reach backend %d again to release its locks; they stay until the pooler closes that server connection", ErrSessionPooling, s.pid)
+}
+
+// runWait blocks in pg_advisory_lock on the session's connection, from
+// its goroutine, with nothing else on the wire. It reports whether the
+// session goes on: only when the lock was granted to a caller still
+// waiting for it; and an unlock owed when the backend took the key twice
+// (fastWait), for the session to send before anything else.
+//
+// The statement runs under its own context: cancelling it through pgx
+// would close the connection, and the server would release a lock granted
+// in the meantime only when it notices, some time later. Instead, when the
+// caller gives up (or Close is called), a cancel request stops the wait on
+// the server and the backend is cleared before the session ends.
+func (s *Conn) runWait(c *control) (_ controlReply, goOn bool, owed *request) {
+	pingTimeout := s.cfg.PingTimeout
+	wctx, wcancel := context.WithCancelCause(c.ctx)
+	defer wcancel(nil)
+	stopClose := context.AfterFunc(c.stop, func() { wcancel(pgbaton.ErrClosed) })
+	defer stopClose()
+	qctx, qcancel := context.WithCancel(context.Background())
+	defer qcancel()
+	cancelled := make(chan struct{})
+	var kill *time.Timer // written before cancelled is closed
+	stop := context.AfterFunc(wctx, func() {
+		defer close(cancelled)
+		cctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+		defer cancel()
+		_ = s.conn.PgConn().CancelRequest(cctx)
+		// If the statement is still running when the cancel should have
+		// landed, the server is unreachable: drop the connection.
+		kill = time.AfterFunc(pingTimeout, qcancel)
+	})
+	waited, extra, err := s.blockingLock(qctx, c.id, c.sharedLock)
+	if !stop() {
+		// Given up. Postgres may have granted the lock just as the cancel
+		// arrived (err == nil), so clear the backend either way.
+		<-cancelled
+		kill.Stop()
+		s.clearBackend()
+		return controlReply{err: context.Cause(wctx), waited: waited || err != nil}, false, nil
+	}
+	if err != nil {
+		// A connection that failed (or that the server ended: FATAL)
+		// took nothing with it: another one can wait instead.
+		return controlReply{err: MapError("wait for lock", err), stale: s.conn.IsClosed()}, false, nil
+	}
+	s.lastOK.Store(int64(s.since()))
+	if extra {
+		op := Unlock
+		if c.sharedLock {
+			op = UnlockShared
+		}
+		owed = &request{op: op, id: c.id, result: make(chan result, 1)}
+	}
+	return controlReply{waited: waited}, true, owed
+}
+
+// blockingLock takes the lock, waiting as long as it takes; waited says
+// whether the key was held when the wait began, extra that the backend
+// holds it twice (fastWait).
+func (s *Conn) blockingLock(ctx context.Context, id Key, shared bool) (waited, extra bool, err error) {
+	if s.fast != nil {
+		return s.fastWait(ctx, id, shared)
+	}
+	q := db.New()
+	switch {
+	case id.Pair && shared:
+		waited, err = q.AdvisoryLockPairShared(ctx, s.conn, db.AdvisoryLockPairSharedParams{Hi: id.Hi, Lo: id.Lo, Token: s.token})
+	case id.Pair:
+		waited, err = q.AdvisoryLockPair(ctx, s.conn, db.AdvisoryLockPairParams{Hi: id.Hi, Lo: id.Lo, Token: s.token})
+	case shared:
+		waited, err = q.AdvisoryLockShared(ctx, s.conn, db.AdvisoryLockSharedParams{Key: id.ID, Token: s.token})
+	default:
+		waited, err = q.AdvisoryLock(ctx, s.conn, db.AdvisoryLockParams{Key: id.ID, Token: s.token})
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, false, fmt.Errorf("%w (wait ran on another backend than %d)", ErrSessionPooling, s.pid)
+	}
+	return waited, false, err
+}
+
+// clearBackend releases whatever advisory locks the session's backend
+// holds, before the session ends. If the connection is broken, the server
+// releases them when it notices the client has gone.
+func (s *Conn) clearBackend() {
+	if s.conn.IsClosed() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.PingTimeout)
+	err := s.releaseAll(ctx)
+	cancel()
+	if err != nil {
+		s.cfg.Logger.Warn("advisory: clearing an abandoned wait failed; the server releases its locks when it notices the closed connection", "error", err)
+	}
+}
+
+// WaitResult is how a Wait ended.
+type WaitResult struct {
+	Waited bool  // the key was held when the wait began
+	Stale  bool  // the connection had failed before the wait could run: wait on another
+	Err    error // not granted
+}
+
+// Wait blocks until k is granted on the connection, between batches,
+// or until ctx or stop (the Locker's context: its end means closed) ends.
+// Only a granted wait leaves the connection going on, holding k; given
+// up or failed, it ends, its backend cleared. ok is false if the
+// connection had ended before (Cause).
+func (s *Conn) Wait(ctx, stop context.Context, k Key, shared bool) (_ WaitResult, ok bool) {
+	rep, ok := s.sendControl(&control{kind: controlWait, ctx: ctx, stop: stop, id: k, sharedLock: shared})
+	return WaitResult{Waited: rep.waited, Stale: rep.stale, Err: rep.err}, ok
+}
