@@ -58,9 +58,19 @@
 //     internal/pgerr, which alone maps codes to the shared sentinels
 //     (ErrNotMigrated, ErrStandby, ErrInvalidArgument). A layer maps the
 //     codes that mean one of its own errors itself, with those constants.
+//   - Constructors and setup checks: a check that holds for a whole pool
+//     (schema version, primary or standby, a server that breaks the token
+//     sequence) runs in the constructor, which then takes a context
+//     (leasetable.New); a check that belongs to one connection (a pooler
+//     between client and server, the backend's pid, the keepalives) runs
+//     when that connection opens, because the pool's connection says
+//     nothing about the one a lock will live on. advisory.New therefore
+//     does no I/O: its locks need no schema (its name registry reports
+//     ErrNotMigrated when used), every session connection is checked as
+//     it opens, and the first lock returns what the check found.
 //   - Work under a lock: when a lock or lease is lost while the work runs
-//     (advisory's RunExclusive, leasetable's Do), the error returned always
-//     wraps the loss (ErrLockLost, ErrLeaseLost), even when the work
+//     (advisory's RunExclusive, leasetable's Do, jobs.Do), the error
+//     returned always wraps the loss (ErrLockLost, ErrLeaseLost), even when the work
 //     returned nil, and is errors.Join(workErr, loss) when the work failed
 //     too.
 //   - Not held versus lost: ErrNotHeld (advisory and leasetable) means
