@@ -60,7 +60,7 @@ func blockKeepalives(t testing.TB, pool *pgxpool.Pool, owner string) (unblock fu
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	var n int
-	require.NoError(t, tx.QueryRow(ctx, "SELECT count(*) FROM (SELECT 1 FROM pgbaton.lease_session WHERE owner = $1 FOR UPDATE) s", owner).Scan(&n))
+	require.NoError(t, tx.QueryRow(ctx, "SELECT count(*) FROM (SELECT 1 FROM pgbaton.lease_session WHERE owner = $1 FOR NO KEY UPDATE) s", owner).Scan(&n))
 	require.Positive(t, n, "owner %s has no lease session", owner)
 	var once sync.Once
 	unblock = func() { once.Do(func() { _ = tx.Rollback(ctx) }) }

@@ -25,14 +25,16 @@ import (
 const sigKill = syscall.SIGKILL
 
 // blockKeepalives makes the keep-alives of owner's lease sessions hang
-// behind a row lock until unblock is called (or the test ends).
+// behind a row lock until unblock is called (or the test ends). FOR NO KEY
+// UPDATE, as a keep-alive's own update: grants, which hold the row FOR KEY
+// SHARE (pgbaton.session_hold), still go through.
 func blockKeepalives(t testing.TB, pool *pgxpool.Pool, owner string) (unblock func()) {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	var n int
-	require.NoError(t, tx.QueryRow(ctx, "SELECT count(*) FROM (SELECT 1 FROM pgbaton.lease_session WHERE owner = $1 FOR UPDATE) s", owner).Scan(&n))
+	require.NoError(t, tx.QueryRow(ctx, "SELECT count(*) FROM (SELECT 1 FROM pgbaton.lease_session WHERE owner = $1 FOR NO KEY UPDATE) s", owner).Scan(&n))
 	require.Positive(t, n, "owner %s has no lease session", owner)
 	var once sync.Once
 	unblock = func() { once.Do(func() { _ = tx.Rollback(ctx) }) }

@@ -18,6 +18,7 @@ DROP FUNCTION pgbaton.prune_sessions(interval,integer);
 DROP FUNCTION pgbaton.session_close(bigint);
 DROP FUNCTION pgbaton.session_keepalive(bigint,bigint);
 DROP FUNCTION pgbaton.session_open(text,bigint);
+DROP FUNCTION pgbaton.session_hold(bigint);
 DROP FUNCTION pgbaton.session_of(bigint,text);
 DROP FUNCTION pgbaton.lease_expiry(timestamp with time zone,bigint);
 DROP FUNCTION pgbaton.lease_check_args(text,text,bigint);

@@ -335,30 +335,46 @@ $$;
 -- pruned meanwhile: the grant then lives by its own expiry), and an
 -- invalid_parameter_value error if it is somebody else's: a lease must
 -- never be kept alive by another owner's keep-alive.
---
--- It holds the session row FOR KEY SHARE until the granting transaction
--- ends: pruning (FOR UPDATE SKIP LOCKED) passes that session by, and
--- closing (FOR UPDATE first) waits for the grant and then unbinds it.
--- Without the lock a grant still uncommitted while its session was pruned
--- or closed committed bound to a row that was gone, and claim never
--- picked that lease again. KEY SHARE does not conflict with keep-alives
--- (they update no key column).
 CREATE FUNCTION pgbaton.session_of(p_session bigint, p_owner text)
 RETURNS bigint
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql STABLE AS $$
 DECLARE
     o text;
 BEGIN
     IF p_session IS NULL THEN
         RETURN NULL;
     END IF;
-    SELECT s.owner INTO o FROM pgbaton.lease_session s WHERE s.id = p_session FOR KEY SHARE;
+    SELECT s.owner INTO o FROM pgbaton.lease_session s WHERE s.id = p_session;
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
     IF o <> p_owner THEN
         RAISE EXCEPTION 'pgbaton: lease session % belongs to %, not %', p_session, o, p_owner
             USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN p_session;
+END $$;
+
+-- session_hold is called by a grant just before it binds to session
+-- p_session (from session_of): it holds the session row FOR KEY SHARE
+-- until the granting transaction ends and returns p_session, or NULL if
+-- the row is gone meanwhile. Pruning (FOR UPDATE SKIP LOCKED) then passes
+-- that session by, and closing (FOR UPDATE first) waits for the grant and
+-- unbinds it. Without the lock a grant still uncommitted while its session
+-- was pruned or closed committed bound to a row that was gone, and claim
+-- never picked that lease again. KEY SHARE does not conflict with
+-- keep-alives (they update no key column). Only a grant takes it: a lock
+-- is written to WAL, and contended attempts write none.
+CREATE FUNCTION pgbaton.session_hold(p_session bigint)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF p_session IS NULL THEN
+        RETURN NULL;
+    END IF;
+    PERFORM 1 FROM pgbaton.lease_session s WHERE s.id = p_session FOR KEY SHARE;
+    IF NOT FOUND THEN
+        RETURN NULL;
     END IF;
     RETURN p_session;
 END $$;
@@ -509,6 +525,9 @@ BEGIN
             db_now := clock_timestamp();
             RETURN;
         END IF;
+        -- The session first, the lease row second: closing a session locks
+        -- it and then the leases bound to it.
+        sid := pgbaton.session_hold(sid);
         -- The token is drawn only while this row lock is held, so grants of
         -- a name get strictly increasing tokens in the order they happen.
         SELECT * INTO cur FROM pgbaton.lease l WHERE l.name = p_name FOR UPDATE;
@@ -891,6 +910,10 @@ BEGIN
     IF picked IS NULL THEN
         RETURN;
     END IF;
+    -- The picked rows are free, expired without a session, or of dead
+    -- sessions, never bound to the claimant's live one: closing it cannot
+    -- be waiting for them.
+    sid := pgbaton.session_hold(sid);
     t := clock_timestamp();
     -- The rows are locked by the selects above, so each token is drawn under
     -- its row's lock.
