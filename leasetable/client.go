@@ -43,7 +43,7 @@ type Client struct {
 	waiterPrefix string
 	waiterSeq    atomic.Int64
 
-	mu     sync.Mutex
+	mu     sync.Mutex // guards the fields below; lock order in internals.go
 	closed bool
 	leases map[*Lease]struct{}
 	sems   map[string]int // semaphores registered by this client: name -> slots
@@ -61,7 +61,7 @@ type Client struct {
 	settling  bool                // a settle loop runs
 
 	// line is the lifeline new grants bind to (nil: none yet, or the
-	// last one died); lineMu serialises opening one.
+	// last one died); lineMu serialises opening one (internals.go).
 	line   *lifeline
 	lineMu sync.Mutex
 }

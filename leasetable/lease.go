@@ -26,7 +26,7 @@ type Lease struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	mu sync.Mutex
+	mu sync.Mutex // guards the fields below; lock order in internals.go
 	// expiresAt and own are the grant's own expiry (database clock) and
 	// local deadline (monotonic clock), moved only by an explicit Renew.
 	// While its lifeline carries it, the lease lasts until the lifeline's

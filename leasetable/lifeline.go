@@ -39,7 +39,7 @@ type lifeline struct {
 	inflight atomic.Bool  // a keep-alive is on its way
 	closing  atomic.Bool  // closed on purpose (Close, idle): not a failure
 
-	mu        sync.Mutex // guards the fields below; taken before a Lease's mu
+	mu        sync.Mutex // guards the fields below; lock order in internals.go
 	expiresAt time.Time  // database clock, as of the last keep-alive
 	renewedAt time.Time  // local: when the last successful keep-alive was sent
 	revoked   int64
@@ -49,8 +49,8 @@ type lifeline struct {
 	deadT     *time.Timer
 	stopKeep  context.CancelFunc
 
-	// leases bound to the lifeline. A leaf lock: nothing else is taken
-	// while it is held, so a Lease may take it under its own mu.
+	// leases bound to the lifeline, guarded by setMu (a leaf lock; see
+	// internals.go).
 	setMu  sync.Mutex
 	leases map[*Lease]struct{}
 }
