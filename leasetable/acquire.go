@@ -88,13 +88,10 @@ func (c *Client) track(name, group string, token int64, s *lifeline, expires, st
 		ctx, cancel := c.cleanupContext(context.Background())
 		defer cancel()
 		c.releaseGrants(ctx, []string{name}, []int64{token})
-		l.mu.Lock()
-		l.endLocked(fmt.Errorf("%w: %q token %d: client closed", ErrReleased, name, token), "")
-		l.mu.Unlock()
+		l.transition(leaseReleased, fmt.Errorf("%w: %q token %d: client closed", ErrReleased, name, token), "")
 		return nil, pgbaton.ErrClosed
 	}
 	c.leases[l] = struct{}{}
-	l.counted = true // before anything can end it: Close needs c.mu
 	c.mu.Unlock()
 	c.attempted(context.Background(), l.metricName(), telemetry.Acquired, waitStart)
 	l.start()

@@ -7,11 +7,12 @@ package leasetable
 //
 //  1. Client.lineMu   serialises opening a lifeline (lifelineFor); held
 //     across the session_open round trip, and takes Client.mu under it.
-//  2. Lease.mu        a lease's state (state, err, finishedAs, releaseErr,
-//     own, expiresAt, deadlineT, onLifeline, afterRenew, grantedAt,
-//     counted, recorded). Under it the lease unbinds from its lifeline
-//     (lifeline.setMu) and leaves the client's sets (Client.mu, also
-//     through spawn when a lost lease is given back in the background).
+//  2. Lease.mu        a lease's state and its fields (state, err,
+//     finishedAs, releaseErr, own, expiresAt, deadlineT, onLifeline,
+//     afterRenew, grantedAt, recorded). Under it the lease binds to and
+//     unbinds from its lifeline (lifeline.setMu), and transitionLocked
+//     moves it between the client's sets (Client.mu, also through spawn
+//     when a lost lease is given back in the background).
 //  3. lifeline.mu     a lifeline's expiresAt, renewedAt, revoked, orphans,
 //     idleSince, keepT, deadT, stopKeep. Under it keepalive counts the
 //     bound leases (lifeline.setMu). Never held while taking a Lease.mu

@@ -347,7 +347,7 @@ func (s *lifeline) afterKeepalive() {
 	var hooks []func(context.Context)
 	for _, l := range s.bound() {
 		l.mu.Lock()
-		if l.afterRenew != nil && !l.ended {
+		if l.afterRenew != nil && !l.state.ended() {
 			hooks = append(hooks, l.afterRenew)
 		}
 		l.mu.Unlock()
