@@ -374,13 +374,9 @@ func (s *lifeline) overdue(limit time.Duration) (bool, time.Duration) {
 // Close has begun it does nothing.
 func (c *Client) tracked(fn func()) func() {
 	return func() {
-		c.mu.Lock()
-		if c.closed {
-			c.mu.Unlock()
+		if !c.enter() {
 			return
 		}
-		c.background.Add(1)
-		c.mu.Unlock()
 		defer c.background.Done()
 		fn()
 	}
