@@ -35,10 +35,9 @@ package leasetable
 //   - lifeline.deadline  the lifeline's local deadline as an offset from
 //     base, so a Lease reads it under its own mu without lifeline.mu;
 //     written under lifeline.mu.
-//   - lifeline.dead      the lifeline is over (expired locally, gone from
-//     the database, retired or closed); set once, under lifeline.mu.
+//   - lifeline.state     alive, then, once and under lifeline.mu (stop),
+//     dead (expired locally or gone from the database) or closed (on
+//     purpose: Close, idle; a keep-alive it cancels is not a failure).
 //   - lifeline.failing   the last keep-alive failed.
 //   - lifeline.inflight  a keep-alive is on its way (failing is set before
 //     inflight clears, so trouble never blinks).
-//   - lifeline.closing   the lifeline is closed on purpose (Close, idle):
-//     a keep-alive it cancels is not a failure.

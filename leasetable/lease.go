@@ -179,7 +179,7 @@ func (l *Lease) start() {
 	}
 	if l.line != nil {
 		l.line.bind(l)
-		if l.line.dead.Load() {
+		if l.line.dead() {
 			// The lifeline died between the grant and now; the lease holds
 			// by its own deadline, as in the database.
 			l.line.unbind(l)
