@@ -18,8 +18,9 @@ package leasetable
 //     bound leases (lifeline.setMu). Never held while taking a Lease.mu
 //     or Client.mu.
 //  4. Client.mu       closed, leases, sems, unreturned, handedOff,
-//     toSettle, settling, line; also orders spawn with Close (no
-//     goroutine is added to Client.background after closed is set).
+//     toSettle, settling, line; also orders enter (spawn, the lifeline's
+//     timers, inFlight) with Close: nothing is added to Client.background
+//     after closed is set.
 //  5. lifeline.setMu  the leases bound to a lifeline. A leaf: nothing is
 //     taken under it.
 //
