@@ -88,13 +88,10 @@ func (c *Client) track(name, group string, token int64, s *lifeline, expires, st
 		ctx, cancel := c.cleanupContext(context.Background())
 		defer cancel()
 		c.releaseGrants(ctx, []string{name}, []int64{token})
-		l.mu.Lock()
-		l.endLocked(fmt.Errorf("%w: %q token %d: client closed", ErrReleased, name, token), "")
-		l.mu.Unlock()
+		l.transition(leaseReleased, fmt.Errorf("%w: %q token %d: client closed", ErrReleased, name, token), "")
 		return nil, pgbaton.ErrClosed
 	}
 	c.leases[l] = struct{}{}
-	l.counted = true // before anything can end it: Close needs c.mu
 	c.mu.Unlock()
 	c.attempted(context.Background(), l.metricName(), telemetry.Acquired, waitStart)
 	l.start()
@@ -115,10 +112,30 @@ func (c *Client) untrack(l *Lease) {
 // first the caller gets ctx's error at once while abandoned receives the
 // reply when it comes, to give back whatever it granted. A reply that is
 // there when ctx ends goes to the caller.
+//
+// Why send runs on a goroutine of its own: the caller must be able to
+// return the instant ctx ends, and the statement must still run to its
+// reply, which says what it granted (and, for CompleteAndClaim, which
+// items it completed). Sending on ctx instead would have pgx interrupt the
+// statement and close its connection: whether it committed would be
+// unknown, so every call given up would cost a connection and a give-back
+// by request id, and CompleteAndClaim's completions could not be settled
+// from the reply. A ctx that can never end (Done is nil) cannot be given
+// up: then the statement runs on the caller's goroutine. Either way Close
+// waits for it.
 func inFlight[T any](c *Client, ctx context.Context, send func(context.Context) (T, error), abandoned func(context.Context, T, error)) (T, error) {
 	var zero T
 	if ctx.Err() != nil {
 		return zero, ctxErr(ctx)
+	}
+	if ctx.Done() == nil {
+		if !c.enter() {
+			return zero, pgbaton.ErrClosed
+		}
+		defer c.background.Done()
+		sctx, cancel := context.WithTimeout(ctx, c.cfg.TTL)
+		defer cancel()
+		return send(sctx)
 	}
 	type reply struct {
 		v   T

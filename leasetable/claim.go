@@ -361,9 +361,7 @@ func (c *Client) CompleteTx(ctx context.Context, tx pgx.Tx, leases ...*Lease) er
 			for _, l := range handed {
 				if !held[l.name] {
 					unheld = append(unheld, l.name)
-					l.mu.Lock()
-					l.endLocked(fmt.Errorf("%w: %w: %q token %d was taken over before completion", ErrLeaseLost, ErrNotHeld, l.name, l.token), CauseSuperseded)
-					l.mu.Unlock()
+					l.lose(fmt.Errorf("%w: %w: %q token %d was taken over before completion", ErrLeaseLost, ErrNotHeld, l.name, l.token), CauseSuperseded)
 				}
 			}
 		}

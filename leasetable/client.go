@@ -43,7 +43,7 @@ type Client struct {
 	waiterPrefix string
 	waiterSeq    atomic.Int64
 
-	mu     sync.Mutex
+	mu     sync.Mutex // guards the fields below; lock order in internals.go
 	closed bool
 	leases map[*Lease]struct{}
 	sems   map[string]int // semaphores registered by this client: name -> slots
@@ -61,7 +61,7 @@ type Client struct {
 	settling  bool                // a settle loop runs
 
 	// line is the lifeline new grants bind to (nil: none yet, or the
-	// last one died); lineMu serialises opening one.
+	// last one died); lineMu serialises opening one (internals.go).
 	line   *lifeline
 	lineMu sync.Mutex
 }
@@ -221,16 +221,26 @@ func (c *Client) goBackground(fn func(ctx context.Context)) {
 // spawn runs fn on a goroutine Close waits for, and reports whether it
 // did: not after Close has begun.
 func (c *Client) spawn(fn func()) bool {
+	if !c.enter() {
+		return false
+	}
+	go func() {
+		defer c.background.Done()
+		fn()
+	}()
+	return true
+}
+
+// enter counts work Close waits for, and reports whether it did: not
+// after Close has begun. The caller calls c.background.Done when the work
+// is over.
+func (c *Client) enter() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return false
 	}
 	c.background.Add(1)
-	go func() {
-		defer c.background.Done()
-		fn()
-	}()
 	return true
 }
 

@@ -138,6 +138,40 @@
 //   - Err, Done and Context report a loss from the instant the monotonic
 //     clock passes Deadline, without waiting for the deadline timer.
 //
+// # Goroutines
+//
+// What runs in the background, and what stops it. Close stops everything
+// the Client started and waits for it, except the callers' own Work in
+// Keep (below); nothing outlives Close.
+//
+//   - Per Client: the LISTEN connection's loop, started by the first
+//     waiter (never with Config.NoListen), until Close; the retention
+//     loop (unless Config.Retention.Disabled), until Close; a settle loop
+//     while completions in callers' transactions (CompleteTx) wait to
+//     learn how those ended, until none is left or Close.
+//   - Per call that may grant leases (TryAcquire, each look of Acquire and
+//     Semaphore, Claim, CompleteAndClaim, Keep's claims): one goroutine
+//     sends the statement, so that the caller can return when its context
+//     ends while the reply, when it comes, gives back what was granted
+//     (none when the context can never end, such as context.Background:
+//     the statement runs on the caller's goroutine). It lasts as long as
+//     the statement, at most TTL; Close waits for it.
+//   - Short tasks, each bounded by a timeout and cancelled by Close:
+//     giving back a lost lease, grants by request id, or releases that
+//     failed; ending force-released leases; removing a waiter
+//     registration; deleting an idle lifeline; each Lease.OnRenew hook
+//     after a keep-alive (bounded by RenewInterval).
+//   - Per lifeline: no goroutine, two timers (the keep-alive every
+//     RenewInterval and the local deadline); Close stops them and waits
+//     for one that runs. Per Lease: no goroutine, one deadline timer,
+//     stopped when the lease ends (Close ends every lease it holds).
+//   - Per Keep: one goroutine per lease kept, running KeepConfig.Work;
+//     Work's context ends when Keep's context does or the lease ends
+//     (Close releases it), and Keep returns only after every Work has.
+//   - Elect, Campaign, Do and Lease.Do start none of their own: Campaign
+//     runs its callbacks on the caller's goroutine, and a Leadership is a
+//     Lease.
+//
 // # Retention
 //
 // The rows of this package's tables that pile up with use (waiter

@@ -26,28 +26,130 @@ type Lease struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	mu sync.Mutex
+	mu sync.Mutex // guards the fields below; lock order in internals.go
+	// state is where the lease is in its life (leaseState); it moves only
+	// through transitionLocked, which sets err when the lease ends.
+	state leaseState
+	err   error
 	// expiresAt and own are the grant's own expiry (database clock) and
 	// local deadline (monotonic clock), moved only by an explicit Renew.
 	// While its lifeline carries it, the lease lasts until the lifeline's
 	// deadline if that is later.
 	expiresAt  time.Time
 	own        time.Time
-	deadlineT  *time.Timer // at own; idle while the lifeline carries the lease
-	onLifeline bool        // own passed while the lifeline was alive
-	ended      bool
-	err        error
+	deadlineT  *time.Timer           // at own; idle while the lifeline carries the lease
+	onLifeline bool                  // own passed while the lifeline was alive
 	afterRenew func(context.Context) // set by OnRenew
 
-	releaseOnce sync.Once
-	finishedAs  finishKind // how releaseOnce ended it, guarded by mu
-	releaseErr  error      // guarded by mu
-	handedOff   bool       // completed in a transaction (CompleteTx), guarded by mu
+	// finishedAs is the first of Release, Complete, Client.Complete and
+	// CompleteTx (beginFinish), set once whatever the state; releaseErr is
+	// what the database answered it.
+	finishedAs finishKind
+	releaseErr error
 
-	// For metrics, guarded by mu.
+	// For metrics.
 	grantedAt time.Time // when the acquire was sent
-	counted   bool      // the grant was recorded as acquired (set by track)
-	recorded  bool      // its end was recorded
+	recorded  bool      // its end was recorded: once, at a loss or when the database answered the give-back
+}
+
+// leaseState is where a lease is in its life. It moves only forward, along
+// leaseTransitions, through Lease.transitionLocked.
+type leaseState uint8
+
+const (
+	// leaseHeld: granted and kept alive, by its lifeline's keep-alives or
+	// its own deadline (Renew). Done is open. A lease is created held.
+	leaseHeld leaseState = iota
+	// leaseHandedOff: being completed in a caller's transaction
+	// (CompleteTx). Done stays open, so the transaction can still commit
+	// under Context; its local deadline no longer ends it and Close no
+	// longer releases it: settleLoop ends it when it learns how the
+	// transaction ended, or Close does.
+	leaseHandedOff
+	// leaseReleased: ended on purpose, by Release, Complete, Client.Close,
+	// the settling of its CompleteTx transaction, or a close while its
+	// grant was in flight. Done is closed, with cause ErrReleased. Final.
+	leaseReleased
+	// leaseLost: ended by a loss: its local deadline passed, a renewal was
+	// refused, an operator force-released it, or it was taken over before
+	// CompleteTx. Done is closed, with cause ErrLeaseLost; the loss is
+	// counted in the metrics. Final.
+	leaseLost
+
+	leaseStates = iota // how many states there are
+)
+
+// leaseTransitions are the allowed moves: leaseTransitions[from][to].
+// Every other move, including into the state a lease is in, is refused.
+var leaseTransitions = [leaseStates][leaseStates]bool{
+	leaseHeld:      {leaseHandedOff: true, leaseReleased: true, leaseLost: true},
+	leaseHandedOff: {leaseReleased: true, leaseLost: true},
+}
+
+func (s leaseState) String() string {
+	switch s {
+	case leaseHeld:
+		return "held"
+	case leaseHandedOff:
+		return "handed off"
+	case leaseReleased:
+		return "released"
+	case leaseLost:
+		return "lost"
+	}
+	return fmt.Sprintf("leaseState(%d)", uint8(s))
+}
+
+// ended reports whether s is final: Done is closed.
+func (s leaseState) ended() bool { return s == leaseReleased || s == leaseLost }
+
+// transitionLocked moves l, whose mu is held, to state to if
+// leaseTransitions allows it, and does what entering to entails:
+//
+//   - leaseHandedOff: the client counts l as being completed in a
+//     transaction, no longer as held;
+//   - leaseReleased, leaseLost: l.err = cause (wrapping ErrReleased or
+//     ErrLeaseLost), its deadline timer stops, it leaves its lifeline and
+//     the client, and Done closes with cause. A loss is first recorded in
+//     the metrics with lostCause (so whoever wakes on Done sees it there),
+//     then logged, and the grant is given back in the background; a
+//     release is recorded once the database has answered (recordReleased).
+//
+// It returns the state l was in, and whether it moved.
+func (l *Lease) transitionLocked(to leaseState, cause error, lostCause string) (from leaseState, ok bool) {
+	from = l.state
+	if !leaseTransitions[from][to] {
+		return from, false
+	}
+	l.state = to
+	if to == leaseHandedOff {
+		l.c.handOff(l)
+		return from, true
+	}
+	l.err = cause
+	if l.deadlineT != nil {
+		l.deadlineT.Stop()
+	}
+	if l.line != nil {
+		l.line.unbind(l)
+	}
+	if to == leaseLost {
+		l.recordEndLocked(lostCause)
+	}
+	l.cancel(cause)
+	l.c.untrack(l)
+	if to == leaseLost {
+		l.c.log.Warn("pgbaton: lease lost", "lease", l.name, "token", l.token, "cause", lostCause, "error", cause)
+		l.c.goBackground(l.releaseLost)
+	}
+	return from, true
+}
+
+// transition is transitionLocked for callers not holding l.mu.
+func (l *Lease) transition(to leaseState, cause error, lostCause string) (from leaseState, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.transitionLocked(to, cause, lostCause)
 }
 
 // finishKind is how a lease was given back: the first of Release,
@@ -72,12 +174,12 @@ func newLease(c *Client, name, group string, token int64, line *lifeline, expire
 func (l *Lease) start() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.ended { // Client.Close got to it first
+	if l.state != leaseHeld { // Client.Close got to it first
 		return
 	}
 	if l.line != nil {
 		l.line.bind(l)
-		if l.line.dead.Load() {
+		if l.line.dead() {
 			// The lifeline died between the grant and now; the lease holds
 			// by its own deadline, as in the database.
 			l.line.unbind(l)
@@ -196,52 +298,22 @@ func (c leaseContext) Err() error {
 func (l *Lease) expireIfPast() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if now := time.Now(); !l.ended && !now.Before(l.deadlineLocked(now)) {
+	if now := time.Now(); !l.state.ended() && !now.Before(l.deadlineLocked(now)) {
 		l.deadlinePassedLocked(now, l.line != nil && l.line.trouble())
 	}
 }
 
-// endLocked marks the lease over with cause. A loss is recorded in the
-// metrics with lostCause; a release is recorded by finish once the
-// database has answered.
-func (l *Lease) endLocked(cause error, lostCause string) {
-	if l.ended {
-		return
-	}
-	l.ended = true
-	l.err = cause
-	if l.deadlineT != nil {
-		l.deadlineT.Stop()
-	}
-	if l.line != nil {
-		l.line.unbind(l)
-	}
-	lost := errors.Is(cause, ErrLeaseLost)
-	if lost {
-		// Recorded before Done closes, so whoever wakes on Done and reads
-		// the metrics sees this loss.
-		l.recordEndLocked(lostCause)
-	}
-	l.cancel(cause)
-	l.c.untrack(l)
-	if lost {
-		l.c.log.Warn("pgbaton: lease lost", "lease", l.name, "token", l.token, "cause", lostCause, "error", cause)
-		l.c.goBackground(l.releaseLost)
-	}
-}
-
-// lose ends the lease as lost with cause, unless it ended already.
+// lose ends the lease as lost with cause (wrapping ErrLeaseLost), unless
+// it ended already.
 func (l *Lease) lose(cause error, lostCause string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.endLocked(cause, lostCause)
+	l.transition(leaseLost, cause, lostCause)
 }
 
 // checkDeadline runs on the deadline timer, at the lease's own deadline.
 func (l *Lease) checkDeadline() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.ended {
+	if l.state.ended() {
 		return
 	}
 	now := time.Now()
@@ -265,7 +337,7 @@ func (l *Lease) checkDeadline() {
 func (l *Lease) lifelineEnded(trouble bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.ended || !l.onLifeline {
+	if l.state.ended() || !l.onLifeline {
 		return // its own timer still runs, and sees the lifeline gone
 	}
 	l.onLifeline = false
@@ -280,7 +352,7 @@ func (l *Lease) lifelineEnded(trouble bool) {
 // deadlinePassedLocked ends a lease whose local deadline has passed;
 // trouble tells keep-alives that were failing or hanging.
 func (l *Lease) deadlinePassedLocked(now time.Time, trouble bool) {
-	if l.handedOff {
+	if l.state == leaseHandedOff {
 		// Completed in a transaction: its end is settled there.
 		return
 	}
@@ -297,7 +369,7 @@ func (l *Lease) deadlinePassedLocked(now time.Time, trouble bool) {
 	if trouble && late < max(l.c.cfg.SafetyMargin, 50*time.Millisecond) {
 		lostCause = CauseRenew
 	}
-	l.endLocked(fmt.Errorf("%w: %q token %d: no successful keep-alive or renewal before the local deadline", ErrLeaseLost, l.name, l.token), lostCause)
+	l.transitionLocked(leaseLost, fmt.Errorf("%w: %q token %d: no successful keep-alive or renewal before the local deadline", ErrLeaseLost, l.name, l.token), lostCause)
 }
 
 // releaseLost gives back a grant the holder counts as lost, best effort:
@@ -319,11 +391,11 @@ func (l *Lease) releaseLost(ctx context.Context) {
 // this grant; a lease that already ended returns its Err.
 func (l *Lease) Renew(ctx context.Context) error {
 	l.mu.Lock()
-	if l.ended {
+	if l.state.ended() {
 		l.mu.Unlock()
 		return l.err
 	}
-	if l.handedOff {
+	if l.state == leaseHandedOff {
 		l.mu.Unlock()
 		return fmt.Errorf("%w: %q token %d: completed in a transaction", ErrReleased, l.name, l.token)
 	}
@@ -352,7 +424,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	// Renewals may overlap; keep the latest.
-	if d := start.Add(l.c.cfg.TTL - l.c.cfg.SafetyMargin); !l.ended && d.After(l.own) {
+	if d := start.Add(l.c.cfg.TTL - l.c.cfg.SafetyMargin); !l.state.ended() && d.After(l.own) {
 		l.own, l.expiresAt = d, exp
 		if l.onLifeline {
 			l.onLifeline = false
@@ -410,30 +482,29 @@ func (l *Lease) finish(ctx context.Context, kind finishKind) error {
 }
 
 // beginFinish decides, if nothing was decided yet, that l is given back as
-// kind, and stops it: its renewal, and for a release or completion the
-// lease itself. first says this call decided; proceed that the caller
-// should now give l back. A lease lost before is not completed: proceed is
-// false and l's release error says so (the release of the lost grant in
-// the background frees it unless somebody took it over).
+// kind, and moves it on: handed off for a completion in a transaction,
+// else released (unless it ended already). first says this call decided;
+// proceed that the caller should now give l back. A lease lost before is
+// not completed: proceed is false and l's release error says so (the
+// release of the lost grant in the background frees it unless somebody
+// took it over).
 func (l *Lease) beginFinish(kind finishKind) (first, proceed bool) {
-	l.releaseOnce.Do(func() {
-		first = true
-		l.mu.Lock()
-		l.finishedAs = kind
-		lost := l.ended && errors.Is(l.err, ErrLeaseLost)
-		l.mu.Unlock()
-		if lost && kind != finishedRelease {
-			l.setReleaseErr(fmt.Errorf("%w: %q token %d was lost before completion; the item was not completed: %w", ErrNotHeld, l.name, l.token, l.err))
-			return
-		}
-		proceed = true
-		if kind == finishedCompleteTx {
-			l.handOff()
-		} else {
-			l.stop()
-		}
-	})
-	return first, proceed
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.finishedAs != notFinished {
+		return false, false
+	}
+	l.finishedAs = kind
+	if l.state == leaseLost && kind != finishedRelease {
+		l.releaseErr = fmt.Errorf("%w: %q token %d was lost before completion; the item was not completed: %w", ErrNotHeld, l.name, l.token, l.err)
+		return true, false
+	}
+	if kind == finishedCompleteTx {
+		l.transitionLocked(leaseHandedOff, nil, "")
+	} else {
+		l.transitionLocked(leaseReleased, fmt.Errorf("%w: %q token %d", ErrReleased, l.name, l.token), "")
+	}
+	return true, true
 }
 
 // giveBack sends the release or completion of a stopped lease on a
@@ -476,27 +547,6 @@ func (l *Lease) releaseAfterTx(ctx context.Context) error {
 		return l.c.dbError("release "+l.name, err)
 	}
 	return nil
-}
-
-// handOff marks a lease being completed in a caller's transaction: it is
-// no longer counted as held (Close does not release it), and it ends when
-// the client learns how that transaction ended (settleLoop), or at Close.
-func (l *Lease) handOff() {
-	l.mu.Lock()
-	if l.ended {
-		l.mu.Unlock()
-		return
-	}
-	l.handedOff = true
-	l.mu.Unlock()
-	l.c.handOff(l)
-}
-
-// stop ends the lease as released (unless it ended already).
-func (l *Lease) stop() {
-	l.mu.Lock()
-	l.endLocked(fmt.Errorf("%w: %q token %d", ErrReleased, l.name, l.token), "")
-	l.mu.Unlock()
 }
 
 func (l *Lease) setReleaseErr(err error) {

@@ -33,13 +33,12 @@ type lifeline struct {
 	// base carries the monotonic clock; deadline is an offset from it, so
 	// leases read the lifeline's deadline without a lock.
 	base     time.Time
-	deadline atomic.Int64 // time.Duration since base
-	dead     atomic.Bool  // expired locally or gone from the database
-	failing  atomic.Bool  // the last keep-alive failed
-	inflight atomic.Bool  // a keep-alive is on its way
-	closing  atomic.Bool  // closed on purpose (Close, idle): not a failure
+	deadline atomic.Int64  // time.Duration since base
+	state    atomic.Uint32 // lifelineAlive, then lifelineDead or lifelineClosed (stop)
+	failing  atomic.Bool   // the last keep-alive failed
+	inflight atomic.Bool   // a keep-alive is on its way
 
-	mu        sync.Mutex // guards the fields below; taken before a Lease's mu
+	mu        sync.Mutex // guards the fields below; lock order in internals.go
 	expiresAt time.Time  // database clock, as of the last keep-alive
 	renewedAt time.Time  // local: when the last successful keep-alive was sent
 	revoked   int64
@@ -49,11 +48,26 @@ type lifeline struct {
 	deadT     *time.Timer
 	stopKeep  context.CancelFunc
 
-	// leases bound to the lifeline. A leaf lock: nothing else is taken
-	// while it is held, so a Lease may take it under its own mu.
+	// leases bound to the lifeline, guarded by setMu (a leaf lock; see
+	// internals.go).
 	setMu  sync.Mutex
 	leases map[*Lease]struct{}
 }
+
+// A lifeline is alive until stop moves it, once, to one of two final
+// states, by why it ended.
+const (
+	lifelineAlive uint32 = iota
+	// lifelineDead: lost: its local deadline passed, or the database no
+	// longer has it. Its leases are lost at their own deadlines.
+	lifelineDead
+	// lifelineClosed: ended on purpose, by Close or after a TTL idle: a
+	// keep-alive it cancels is not a failure.
+	lifelineClosed
+)
+
+// dead reports whether the lifeline ended, either way.
+func (s *lifeline) dead() bool { return s.state.Load() != lifelineAlive }
 
 // lifelineFor returns the lifeline new grants bind to, opening one when
 // there is none or the current one is dead.
@@ -63,7 +77,7 @@ func (c *Client) lifelineFor(ctx context.Context) (*lifeline, error) {
 	c.mu.Lock()
 	s := c.line
 	c.mu.Unlock()
-	if s != nil && !s.dead.Load() && time.Now().Before(s.until()) {
+	if s != nil && !s.dead() && time.Now().Before(s.until()) {
 		return s, nil
 	}
 	start := time.Now()
@@ -109,7 +123,7 @@ func (s *lifeline) until() time.Time {
 // carries reports whether the lifeline keeps leases alive now: it is not
 // dead and its deadline has not passed.
 func (s *lifeline) carries(now time.Time) bool {
-	return !s.dead.Load() && now.Before(s.until())
+	return !s.dead() && now.Before(s.until())
 }
 
 // bind adds l to the leases the lifeline keeps alive.
@@ -141,7 +155,7 @@ func (s *lifeline) bound() []*Lease {
 func (s *lifeline) keepalive() {
 	c := s.c
 	s.mu.Lock()
-	if s.dead.Load() {
+	if s.dead() {
 		s.mu.Unlock()
 		return
 	}
@@ -183,13 +197,13 @@ func (s *lifeline) keepalive() {
 	}
 	s.inflight.Store(false)
 
-	if err != nil && !s.closing.Load() {
+	if err != nil && s.state.Load() != lifelineClosed {
 		// Failed, or hung until the deadline; not stopped by Close.
 		c.renewFailed("", err)
 	}
 	s.mu.Lock()
 	s.stopKeep = nil
-	if s.dead.Load() {
+	if s.dead() {
 		s.mu.Unlock()
 		return
 	}
@@ -237,7 +251,7 @@ func (s *lifeline) keepalive() {
 // checkDeadline runs on the deadline timer.
 func (s *lifeline) checkDeadline() {
 	s.mu.Lock()
-	if s.dead.Load() {
+	if s.dead() {
 		s.mu.Unlock()
 		return
 	}
@@ -256,7 +270,7 @@ func (s *lifeline) checkDeadline() {
 func (s *lifeline) die(why string) {
 	// Read before stop cancels a keep-alive in flight.
 	trouble := s.trouble()
-	if !s.stop() {
+	if !s.stop(lifelineDead) {
 		return
 	}
 	c := s.c
@@ -270,8 +284,7 @@ func (s *lifeline) die(why string) {
 
 // retire ends an idle lifeline and deletes its row.
 func (s *lifeline) retire() {
-	s.closing.Store(true)
-	if !s.stop() {
+	if !s.stop(lifelineClosed) {
 		return
 	}
 	s.c.forgetLifeline(s)
@@ -286,12 +299,12 @@ func (s *lifeline) retire() {
 // a loss now is a renewal failure rather than an expiry.
 func (s *lifeline) trouble() bool { return s.failing.Load() || s.inflight.Load() }
 
-// stop marks the lifeline dead and stops its timers; false if it was
-// already.
-func (s *lifeline) stop() bool {
+// stop ends the lifeline, as lifelineDead or lifelineClosed, and stops its
+// timers and a keep-alive in flight; false if it had ended already.
+func (s *lifeline) stop(to uint32) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.dead.Swap(true) {
+	if !s.state.CompareAndSwap(lifelineAlive, to) {
 		return false
 	}
 	s.keepT.Stop()
@@ -347,7 +360,7 @@ func (s *lifeline) afterKeepalive() {
 	var hooks []func(context.Context)
 	for _, l := range s.bound() {
 		l.mu.Lock()
-		if l.afterRenew != nil && !l.ended {
+		if l.afterRenew != nil && !l.state.ended() {
 			hooks = append(hooks, l.afterRenew)
 		}
 		l.mu.Unlock()
@@ -374,13 +387,9 @@ func (s *lifeline) overdue(limit time.Duration) (bool, time.Duration) {
 // Close has begun it does nothing.
 func (c *Client) tracked(fn func()) func() {
 	return func() {
-		c.mu.Lock()
-		if c.closed {
-			c.mu.Unlock()
+		if !c.enter() {
 			return
 		}
-		c.background.Add(1)
-		c.mu.Unlock()
 		defer c.background.Done()
 		fn()
 	}
@@ -405,8 +414,7 @@ func (c *Client) closeLifeline(ctx context.Context) error {
 	if s == nil {
 		return nil
 	}
-	s.closing.Store(true)
-	if !s.stop() {
+	if !s.stop(lifelineClosed) {
 		return nil
 	}
 	for _, l := range s.bound() {

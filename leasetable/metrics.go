@@ -48,10 +48,10 @@ func (c *Client) attemptFailed(ctx context.Context, name string, err error, star
 	}
 }
 
-// recordEndLocked records the end of a counted hold once. cause is "" for a
+// recordEndLocked records the end of a hold once. cause is "" for a
 // normal release.
 func (l *Lease) recordEndLocked(cause string) {
-	if !l.counted || l.recorded {
+	if l.recorded {
 		return
 	}
 	l.recorded = true

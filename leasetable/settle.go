@@ -106,7 +106,5 @@ func (c *Client) settle(ctx context.Context, pending []*Lease) bool {
 
 // endHandedOff ends a lease completed in a transaction, as released.
 func (l *Lease) endHandedOff(how string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.endLocked(fmt.Errorf("%w: %q token %d: completed in a transaction (%s)", ErrReleased, l.name, l.token, how), "")
+	l.transition(leaseReleased, fmt.Errorf("%w: %q token %d: completed in a transaction (%s)", ErrReleased, l.name, l.token, how), "")
 }
