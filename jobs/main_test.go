@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -50,22 +49,6 @@ func childClient(ctx context.Context, url string) (*leasetable.Client, func(), e
 		return nil, nil, err
 	}
 	return c, func() { _ = c.Close(ctx); pool.Close() }, nil
-}
-
-// blockKeepalives holds the lease session rows of owner locked until
-// unblock (or the test's end): its keep-alives wait, and its leases lapse.
-func blockKeepalives(t testing.TB, pool *pgxpool.Pool, owner string) (unblock func()) {
-	t.Helper()
-	ctx := context.Background()
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	var n int
-	require.NoError(t, tx.QueryRow(ctx, "SELECT count(*) FROM (SELECT 1 FROM pgbaton.lease_session WHERE owner = $1 FOR NO KEY UPDATE) s", owner).Scan(&n))
-	require.Positive(t, n, "owner %s has no lease session", owner)
-	var once sync.Once
-	unblock = func() { once.Do(func() { _ = tx.Rollback(ctx) }) }
-	t.Cleanup(unblock)
-	return unblock
 }
 
 // examplePool gives an Example function, which has no testing.T, a fresh

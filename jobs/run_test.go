@@ -93,7 +93,7 @@ func TestDoLostLeaseFencesCheckpoint(t *testing.T) {
 		require.NoError(t, r.Checkpoint(fnCtx, progress{Done: 1}))
 		// Renewals are blocked until the grant expires; then another
 		// holder takes over.
-		unblock := blockKeepalives(t, pool, "slow")
+		unblock := pgtest.BlockKeepalives(t, pool, "slow")
 		<-fnCtx.Done()
 		assert.ErrorIs(t, context.Cause(fnCtx), leasetable.ErrLeaseLost)
 		unblock()

@@ -177,7 +177,7 @@ func TestStaleReleaseLeavesNewHolderAlone(t *testing.T) {
 	lOld, err := oldC.TryAcquire(ctx, "s")
 	require.NoError(t, err)
 	// Block its keep-alives until the grant expires.
-	unblock := blockKeepalives(t, pool, "old")
+	unblock := pgtest.BlockKeepalives(t, pool, "old")
 	<-lOld.Done() // local deadline passes: the holder knows first
 	assert.ErrorIs(t, lOld.Err(), leasetable.ErrLeaseLost)
 	unblock()
@@ -206,7 +206,7 @@ func TestLocalDeadlineBeforeDatabaseExpiry(t *testing.T) {
 	c := newClient(t, pool, leasetable.Config{Owner: "d", TTL: 3 * time.Second, SafetyMargin: 500 * time.Millisecond})
 	l, err := c.TryAcquire(ctx, "d")
 	require.NoError(t, err)
-	defer blockKeepalives(t, pool, "d")()
+	defer pgtest.BlockKeepalives(t, pool, "d")()
 	// No keep-alive gets through from here on: this is the expiry others
 	// go by.
 	var dbExpiry time.Time

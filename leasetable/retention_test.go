@@ -1,12 +1,10 @@
 package leasetable_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -14,13 +12,6 @@ import (
 	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 	"github.com/pgbaton/pgbaton/leasetable"
 )
-
-func count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
-	t.Helper()
-	var n int
-	require.NoError(t, pool.QueryRow(context.Background(), sql, args...).Scan(&n))
-	return n
-}
 
 // Each of leasetable's retention rules deletes what is older than its
 // retention and keeps what it must: recent rows, leases of a group, held
@@ -47,11 +38,11 @@ INSERT INTO pgbaton.cron_slot (job, scheduled_at, owner) VALUES ('j', now() - in
 	require.NoError(t, err)
 	t.Logf("pruned %v", got)
 	assert.Equal(t, leasetable.Pruned{"lease_waiter": 1, "lease": 1, "lease_session": 1}, got)
-	assert.Equal(t, 2, count(t, pool, "SELECT count(*) FROM pgbaton.lease WHERE name IN ('held-long', 'old-item')"), "held and grouped leases stay")
+	assert.Equal(t, 2, pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease WHERE name IN ('held-long', 'old-item')"), "held and grouped leases stay")
 	assert.NoError(t, held.Err())
-	assert.Equal(t, 1, count(t, pool, "SELECT count(*) FROM pgbaton.lease WHERE name = 'released-now'"))
-	assert.Equal(t, 1, count(t, pool, "SELECT count(*) FROM pgbaton.lease_waiter"))
-	assert.Equal(t, 1, count(t, pool, "SELECT count(*) FROM pgbaton.cron_slot"), "other packages' tables are left to package retention")
+	assert.Equal(t, 1, pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease WHERE name = 'released-now'"))
+	assert.Equal(t, 1, pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease_waiter"))
+	assert.Equal(t, 1, pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.cron_slot"), "other packages' tables are left to package retention")
 
 	// Negative keeps forever; bad settings are refused.
 	_, err = pool.Exec(ctx, "INSERT INTO pgbaton.lease (name, token, acquired_at) VALUES ('released-long-ago', 7, now() - interval '8 days')")
@@ -87,10 +78,10 @@ INSERT INTO pgbaton.cron_slot (job, scheduled_at, owner) VALUES ('j', now() - in
 	newClient(t, pool, leasetable.Config{Owner: "pruner-a", Retention: r})
 	newClient(t, pool, leasetable.Config{Owner: "pruner-b", Retention: r})
 	pgtest.Eventually(t, 30*time.Second, func() (bool, error) {
-		return count(t, pool, "SELECT count(*) FROM pgbaton.lease WHERE name LIKE 'old-%'")+
-			count(t, pool, "SELECT count(*) FROM pgbaton.lease_session WHERE owner = 'crashed'") == 0, nil
+		return pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease WHERE name LIKE 'old-%'")+
+			pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease_session WHERE owner = 'crashed'") == 0, nil
 	}, "old leases and dead lifelines not pruned")
-	assert.Equal(t, 1, count(t, pool, "SELECT count(*) FROM pgbaton.cron_slot"))
+	assert.Equal(t, 1, pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.cron_slot"))
 }
 
 // A million work items claimed and completed leave nothing behind, and
@@ -136,7 +127,7 @@ SELECT count(*) FROM pgbaton.complete_many(ARRAY(SELECT name FROM c), ARRAY(SELE
 	}
 	t.Logf("registered, claimed and completed %d items in %s; pgbaton.lease after each 200k: %v bytes (heap %v)",
 		rows, time.Since(start).Round(time.Millisecond), sizes, heaps)
-	assert.Zero(t, count(t, pool, "SELECT count(*) FROM pgbaton.lease WHERE lease_group = 'queue'"), "completed items are deleted")
+	assert.Zero(t, pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease WHERE lease_group = 'queue'"), "completed items are deleted")
 	// The heap's free space is reused (vacuum even truncates it: every
 	// row is gone); index pages come back only after a later vacuum finds
 	// nobody can still see them, so the indexes may grow somewhat more on a

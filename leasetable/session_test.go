@@ -106,7 +106,7 @@ func TestSessionLossEndsEveryLeaseInTime(t *testing.T) {
 	// One more, granted later: its own deadline is later than the rest.
 	_, err := c.Register(ctx, "items", "late")
 	require.NoError(t, err)
-	unblock := blockKeepalives(t, pool, "s")
+	unblock := pgtest.BlockKeepalives(t, pool, "s")
 	defer unblock()
 	var dbExpiry time.Time
 	require.NoError(t, pool.QueryRow(ctx,

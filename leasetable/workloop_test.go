@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,24 +22,6 @@ import (
 )
 
 const sigKill = syscall.SIGKILL
-
-// blockKeepalives makes the keep-alives of owner's lease sessions hang
-// behind a row lock until unblock is called (or the test ends). FOR NO KEY
-// UPDATE, as a keep-alive's own update: grants, which hold the row FOR KEY
-// SHARE (pgbaton.session_hold), still go through.
-func blockKeepalives(t testing.TB, pool *pgxpool.Pool, owner string) (unblock func()) {
-	t.Helper()
-	ctx := context.Background()
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	var n int
-	require.NoError(t, tx.QueryRow(ctx, "SELECT count(*) FROM (SELECT 1 FROM pgbaton.lease_session WHERE owner = $1 FOR NO KEY UPDATE) s", owner).Scan(&n))
-	require.Positive(t, n, "owner %s has no lease session", owner)
-	var once sync.Once
-	unblock = func() { once.Do(func() { _ = tx.Rollback(ctx) }) }
-	t.Cleanup(unblock)
-	return unblock
-}
 
 // heldBy returns the names of lease rows owner holds (expired or not).
 func heldBy(t testing.TB, pool *pgxpool.Pool, owner string) []string {
@@ -284,7 +265,7 @@ func TestErrAtTheDeadline(t *testing.T) {
 		l, err := c.TryAcquire(ctx, name)
 		require.NoError(t, err)
 		// Keep-alives hang behind a row lock, so the deadline passes.
-		unblock := blockKeepalives(t, pool, "c")
+		unblock := pgtest.BlockKeepalives(t, pool, "c")
 		dl := l.Deadline()
 		for time.Now().Before(dl) {
 			runtime.Gosched() // look at the first instant past the deadline

@@ -48,13 +48,13 @@ INSERT INTO pgbaton.lease (name, token, acquired_at) VALUES ('released-long-ago'
 	t.Logf("pruned %v", got)
 	assert.Equal(t, retention.Pruned{"cron_slot": 1, "job_run": 1, "event": 1, "fenced_value": 1,
 		"advisory_name": 1, "processed_message": 1}, got)
-	assert.Equal(t, 1, count(t, pool, "SELECT count(*) FROM pgbaton.cron_slot"))
-	assert.Equal(t, 2, count(t, pool, "SELECT count(*) FROM pgbaton.job_run"), "every job keeps its newest run")
-	assert.Equal(t, 1, count(t, pool, "SELECT count(*) FROM pgbaton.job_run WHERE job = 'two' AND token = 2"))
+	assert.Equal(t, 1, pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.cron_slot"))
+	assert.Equal(t, 2, pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.job_run"), "every job keeps its newest run")
+	assert.Equal(t, 1, pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.job_run WHERE job = 'two' AND token = 2"))
 	for _, table := range []string{"event", "fenced_value", "advisory_name", "processed_message"} {
-		assert.Equal(t, 1, count(t, pool, "SELECT count(*) FROM pgbaton."+table), "the new row of %s stays", table)
+		assert.Equal(t, 1, pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton."+table), "the new row of %s stays", table)
 	}
-	assert.Equal(t, 1, count(t, pool, "SELECT count(*) FROM pgbaton.lease"), "leasetable's tables are leasetable's")
+	assert.Equal(t, 1, pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease"), "leasetable's tables are leasetable's")
 
 	// Negative keeps forever; bad settings are refused.
 	_, err = pool.Exec(ctx, "INSERT INTO pgbaton.cron_slot (job, scheduled_at, owner) VALUES ('j', now() - interval '10 days', 'o')")
@@ -147,8 +147,8 @@ SELECT 'job-' || (i % 100), 'o', i, 'succeeded', now() - (i * interval '8.64 sec
 	start = time.Now()
 	var slots, runs int
 	pgtest.Eventually(t, 5*time.Minute, func() (bool, error) {
-		slots = count(t, pool, "SELECT count(*) FROM pgbaton.cron_slot")
-		runs = count(t, pool, "SELECT count(*) FROM pgbaton.job_run")
+		slots = pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.cron_slot")
+		runs = pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.job_run")
 		return slots <= slotKept+100 && runs <= runKept+100, nil
 	}, "still cron slots and job runs above their retention")
 	t.Logf("pruned down to %d cron slots (7 of 100 days: %d) and %d job runs (30 of 100 days: %d) in %s",
@@ -179,8 +179,8 @@ SELECT 'new-' || j, clock_timestamp() + ($1 * interval '1 microsecond'), 'o' FRO
 SELECT 'new-' || (j % 10), 'o', j, 'succeeded', clock_timestamp() FROM generate_series(1, $1) j`, perTick)
 		require.NoError(t, err)
 		if i >= 30 { // past the first retention period
-			peakSlots = max(peakSlots, count(t, pool, "SELECT count(*) FROM pgbaton.cron_slot"))
-			peakRuns = max(peakRuns, count(t, pool, "SELECT count(*) FROM pgbaton.job_run"))
+			peakSlots = max(peakSlots, pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.cron_slot"))
+			peakRuns = max(peakRuns, pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.job_run"))
 		}
 		<-pace.C
 	}
