@@ -134,8 +134,13 @@ func (c *Client) Config() Config { return c.cfg }
 
 // Pool is the pool the client was made with, for the packages built on
 // leasetable (jobs, retention) to run their own statements beside its
-// leases. It returns pgbaton.ErrClosed once Close has begun.
+// leases. It returns pgbaton.ErrClosed once Close has begun, and an error
+// wrapping pgbaton.ErrInvalidArgument for a nil client (so that jobs and
+// retention reject one instead of panicking).
 func (c *Client) Pool() (*pgxpool.Pool, error) {
+	if c == nil {
+		return nil, invalid("nil client")
+	}
 	if err := c.checkOpen(); err != nil {
 		return nil, err
 	}
