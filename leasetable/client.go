@@ -61,9 +61,9 @@ type Client struct {
 	settling  bool                // a settle loop runs
 
 	// line is the lifeline new grants bind to (nil: none yet, or the
-	// last one died); lineMu serialises opening one (internals.go).
-	line   *lifeline
-	lineMu sync.Mutex
+	// last one died); lineSem serialises opening one (internals.go).
+	line    *lifeline
+	lineSem chan struct{}
 }
 
 // New returns a client for the pgbaton schema behind pool. It refuses a
@@ -112,6 +112,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		unreturned: make(map[*Lease]struct{}),
 		handedOff:  make(map[*Lease]struct{}),
 		toSettle:   make(map[*Lease]struct{}),
+		lineSem:    make(chan struct{}, 1),
 	}
 	// Room for a slash and 20 digits; cut on a character boundary.
 	if cfg.MeterProvider != nil {

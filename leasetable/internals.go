@@ -5,8 +5,9 @@ package leasetable
 //
 // Lock order: a lock may be taken while holding only locks above it.
 //
-//  1. Client.lineMu   serialises opening a lifeline (lifelineFor); held
-//     across the session_open round trip, and takes Client.mu under it.
+//  1. Client.lineSem  serialises opening a lifeline (lifelineFor): a
+//     one-slot channel, so a grant waiting for it honours its context;
+//     held across the session_open round trip, takes Client.mu under it.
 //  2. Lease.mu        a lease's state and its fields (state, err,
 //     finishedAs, releaseErr, own, expiresAt, deadlineT, onLifeline,
 //     afterRenew, grantedAt, recorded). Under it the lease binds to and

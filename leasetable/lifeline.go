@@ -72,8 +72,14 @@ func (s *lifeline) dead() bool { return s.state.Load() != lifelineAlive }
 // lifelineFor returns the lifeline new grants bind to, opening one when
 // there is none or the current one is dead.
 func (c *Client) lifelineFor(ctx context.Context) (*lifeline, error) {
-	c.lineMu.Lock()
-	defer c.lineMu.Unlock()
+	// A semaphore rather than a mutex: a grant waiting behind another
+	// grant's session_open gives up at its own context's deadline.
+	select {
+	case c.lineSem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-c.lineSem }()
 	c.mu.Lock()
 	s := c.line
 	c.mu.Unlock()

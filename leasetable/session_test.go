@@ -186,3 +186,46 @@ func TestIdleSessionLapses(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, l.Release(ctx))
 }
+
+// A grant waiting for another grant to open the client's lifeline gives up
+// at its own context's deadline: opening the lifeline is stalled here (the
+// lifeline table is locked), and the second Acquire must not wait for it.
+func TestLifelineOpenHonoursContext(t *testing.T) {
+	d := env.DB(t)
+	c := newClient(t, d.Pool(t), leasetable.Config{TTL: 5 * time.Second, Owner: "stalled-open"})
+	locker := pgtest.Connect(t, d.URL, "locker")
+	ctx := pgtest.Context(t, time.Minute)
+	tx, err := locker.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "LOCK TABLE pgbaton.lease_session IN ACCESS EXCLUSIVE MODE")
+	require.NoError(t, err)
+
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(ctx, "first")
+		first <- err
+	}()
+	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
+		n := pgtest.Count(t, d.Pool(t), "SELECT 1 FROM pg_locks l JOIN pg_class r ON r.oid = l.relation WHERE r.relname = 'lease_session' AND NOT l.granted")
+		return n > 0, nil
+	}, "the first Acquire never waited to open the lifeline")
+
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	second := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(short, "second")
+		second <- err
+	}()
+	select {
+	case err := <-second:
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	case <-time.After(5 * time.Second):
+		t.Error("the second Acquire did not return at its context's deadline while the lifeline was being opened")
+	}
+	require.NoError(t, tx.Rollback(ctx))
+	require.NoError(t, <-first)
+	if t.Failed() {
+		<-second
+	}
+}
