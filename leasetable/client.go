@@ -176,13 +176,13 @@ func (c *Client) Close(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	var errs []error
-	giveBack := retry
+	var stopped []*Lease
 	for _, l := range held {
 		if _, proceed := l.beginFinish(finishedRelease); proceed {
-			giveBack = append(giveBack, l)
+			stopped = append(stopped, l)
 		}
 	}
-	if err := c.releaseAll(ctx, giveBack); err != nil {
+	if err := c.releaseAll(ctx, stopped, retry); err != nil {
 		errs = append(errs, err)
 	}
 	for _, l := range handed {

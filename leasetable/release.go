@@ -3,17 +3,23 @@ package leasetable
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/pgbaton/pgbaton/internal/db"
 )
 
-// releaseAll gives back stopped leases in one round trip, records each
-// outcome, and returns an error naming those it could not reach the
-// database for. Leases taken over meanwhile are not an error: nothing of
-// theirs was ours to give back.
-func (c *Client) releaseAll(ctx context.Context, leases []*Lease) error {
+// releaseAll gives back stopped leases and, in the same round trip, the
+// retried ones whose earlier release or completion could not reach the
+// database. It records the outcome of the stopped leases only: a retried
+// lease's caller was already told its result, and a repeated Complete must
+// keep returning it (the item was released, not completed). It returns an
+// error naming the leases it could not reach the database for. Leases
+// taken over meanwhile are not an error: nothing of theirs was ours to
+// give back.
+func (c *Client) releaseAll(ctx context.Context, stopped, retried []*Lease) error {
+	leases := append(slices.Clip(stopped), retried...)
 	if len(leases) == 0 {
 		return nil
 	}
@@ -23,7 +29,7 @@ func (c *Client) releaseAll(ctx context.Context, leases []*Lease) error {
 	freed, err := c.releaseMany(ctx, names, tokens)
 	if err != nil {
 		err = c.dbError("release", err)
-		for _, l := range leases {
+		for _, l := range stopped {
 			l.setReleaseErr(err)
 			l.recordReleased(false)
 		}
@@ -35,11 +41,11 @@ func (c *Client) releaseAll(ctx context.Context, leases []*Lease) error {
 		gone[n] = true
 	}
 	c.mu.Lock()
-	for _, l := range leases {
+	for _, l := range retried {
 		delete(c.unreturned, l)
 	}
 	c.mu.Unlock()
-	for _, l := range leases {
+	for _, l := range stopped {
 		if !gone[l.name] {
 			l.setReleaseErr(fmt.Errorf("%w: %q token %d was taken over before release", ErrNotHeld, l.name, l.token))
 		} else {

@@ -573,3 +573,34 @@ func TestClaimOrder(t *testing.T) {
 	}
 	assert.Equal(t, []string{"y", "x", "a"}, got)
 }
+
+// A Complete that could not reach the server keeps its result when Close
+// later gives the item back: the item was released, not completed, and a
+// repeated Complete still says so instead of returning nil.
+func TestCloseKeepsTheResultOfAFailedComplete(t *testing.T) {
+	d := env.DB(t)
+	direct := d.Pool(t)
+	ctx := pgtest.Context(t, time.Minute)
+	pool, proxy := env.ProxiedPool(t, d)
+	c, err := leasetable.New(ctx, pool, leasetable.Config{Owner: "c", TTL: time.Minute, ReleaseTimeout: 300 * time.Millisecond})
+	require.NoError(t, err)
+	_, err = c.Register(ctx, "items", "a")
+	require.NoError(t, err)
+	items, err := c.Claim(ctx, "items", 1)
+	require.NoError(t, err)
+	require.Len(t, items, 1)
+
+	proxy.Stall()
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	first := items[0].Complete(short)
+	require.Error(t, first, "the server is unreachable")
+	proxy.Cut()
+	proxy.Resume()
+	require.NoError(t, c.Close(ctx))
+	assert.Empty(t, heldBy(t, direct, "c"), "Close gave the item back")
+	assert.Equal(t, 1, pgtest.Count(t, direct, "SELECT 1 FROM pgbaton.lease WHERE name = 'a'"), "released, not completed")
+	again := items[0].Complete(ctx)
+	require.Error(t, again, "the item was not completed")
+	assert.Equal(t, first.Error(), again.Error(), "Complete returns its first result")
+}
