@@ -32,6 +32,17 @@ func TestRoleFlipDropsStaleConnections(t *testing.T) {
 	c := newClient(t, pool, leasetable.Config{Owner: "flip", TTL: 10 * time.Second})
 	held, err := c.TryAcquire(ctx, "before")
 	require.NoError(t, err)
+	// An item completed in a transaction that rolls back: its Release
+	// after the flip gives the row back on the new primary.
+	_, err = c.Register(ctx, "rolled", "r")
+	require.NoError(t, err)
+	rolled, err := c.Claim(ctx, "rolled", 1)
+	require.NoError(t, err)
+	require.Len(t, rolled, 1)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, c.CompleteTx(ctx, tx, rolled[0]))
+	require.NoError(t, tx.Rollback(ctx))
 	for range 4 { // several pooled connections to the old primary
 		_, err := pool.Exec(ctx, "SELECT 1")
 		require.NoError(t, err)
@@ -56,9 +67,12 @@ func TestRoleFlipDropsStaleConnections(t *testing.T) {
 	_, err = sb.Exec(ctx, "SELECT pg_promote()")
 	require.NoError(t, err)
 
-	// The next calls work at once, on the new primary.
+	// The next calls work at once, on the new primary: the first is the
+	// release of the item whose completion rolled back.
+	require.NoError(t, rolled[0].Release(ctx), "the first call after the flip")
+	assert.Equal(t, 0, pgtest.Count(t, sb, "SELECT count(*) FROM pgbaton.lease WHERE name = 'r' AND owner IS NOT NULL"), "the item is free again")
 	l, err := c.TryAcquire(ctx, "after")
-	require.NoError(t, err, "the first call after the flip")
+	require.NoError(t, err)
 	require.NoError(t, l.Release(ctx))
 	_, err = c.Register(ctx, "items", "a")
 	require.NoError(t, err)

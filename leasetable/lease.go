@@ -140,7 +140,11 @@ func (l *Lease) transitionLocked(to leaseState, cause error, lostCause string) (
 	l.c.untrack(l)
 	if to == leaseLost {
 		l.c.log.Warn("pgbaton: lease lost", "lease", l.name, "token", l.token, "cause", lostCause, "error", cause)
-		l.c.goBackground(l.releaseLost)
+		// Superseded: the database no longer has this grant, so there is
+		// nothing to give back.
+		if lostCause != CauseSuperseded {
+			l.c.goBackground(l.releaseLost)
+		}
 	}
 	return from, true
 }
@@ -379,8 +383,7 @@ func (l *Lease) deadlinePassedLocked(now time.Time, trouble bool) {
 func (l *Lease) releaseLost(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, l.c.cfg.ReleaseTimeout)
 	defer cancel()
-	_, err := l.c.q.LeaseRelease(ctx, l.c.pool, db.LeaseReleaseParams{Name: l.name, Owner: l.c.cfg.Owner, Token: l.token})
-	if err != nil {
+	if _, err := l.release(ctx); err != nil {
 		l.c.log.Debug("pgbaton: release of lost lease failed; it expires at its TTL", "lease", l.name, "error", err)
 	}
 }
@@ -512,18 +515,18 @@ func (l *Lease) beginFinish(kind finishKind) (first, proceed bool) {
 func (l *Lease) giveBack(ctx context.Context, complete bool) {
 	ctx, cancel := l.c.cleanupContext(ctx)
 	defer cancel()
-	p := db.LeaseReleaseParams{Name: l.name, Owner: l.c.cfg.Owner, Token: l.token}
 	var ok bool
-	// A release is safe to repeat after a broken connection; a completion
-	// is not (the repeat would find the row gone and say taken over).
-	err := l.c.retry(ctx, !complete, func(ctx context.Context) (err error) {
-		if complete {
-			ok, err = l.c.q.LeaseComplete(ctx, l.c.pool, db.LeaseCompleteParams(p))
-		} else {
-			ok, err = l.c.q.LeaseRelease(ctx, l.c.pool, p)
-		}
-		return err
-	})
+	var err error
+	if complete {
+		// Not repeated after a broken connection: the repeat would find
+		// the row gone and say taken over.
+		err = l.c.retry(ctx, false, func(ctx context.Context) (err error) {
+			ok, err = l.c.q.LeaseComplete(ctx, l.c.pool, db.LeaseCompleteParams{Name: l.name, Owner: l.c.cfg.Owner, Token: l.token})
+			return err
+		})
+	} else {
+		ok, err = l.release(ctx)
+	}
 	switch {
 	case err != nil:
 		l.setReleaseErr(l.c.dbError("release "+l.name, err))
@@ -542,11 +545,22 @@ func (l *Lease) giveBack(ctx context.Context, complete bool) {
 func (l *Lease) releaseAfterTx(ctx context.Context) error {
 	ctx, cancel := l.c.cleanupContext(ctx)
 	defer cancel()
-	_, err := l.c.q.LeaseRelease(ctx, l.c.pool, db.LeaseReleaseParams{Name: l.name, Owner: l.c.cfg.Owner, Token: l.token})
-	if err != nil {
+	if _, err := l.release(ctx); err != nil {
 		return l.c.dbError("release "+l.name, err)
 	}
 	return nil
+}
+
+// release gives back this grant, guarded by its token, and reports
+// whether the database still had it. Every single release goes through
+// here: safe to repeat, it is sent again on a fresh connection after a
+// broken one or a role flip (retry).
+func (l *Lease) release(ctx context.Context) (ok bool, err error) {
+	err = l.c.retry(ctx, true, func(ctx context.Context) (err error) {
+		ok, err = l.c.q.LeaseRelease(ctx, l.c.pool, db.LeaseReleaseParams{Name: l.name, Owner: l.c.cfg.Owner, Token: l.token})
+		return err
+	})
+	return ok, err
 }
 
 func (l *Lease) setReleaseErr(err error) {

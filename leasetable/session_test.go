@@ -138,7 +138,8 @@ func TestSessionLossEndsEveryLeaseInTime(t *testing.T) {
 // others of the session are untouched.
 func TestForceReleaseEndsTheLeaseAtTheNextKeepalive(t *testing.T) {
 	d := env.DB(t)
-	pool := d.Pool(t)
+	sent := &statementCounter{}
+	pool := d.Pool(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = sent })
 	ctx := pgtest.Context(t, time.Minute)
 	c := newClient(t, pool, leasetable.Config{Owner: "f", TTL: time.Second})
 	leases := claimN(t, c, "items", 10)
@@ -155,6 +156,12 @@ func TestForceReleaseEndsTheLeaseAtTheNextKeepalive(t *testing.T) {
 		if i != 3 {
 			assert.NoError(t, l.Err())
 		}
+	}
+	// The database no longer has the grant: nothing is sent to give it
+	// back (Close waits for the client's background work).
+	require.NoError(t, c.Close(ctx))
+	for _, sql := range sent.snapshot() {
+		assert.NotContains(t, sql, "pgbaton.release(", "a release was sent for a superseded grant")
 	}
 }
 
@@ -192,7 +199,8 @@ func TestIdleSessionLapses(t *testing.T) {
 // lifeline table is locked), and the second Acquire must not wait for it.
 func TestLifelineOpenHonoursContext(t *testing.T) {
 	d := env.DB(t)
-	c := newClient(t, d.Pool(t), leasetable.Config{TTL: 5 * time.Second, Owner: "stalled-open"})
+	direct := d.Pool(t)
+	c := newClient(t, direct, leasetable.Config{TTL: 5 * time.Second, Owner: "stalled-open"})
 	locker := pgtest.Connect(t, d.URL, "locker")
 	ctx := pgtest.Context(t, time.Minute)
 	tx, err := locker.Begin(ctx)
@@ -206,7 +214,7 @@ func TestLifelineOpenHonoursContext(t *testing.T) {
 		first <- err
 	}()
 	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
-		n := pgtest.Count(t, d.Pool(t), "SELECT 1 FROM pg_locks l JOIN pg_class r ON r.oid = l.relation WHERE r.relname = 'lease_session' AND NOT l.granted")
+		n := pgtest.Count(t, direct, "SELECT count(*) FROM pg_locks l JOIN pg_class r ON r.oid = l.relation WHERE r.relname = 'lease_session' AND NOT l.granted")
 		return n > 0, nil
 	}, "the first Acquire never waited to open the lifeline")
 

@@ -599,7 +599,7 @@ func TestCloseKeepsTheResultOfAFailedComplete(t *testing.T) {
 	proxy.Resume()
 	require.NoError(t, c.Close(ctx))
 	assert.Empty(t, heldBy(t, direct, "c"), "Close gave the item back")
-	assert.Equal(t, 1, pgtest.Count(t, direct, "SELECT 1 FROM pgbaton.lease WHERE name = 'a'"), "released, not completed")
+	assert.Equal(t, 1, pgtest.Count(t, direct, "SELECT count(*) FROM pgbaton.lease WHERE name = 'a'"), "released, not completed")
 	again := items[0].Complete(ctx)
 	require.Error(t, again, "the item was not completed")
 	assert.Equal(t, first.Error(), again.Error(), "Complete returns its first result")
