@@ -188,8 +188,9 @@ COMMENT ON VIEW pgbaton.lease_status IS
 -- committed with synchronous_commit = off.
 --
 -- So a token is epoch * 2^40 + nextval('pgbaton.lease_token_seq'), drawn
--- by pgbaton.next_token(). The epoch grows on the first token drawn on a
--- timeline other than the one it was last set on: after every promotion
+-- by pgbaton.next_token(). The epoch grows on a timeline other than the
+-- one it was last set on (computed by every grant, stored by sync_epoch in
+-- a statement of its own): after every promotion
 -- (failover, switchover, Patroni restarting a crashed primary), every
 -- point-in-time recovery, and after pg_upgrade or a restore into a new
 -- cluster (whose timeline starts again at 1). It grows by the distance
@@ -256,49 +257,104 @@ END $$;
 
 INSERT INTO pgbaton.token_epoch (timeline, epoch) VALUES (pgbaton.insert_timeline(), 0);
 
--- next_token draws a new fencing token. Call it only while holding the row
--- lock of the lease that gets the token.
---
--- The epoch row is read on every call and locked only on the first call on
--- a new timeline, which raises it in the caller's transaction: until that
--- transaction ends, other grants wait for it. A server that does not tell
--- its timeline keeps the epoch as it is.
+-- token_epoch_now is the epoch of tokens drawn now: the stored one, or,
+-- on a timeline the row was not synced on yet, the one sync_epoch stores
+-- for it, computed from the same row and not written. So the first grant
+-- on a new timeline takes no lock on the epoch row in its caller's
+-- transaction (a caller of the SQL protocol that kept that transaction
+-- open would stall every other grant), and every session on the timeline
+-- computes the same epoch whether or not the row was synced yet. A server
+-- that does not tell its timeline keeps the epoch as it is.
+CREATE FUNCTION pgbaton.token_epoch_now()
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    tl bigint := pgbaton.insert_timeline();
+    e  pgbaton.token_epoch%ROWTYPE;
+BEGIN
+    SELECT * INTO e FROM pgbaton.token_epoch;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pgbaton: pgbaton.token_epoch has no row; tokens cannot be drawn safely'
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF tl IS NULL OR e.timeline IS NOT DISTINCT FROM tl THEN
+        RETURN e.epoch;
+    END IF;
+    RETURN e.epoch + greatest(1, coalesce(tl - e.timeline, 1));
+END $$;
+
+-- sync_epoch stores the epoch of the current timeline (token_epoch_now)
+-- and returns it. It runs in a statement of its own, never inside a grant:
+-- session_open and session_keepalive call it, so every client stores it
+-- within a keep-alive of a promotion. Storing matters for the next
+-- timeline change, which builds on the stored row: a timeline that moved
+-- backwards (a restore into a new cluster) still raises the epoch once per
+-- change only if each change was stored.
+CREATE FUNCTION pgbaton.sync_epoch()
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    tl bigint := pgbaton.insert_timeline();
+    e  bigint;
+BEGIN
+    IF tl IS NOT NULL THEN
+        -- Concurrent syncs: the second re-reads the updated row and skips it.
+        UPDATE pgbaton.token_epoch t
+           SET timeline = tl, epoch = t.epoch + greatest(1, coalesce(tl - t.timeline, 1))
+         WHERE t.timeline IS DISTINCT FROM tl
+        RETURNING t.epoch INTO e;
+        IF FOUND THEN
+            RETURN e;
+        END IF;
+    END IF;
+    RETURN pgbaton.token_epoch_now();
+END $$;
+
+-- token_base is epoch * 2^40 for the tokens a statement draws now (a claim
+-- draws it once for all its rows), checked against the epoch's bound.
 --
 -- A grant must not be acknowledged before it is durable, or a crash would
 -- let the sequence hand its token out again: with synchronous_commit = off
 -- the caller's transaction commits with 'local' instead (flushed locally;
 -- settings that wait for standbys are left as they are).
-CREATE FUNCTION pgbaton.next_token()
+CREATE FUNCTION pgbaton.token_base()
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    tl  bigint := pgbaton.insert_timeline();
-    e   pgbaton.token_epoch%ROWTYPE;
-    seq bigint;
+    e bigint := pgbaton.token_epoch_now();
 BEGIN
-    SELECT * INTO e FROM pgbaton.token_epoch;
-    IF NOT FOUND OR (tl IS NOT NULL AND e.timeline IS DISTINCT FROM tl) THEN
-        SELECT * INTO e FROM pgbaton.token_epoch FOR UPDATE;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION 'pgbaton: pgbaton.token_epoch has no row; tokens cannot be drawn safely'
-                USING ERRCODE = 'object_not_in_prerequisite_state';
-        END IF;
-        IF tl IS NOT NULL AND e.timeline IS DISTINCT FROM tl THEN
-            UPDATE pgbaton.token_epoch t
-               SET timeline = tl, epoch = t.epoch + greatest(1, coalesce(tl - t.timeline, 1))
-            RETURNING * INTO e;
-        END IF;
-    END IF;
-    seq := nextval('pgbaton.lease_token_seq');
-    IF seq >= 1099511627776 THEN
-        RAISE EXCEPTION 'pgbaton: fencing token sequence exhausted (2^40 grants)'
+    IF e >= 8388608 THEN
+        RAISE EXCEPTION 'pgbaton: fencing token epoch exhausted (2^23 timeline changes)'
             USING ERRCODE = 'sequence_generator_limit_exceeded';
     END IF;
     IF current_setting('synchronous_commit') = 'off' THEN
         PERFORM set_config('synchronous_commit', 'local', true);
     END IF;
-    RETURN e.epoch * 1099511627776 + seq;
+    RETURN e * 1099511627776;
 END $$;
+
+-- token_draw draws the next token on p_base (token_base). Call it only
+-- while holding the row lock of the lease that gets the token.
+CREATE FUNCTION pgbaton.token_draw(p_base bigint)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    seq bigint := nextval('pgbaton.lease_token_seq');
+BEGIN
+    IF seq >= 1099511627776 THEN
+        RAISE EXCEPTION 'pgbaton: fencing token sequence exhausted (2^40 grants)'
+            USING ERRCODE = 'sequence_generator_limit_exceeded';
+    END IF;
+    RETURN p_base + seq;
+END $$;
+
+-- next_token draws one new fencing token. Call it only while holding the
+-- row lock of the lease that gets the token.
+CREATE FUNCTION pgbaton.next_token()
+RETURNS bigint
+LANGUAGE sql VOLATILE AS $$
+    SELECT pgbaton.token_draw(pgbaton.token_base())
+$$;
 
 COMMENT ON FUNCTION pgbaton.next_token() IS
     'pgbaton: a new fencing token, larger than every token drawn before it, also across failovers (epoch * 2^40 + sequence)';
@@ -390,6 +446,7 @@ DECLARE
     t timestamptz := clock_timestamp();
 BEGIN
     PERFORM pgbaton.lease_check_args('session', p_owner, p_ttl_ms);
+    PERFORM pgbaton.sync_epoch();
     PERFORM pgbaton.prune_sessions(interval '1 minute', 10);
     INSERT INTO pgbaton.lease_session AS s (owner, ttl_ms, started_at, renewed_at, expires_at)
     VALUES (p_owner, p_ttl_ms, t, t, t + p_ttl_ms * interval '1 millisecond')
@@ -410,6 +467,7 @@ BEGIN
     IF p_ttl_ms IS NULL OR p_ttl_ms <= 0 THEN
         RAISE EXCEPTION 'pgbaton: session ttl_ms must be positive, got %', p_ttl_ms USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    PERFORM pgbaton.sync_epoch();
     RETURN QUERY
     UPDATE pgbaton.lease_session s
        SET renewed_at = t, expires_at = t + p_ttl_ms * interval '1 millisecond'
@@ -858,6 +916,7 @@ DECLARE
     t      timestamptz;
     picked text[];
     sid    bigint;
+    base   bigint;
 BEGIN
     PERFORM pgbaton.lease_check_args(p_group, p_owner, p_ttl_ms);
     sid := pgbaton.session_of(p_session, p_owner);
@@ -914,13 +973,14 @@ BEGIN
     -- sessions, never bound to the claimant's live one: closing it cannot
     -- be waiting for them.
     sid := pgbaton.session_hold(sid);
+    base := pgbaton.token_base();
     t := clock_timestamp();
     -- The rows are locked by the selects above, so each token is drawn under
-    -- its row's lock.
+    -- its row's lock; the epoch is read once for all of them.
     RETURN QUERY
     WITH granted AS (
         UPDATE pgbaton.lease l
-           SET owner = p_owner, token = pgbaton.next_token(), session_id = sid, grant_ref = p_ref,
+           SET owner = p_owner, token = pgbaton.token_draw(base), session_id = sid, grant_ref = p_ref,
                acquired_at = t, renewed_at = t, expires_at = t + p_ttl_ms * interval '1 millisecond'
          WHERE l.name = ANY (picked)
         RETURNING l.name, l.token, l.expires_at, l.seq)

@@ -239,8 +239,8 @@ COMMENT ON FUNCTION pgbaton.prune(text, interval, integer) IS
 -- pgbaton_admin what forced release needs. Run it again after creating the
 -- roles by hand. Grants of predefined roles are skipped when the current
 -- user may not give them.
--- pgbaton_admin may raise the token epoch (force_release_lease draws a
--- token).
+-- pgbaton_admin may draw a token (force_release_lease does); the epoch
+-- it carries is computed, not written (pgbaton.token_epoch_now).
 CREATE FUNCTION pgbaton.grant_roles()
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
@@ -255,7 +255,6 @@ BEGIN
     GRANT UPDATE ON pgbaton.lease_session TO pgbaton_admin;
     GRANT INSERT ON pgbaton.event TO pgbaton_admin;
     GRANT USAGE ON SEQUENCE pgbaton.lease_token_seq TO pgbaton_admin;
-    GRANT UPDATE ON pgbaton.token_epoch TO pgbaton_admin;
     BEGIN
         GRANT pgbaton_reader TO pgbaton_admin;
         GRANT pg_read_all_stats TO pgbaton_reader;
