@@ -51,15 +51,27 @@ func (m *messages) has(prefix string) bool {
 }
 
 // startListener makes c open its LISTEN connection: a wait for a held
-// lease that gives up at once.
+// lease, given up once the server shows the connection listening (a fixed
+// short wait gave up too early when commits were slow).
 func startListener(t *testing.T, ctx context.Context, holder, c *leasetable.Client) {
 	t.Helper()
 	l, err := holder.TryAcquire(ctx, "listen-starter")
 	require.NoError(t, err)
-	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	pool, err := holder.Pool()
+	require.NoError(t, err)
+	wait, cancel := context.WithCancel(ctx)
 	defer cancel()
-	_, err = c.Acquire(short, "listen-starter")
-	require.ErrorIs(t, err, context.DeadlineExceeded)
+	waited := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(wait, "listen-starter")
+		waited <- err
+	}()
+	pgtest.Eventually(t, 30*time.Second, func() (bool, error) {
+		n := pgtest.Count(t, pool, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%LISTEN pgbaton_lease%' AND pid <> pg_backend_pid() AND datname = current_database()")
+		return n > 0, nil
+	}, "c never opened its LISTEN connection")
+	cancel()
+	require.ErrorIs(t, <-waited, context.Canceled)
 	require.NoError(t, l.Release(ctx))
 }
 

@@ -146,3 +146,49 @@ func TestNoGrantOutlivesItsLifelineRow(t *testing.T) {
 		return n == 2, err
 	}, "the items of the pruned and the closed lifeline are not claimable")
 }
+
+// TestReleaseManyLooksUpWaitersOnce: release_many (Close, a grant whose
+// caller gave up) looked up the waiters of each freed row and of its group
+// row by row: 200 lookups, reading the group's waiter 100 times, for 100
+// leases of one group. It looks them up once for the whole batch. Counted
+// in waiter rows read, which do not depend on how a server version counts
+// the index searches of one array lookup.
+func TestReleaseManyLooksUpWaitersOnce(t *testing.T) {
+	ctx := pgtest.Context(t, time.Minute)
+	pool := env.DB(t).Pool(t)
+	names := make([]string, 100)
+	for i := range names {
+		names[i] = fmt.Sprintf("item-%03d", i)
+	}
+	_, err := pool.Exec(ctx, "SELECT pgbaton.register('g', $1)", names)
+	require.NoError(t, err)
+	rows, err := pool.Query(ctx, "SELECT name, token FROM pgbaton.claim('g', 'w', 100, 60000)")
+	require.NoError(t, err)
+	var got []string
+	var tokens []int64
+	for rows.Next() {
+		var n string
+		var tok int64
+		require.NoError(t, rows.Scan(&n, &tok))
+		got, tokens = append(got, n), append(tokens, tok)
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, got, 100)
+	_, err = pool.Exec(ctx, "SELECT pgbaton.wait_for('g', 'waiter', true)")
+	require.NoError(t, err)
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	waitersRead := func() (n int64) {
+		require.NoError(t, tx.QueryRow(ctx, `
+			SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)
+			  FROM pg_stat_xact_user_tables WHERE relid = 'pgbaton.lease_waiter'::regclass`).Scan(&n))
+		return n
+	}
+	before := waitersRead()
+	var freed int
+	require.NoError(t, tx.QueryRow(ctx, "SELECT count(*) FROM pgbaton.release_many($1, $2, 'w')", got, tokens).Scan(&freed))
+	require.Equal(t, 100, freed)
+	require.LessOrEqual(t, waitersRead()-before, int64(2), "waiter rows read for one batch")
+}

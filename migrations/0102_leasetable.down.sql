@@ -7,6 +7,7 @@ DROP FUNCTION pgbaton.settle_many(text[],bigint[],text);
 DROP FUNCTION pgbaton.release_many(text[],bigint[],text);
 DROP FUNCTION pgbaton.release_ref(text,bigint,uuid);
 DROP FUNCTION pgbaton.release(text,text,bigint);
+DROP FUNCTION pgbaton.notify_waiters(text[]);
 DROP FUNCTION pgbaton.stop_waiting(text,text);
 DROP FUNCTION pgbaton.wait_for(text,text,boolean);
 DROP FUNCTION pgbaton.renew(text,text,bigint,bigint);

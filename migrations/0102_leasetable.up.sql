@@ -668,6 +668,20 @@ BEGIN
     DELETE FROM pgbaton.lease_waiter w WHERE w.name = p_name AND w.waiter = p_waiter;
 END $$;
 
+-- notify_waiters wakes the waiters registered (wait_for) for any of
+-- p_names, lease or group names: one NOTIFY per name that has waiters,
+-- payload the name, however often it appears in p_names. The waiter table
+-- is read once for the whole list.
+CREATE FUNCTION pgbaton.notify_waiters(p_names text[])
+RETURNS void
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+BEGIN
+    PERFORM pg_notify('pgbaton_lease', w.name)
+       FROM (SELECT DISTINCT w.name FROM pgbaton.lease_waiter w WHERE w.name = ANY (p_names)) w;
+END $$;
+
 -- release frees the lease (name, owner, token). If anyone waits for it
 -- (pgbaton.wait_for), it wakes them with a NOTIFY on channel pgbaton_lease,
 -- payload: the name; waiters for its group get one with the group's name.
@@ -691,12 +705,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    IF EXISTS (SELECT 1 FROM pgbaton.lease_waiter w WHERE w.name = p_name) THEN
-        PERFORM pg_notify('pgbaton_lease', p_name);
-    END IF;
-    IF g IS NOT NULL AND EXISTS (SELECT 1 FROM pgbaton.lease_waiter w WHERE w.name = g) THEN
-        PERFORM pg_notify('pgbaton_lease', g);
-    END IF;
+    PERFORM pgbaton.notify_waiters(ARRAY[p_name, g]);
     RETURN true;
 END $$;
 
@@ -727,7 +736,8 @@ END $$;
 -- by its token like release (matching the names and tokens as two sets is
 -- exact: every token is granted to one row only), wakes their waiters and
 -- returns the names freed. Clients give back many leases at once with it
--- (Close, a grant whose caller gave up).
+-- (Close, a grant whose caller gave up). The waiters of the whole batch
+-- are looked up once (notify_waiters), not row by row.
 CREATE FUNCTION pgbaton.release_many(p_names text[], p_tokens bigint[], p_owner text)
 RETURNS SETOF text
 LANGUAGE plpgsql
@@ -735,23 +745,22 @@ SET enable_seqscan = off
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
-    r record;
+    freed  text[];
+    groups text[];
 BEGIN
-    FOR r IN
+    WITH r AS (
         UPDATE pgbaton.lease l
            SET owner = NULL, expires_at = NULL, session_id = NULL
           FROM unnest(p_names, p_tokens) AS g(name, token)
          WHERE l.name = g.name AND l.token = g.token AND l.owner = p_owner
-        RETURNING l.name, l.lease_group
-    LOOP
-        IF EXISTS (SELECT 1 FROM pgbaton.lease_waiter w WHERE w.name = r.name) THEN
-            PERFORM pg_notify('pgbaton_lease', r.name);
-        END IF;
-        IF r.lease_group IS NOT NULL AND EXISTS (SELECT 1 FROM pgbaton.lease_waiter w WHERE w.name = r.lease_group) THEN
-            PERFORM pg_notify('pgbaton_lease', r.lease_group);
-        END IF;
-        RETURN NEXT r.name;
-    END LOOP;
+        RETURNING l.name, l.lease_group)
+    SELECT array_agg(r.name), array_agg(DISTINCT r.lease_group) FILTER (WHERE r.lease_group IS NOT NULL)
+      INTO freed, groups FROM r;
+    IF freed IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM pgbaton.notify_waiters(freed || groups);
+    RETURN QUERY SELECT unnest(freed);
 END $$;
 
 -- settle_many settles leases of p_owner completed in a transaction

@@ -101,7 +101,7 @@ BEGIN
             jsonb_build_object('owner', cur.owner, 'group', cur.lease_group, 'session', cur.session_id,
                                'acquired_at', cur.acquired_at,
                                'expires_at', pgbaton.lease_expiry(cur.expires_at, cur.session_id)));
-    PERFORM pg_notify('pgbaton_lease', p_name);
+    PERFORM pgbaton.notify_waiters(ARRAY[p_name, cur.lease_group]);
     RETURN NEXT;
 END $$;
 
