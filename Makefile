@@ -38,8 +38,8 @@ help: ## Show this help
 # What the tests start besides Go: scripts/deps.sh installs what is
 # missing with apt-get when run as root, else prints the command and stops.
 .PHONY: deps
-deps: ## Install what `make test` needs: C compiler, PostgreSQL server, PgBouncer, iproute2, Chromium
-	@scripts/deps.sh cc postgres pgbouncer ip chromium
+deps: ## Install what `make test` needs: C compiler, PostgreSQL server, PgBouncer, libfaketime, iproute2, Chromium
+	@scripts/deps.sh cc postgres pgbouncer faketime ip chromium
 
 .PHONY: deps-postgres
 deps-postgres:

@@ -37,11 +37,13 @@ type Config struct {
 	// SafetyMargin is taken off the TTL for the local deadline, to cover
 	// clock rate differences and the time a renewal takes to be applied.
 	// The holder counts the lease lost at TTL - SafetyMargin after the
-	// last successful acquire or renew was sent. Default TTL/10.
+	// last successful acquire or renew was sent. A forward step of the
+	// database's clock by more than it is reported at the next keep-alive
+	// (ErrClockStep). Default TTL/10.
 	SafetyMargin time.Duration
 
-	// Logger receives lost leases and lifelines and keep-alive failures
-	// (Warn), reconnects
+	// Logger receives lost leases and lifelines, keep-alive failures and
+	// forward steps of the database's clock (Warn), reconnects
 	// of the LISTEN connection (Warn when it fails, Info when it is back),
 	// refusals of a standby or an unmigrated database (Error), and waits
 	// (Debug). Default: silent.
@@ -53,8 +55,10 @@ type Config struct {
 	// by pgbaton.result ("acquired", "held": somebody else held it, also
 	// for a wait that gave up; "error"), pgbaton.held (leases held now),
 	// pgbaton.hold.duration, pgbaton.lost by pgbaton.cause (CauseExpired,
-	// CauseRenew, CauseSuperseded) and pgbaton.renew.failures (failed
-	// keep-alives, which carry no lease name, and explicit Renews). Claim
+	// CauseRenew, CauseSuperseded, CauseClockStep), pgbaton.renew.failures
+	// (failed keep-alives, which carry no lease name, and explicit Renews)
+	// and pgbaton.clock.steps (forward steps of the database's clock by
+	// more than SafetyMargin that keep-alives saw). Claim
 	// counts one acquired attempt per lease it returns, one held attempt
 	// when it returns none. Default: none (no-op).
 	MeterProvider metric.MeterProvider

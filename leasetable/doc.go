@@ -22,7 +22,9 @@
 //     renew or keep-alive was sent and shortened by Config.SafetyMargin, at
 //     which the lease counts as lost unless a keep-alive succeeded: the
 //     holder learns of the loss before the database lets anyone else take
-//     the lease (Lease.Done, Lease.Context with cause ErrLeaseLost);
+//     the lease (Lease.Done, Lease.Context with cause ErrLeaseLost), and
+//     of a step of the database's clock that breaks this at the next
+//     keep-alive (ErrClockStep; see The database's clock);
 //   - waits that wake on release (one LISTEN connection per Client, shared
 //     by all waiters and named in application_name) or at the holder's
 //     known expiry; behind a transaction pooler, where notifications are
@@ -95,6 +97,37 @@
 //   - When keep-alives fail or hang, every lease of the lifeline ends at its
 //     own deadline — a lease granted after the last successful keep-alive
 //     later than the others — and never later.
+//
+// # The database's clock
+//
+// All of the above assumes that the database's wall clock, which every
+// expiry is measured by, moves no faster than the client's monotonic
+// clock, less SafetyMargin over a TTL. A forward step of the database's
+// clock (an NTP step, a VM resume) expires leases early in the database,
+// and somebody else may be granted them while their holders' local
+// deadlines have not passed. So every keep-alive compares how far the
+// database's clock moved since the previous one with how far the client's
+// monotonic clock did, counting the client's side from the previous send
+// to this reply, so that a slow round trip never looks like a step:
+//
+//   - A step of up to SafetyMargin is absorbed by the margin.
+//   - A larger one is seen at the next keep-alive. If that keep-alive
+//     found the lifeline alive, the database let none of its leases go,
+//     and they are kept; every other lease the client holds (all of them
+//     when the lifeline was gone) is lost at once, with a cause wrapping
+//     ErrLeaseLost and ErrClockStep (CauseClockStep). Either way the step
+//     is logged and counted (pgbaton.clock.steps). Until then — at most RenewInterval plus a
+//     keep-alive's round trip after the step, or while keep-alives fail,
+//     until the local deadline — another client may hold a lease its
+//     holder still counts as held: pass tokens to fenced writes.
+//   - A step between SafetyMargin and SafetyMargin plus the round trips
+//     of two keep-alives may go unnoticed; keep SafetyMargin well above
+//     the round trip. A client whose own monotonic clock stood still (its
+//     machine was suspended) sees the same as a step of the database's.
+//   - A step back lengthens leases in the database, never a holder's
+//     hold: local deadlines follow the monotonic clock, and a lease lost
+//     at its deadline is given back at once. Only the lease of a holder
+//     that died stays taken for as much longer as the step.
 //
 // Every lease keeps its own token, Done, Err, release and loss. A lifeline
 // with no lease for a TTL lapses (an idle client writes nothing), and

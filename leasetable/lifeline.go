@@ -42,6 +42,12 @@ type lifeline struct {
 	expiresAt time.Time  // database clock, as of the last keep-alive
 	renewedAt time.Time  // local: when the last successful keep-alive was sent
 	revoked   int64
+	// sentAt (monotonic) and dbAt (database clock) are when the last
+	// request that told the database's clock (session_open, a keep-alive)
+	// was sent and ran there: the next keep-alive compares how far each
+	// clock moved since (clockStep).
+	sentAt    time.Time
+	dbAt      time.Time
 	orphans   []pgtype.UUID // request ids whose grants could not be given back yet
 	idleSince time.Time     // when the last lease left, or zero while some are bound
 	keepT     *time.Timer
@@ -98,6 +104,7 @@ func (c *Client) lifelineFor(ctx context.Context) (*lifeline, error) {
 		return nil, c.dbError("open lease session", err)
 	}
 	s = &lifeline{c: c, id: row.ID, base: start, expiresAt: row.ExpiresAt, renewedAt: start,
+		sentAt: start, dbAt: row.ExpiresAt.Add(-time.Duration(c.ttlMs) * time.Millisecond),
 		idleSince: start, leases: make(map[*Lease]struct{})}
 	s.deadline.Store(int64(c.cfg.TTL - c.cfg.SafetyMargin))
 	c.mu.Lock()
@@ -192,11 +199,12 @@ func (s *lifeline) keepalive() {
 	s.mu.Unlock()
 
 	start := time.Now()
-	var rows []db.SessionKeepaliveRow
+	var row db.SessionKeepaliveRow
 	err := c.retry(ctx, true, func(ctx context.Context) (err error) {
-		rows, err = c.q.SessionKeepalive(ctx, c.pool, db.SessionKeepaliveParams{ID: s.id, TtlMs: c.ttlMs})
+		row, err = c.q.SessionKeepalive(ctx, c.pool, db.SessionKeepaliveParams{ID: s.id, TtlMs: c.ttlMs})
 		return err
 	})
+	replied := time.Now()
 	cancel()
 	if err != nil {
 		s.failing.Store(true) // before inflight clears: trouble() never blinks
@@ -213,21 +221,28 @@ func (s *lifeline) keepalive() {
 		s.mu.Unlock()
 		return
 	}
+	var step time.Duration
+	if err == nil {
+		step = s.clockStep(start, replied, row.ServerNow)
+	}
 	switch {
-	case err == nil && len(rows) == 1:
+	case err == nil && row.Alive:
 		if s.failing.Swap(false) {
 			c.log.Info("pgbaton: lease keep-alive succeeded again", "session", s.id)
 		}
 		if d := start.Add(c.cfg.TTL - c.cfg.SafetyMargin).Sub(s.base); d > time.Duration(s.deadline.Load()) {
 			s.deadline.Store(int64(d))
-			s.expiresAt, s.renewedAt = rows[0].ExpiresAt, start
+			s.expiresAt, s.renewedAt = row.ExpiresAt, start
 		}
-		revoked := rows[0].Revoked != s.revoked
-		s.revoked = rows[0].Revoked
+		revoked := row.Revoked != s.revoked
+		s.revoked = row.Revoked
 		orphans := s.orphans
 		s.orphans = nil
 		s.keepT.Reset(c.cfg.RenewInterval)
 		s.mu.Unlock()
+		if step > c.cfg.SafetyMargin {
+			c.clockStepped(s, true, step)
+		}
 		if revoked {
 			c.goBackground(s.findRevoked)
 		}
@@ -241,8 +256,12 @@ func (s *lifeline) keepalive() {
 	case err == nil:
 		// The database no longer has the lifeline (it expired there first,
 		// or a failover lost it): its leases are valid by their own
-		// expiry only.
+		// expiry only — and not even that when the database's clock
+		// stepped past it.
 		s.mu.Unlock()
+		if step > c.cfg.SafetyMargin {
+			c.clockStepped(s, false, step)
+		}
 		s.die("the database no longer has the lease session")
 	default:
 		s.failing.Store(true)
@@ -251,6 +270,57 @@ func (s *lifeline) keepalive() {
 			"retry_in", retry, "until", time.Until(s.until()), "error", err)
 		s.keepT.Reset(retry)
 		s.mu.Unlock()
+	}
+}
+
+// clockStep returns how much further the database's clock moved than the
+// client's monotonic clock, from the last request that told the database's
+// clock to the keep-alive sent at sent, answered at replied, that ran at
+// dbNow; and makes that keep-alive the next one's reference. Called with
+// s.mu held.
+//
+// The client's side counts from the earlier request's send to this reply,
+// the longest the time between the two could have been, so a slow round
+// trip never looks like a step: the result is at most the step, and at
+// least the step minus the two round trips. A client whose monotonic
+// clock stood still (its machine was suspended) sees the database's clock
+// step by as much.
+func (s *lifeline) clockStep(sent, replied, dbNow time.Time) time.Duration {
+	step := dbNow.Sub(s.dbAt) - replied.Sub(s.sentAt)
+	s.sentAt, s.dbAt = sent, dbNow
+	return step
+}
+
+// clockStepped handles a forward step of the database's clock by more
+// than the safety margin, seen by a keep-alive of s (alive: the keep-alive
+// found s and extended it). Every lease's local deadline assumed that the
+// database's clock moves no faster than the client's, so the database may
+// have let leases go before their holders' deadlines: every lease the
+// client holds is lost now, except those that s carries when alive — the
+// database found s unexpired, so it let none of them go, and measures
+// their expiry from the stepped clock from now on.
+func (c *Client) clockStepped(s *lifeline, alive bool, step time.Duration) {
+	why := fmt.Sprintf("the database's clock moved %s further than this client's since the previous keep-alive, more than the safety margin %s",
+		step.Round(time.Millisecond), c.cfg.SafetyMargin)
+	c.mu.Lock()
+	leases := make([]*Lease, 0, len(c.leases))
+	for l := range c.leases {
+		leases = append(leases, l)
+	}
+	c.mu.Unlock()
+	lost := 0
+	for _, l := range leases {
+		l.mu.Lock()
+		if l.state == leaseHeld && (!alive || l.line != s) {
+			l.transitionLocked(leaseLost, fmt.Errorf("%w: %w: %q token %d: %s", ErrLeaseLost, ErrClockStep, l.name, l.token, why), CauseClockStep)
+			lost++
+		}
+		l.mu.Unlock()
+	}
+	c.log.Warn("pgbaton: database clock stepped forward", "session", s.id, "step", step, "leases_lost", lost,
+		"error", fmt.Errorf("%w: %s", ErrClockStep, why))
+	if c.tel != nil {
+		c.tel.ClockStepped(context.Background())
 	}
 }
 

@@ -23,6 +23,10 @@ const (
 	// renewed or released: taken over after an expiry, or released by an
 	// operator.
 	CauseSuperseded = "superseded"
+	// CauseClockStep: the database's wall clock stepped forward by more
+	// than the safety margin, so the database may have let the lease go
+	// before its local deadline (ErrClockStep).
+	CauseClockStep = "clock_step"
 )
 
 // metricName is the name a lease's metrics carry when names are enabled:

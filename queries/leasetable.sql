@@ -88,11 +88,17 @@ SELECT name::text FROM pgbaton.held_grants(@names::text[], @tokens::bigint[], @o
 SELECT s.id::bigint AS id, s.expires_at::timestamptz AS expires_at
   FROM pgbaton.session_open(@owner::text, @ttl_ms::bigint) s;
 
--- name: SessionKeepalive :many
--- One row (new expiry, revoked counter) while the session lives; none once
--- it has expired: it is never revived.
-SELECT k.expires_at::timestamptz AS expires_at, k.revoked::bigint AS revoked
-  FROM pgbaton.session_keepalive(@id::bigint, @ttl_ms::bigint) k;
+-- name: SessionKeepalive :one
+-- The session's new expiry and revoked counter while it lives (alive); once
+-- it has expired it is never revived, and alive is false. server_now is the
+-- database's clock after the keep-alive either way: the client compares
+-- how far it moved with its own monotonic clock, to notice a step of it.
+SELECT (k.expires_at IS NOT NULL)::boolean AS alive,
+       coalesce(k.expires_at, clock_timestamp())::timestamptz AS expires_at,
+       coalesce(k.revoked, 0)::bigint AS revoked,
+       clock_timestamp()::timestamptz AS server_now
+  FROM (VALUES (1)) AS one (x)
+  LEFT JOIN LATERAL pgbaton.session_keepalive(@id::bigint, @ttl_ms::bigint) k ON true;
 
 -- name: SessionClose :exec
 SELECT pgbaton.session_close(@id::bigint);

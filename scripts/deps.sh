@@ -9,6 +9,7 @@
 #   cc         a C compiler, for `go test -race` (cgo)      Debian: gcc libc6-dev
 #   postgres   the PostgreSQL server (initdb, postgres)     Debian: postgresql
 #   pgbouncer  PgBouncer, for the transaction-pooling tests Debian: pgbouncer
+#   faketime   libfaketime, for the server clock-step tests Debian: libfaketime
 #   ip         ip(8), for the network-namespace partition   Debian: iproute2
 #   chromium   headless Chromium, for the admin page's test Debian: chromium
 #   patroni    Patroni with its etcd client, for make test-ha  Debian: patroni python3-etcd
@@ -28,6 +29,10 @@ installed() {
         { have pg_config && any_file "$(pg_config --bindir)/initdb"; } ||
         compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null ;;
     pgbouncer) have pgbouncer || any_file /usr/sbin/pgbouncer ;;
+    # Where internal/testkit/pgcluster looks (FindFaketime).
+    faketime)
+      compgen -G "/usr/lib/*/faketime/libfaketime.so.1" >/dev/null ||
+        [ -f /usr/lib/faketime/libfaketime.so.1 ] || [ -f /usr/local/lib/faketime/libfaketime.so.1 ] ;;
     ip) have ip || any_file /usr/sbin/ip /sbin/ip /usr/bin/ip ;;
     chromium) have chromium || have chromium-browser || have google-chrome ;;
     # Patroni's etcd3 store imports python-etcd; its script runs /usr/bin/python3.
@@ -42,6 +47,7 @@ packages() {
     cc) echo gcc libc6-dev ;;
     postgres) echo postgresql ;;
     pgbouncer) echo pgbouncer ;;
+    faketime) echo libfaketime ;;
     ip) echo iproute2 ;;
     chromium) echo chromium ;;
     patroni) echo patroni python3-etcd ;;

@@ -527,9 +527,13 @@ func (q *Queries) SessionClose(ctx context.Context, db DBTX, id int64) error {
 	return err
 }
 
-const sessionKeepalive = `-- name: SessionKeepalive :many
-SELECT k.expires_at::timestamptz AS expires_at, k.revoked::bigint AS revoked
-  FROM pgbaton.session_keepalive($1::bigint, $2::bigint) k
+const sessionKeepalive = `-- name: SessionKeepalive :one
+SELECT (k.expires_at IS NOT NULL)::boolean AS alive,
+       coalesce(k.expires_at, clock_timestamp())::timestamptz AS expires_at,
+       coalesce(k.revoked, 0)::bigint AS revoked,
+       clock_timestamp()::timestamptz AS server_now
+  FROM (VALUES (1)) AS one (x)
+  LEFT JOIN LATERAL pgbaton.session_keepalive($1::bigint, $2::bigint) k ON true
 `
 
 type SessionKeepaliveParams struct {
@@ -538,30 +542,26 @@ type SessionKeepaliveParams struct {
 }
 
 type SessionKeepaliveRow struct {
+	Alive     bool      `json:"alive"`
 	ExpiresAt time.Time `json:"expires_at"`
 	Revoked   int64     `json:"revoked"`
+	ServerNow time.Time `json:"server_now"`
 }
 
-// One row (new expiry, revoked counter) while the session lives; none once
-// it has expired: it is never revived.
-func (q *Queries) SessionKeepalive(ctx context.Context, db DBTX, arg SessionKeepaliveParams) ([]SessionKeepaliveRow, error) {
-	rows, err := db.Query(ctx, sessionKeepalive, arg.ID, arg.TtlMs)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []SessionKeepaliveRow{}
-	for rows.Next() {
-		var i SessionKeepaliveRow
-		if err := rows.Scan(&i.ExpiresAt, &i.Revoked); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
+// The session's new expiry and revoked counter while it lives (alive); once
+// it has expired it is never revived, and alive is false. server_now is the
+// database's clock after the keep-alive either way: the client compares
+// how far it moved with its own monotonic clock, to notice a step of it.
+func (q *Queries) SessionKeepalive(ctx context.Context, db DBTX, arg SessionKeepaliveParams) (SessionKeepaliveRow, error) {
+	row := db.QueryRow(ctx, sessionKeepalive, arg.ID, arg.TtlMs)
+	var i SessionKeepaliveRow
+	err := row.Scan(
+		&i.Alive,
+		&i.ExpiresAt,
+		&i.Revoked,
+		&i.ServerNow,
+	)
+	return i, err
 }
 
 const sessionLost = `-- name: SessionLost :many

@@ -68,6 +68,7 @@ type Instruments struct {
 	lost          metric.Int64Counter
 	held          metric.Int64UpDownCounter
 	sessions      metric.Int64UpDownCounter
+	clockSteps    metric.Int64Counter
 }
 
 // New creates the instruments of layer. It never fails: an instrument the
@@ -115,6 +116,11 @@ func New(layer string, cfg Config) *Instruments {
 		metric.WithDescription("Session connections open for advisory locks."),
 		metric.WithUnit("{session}")); err != nil {
 		i.sessions, _ = noopM.Int64UpDownCounter("")
+	}
+	if i.clockSteps, err = m.Int64Counter("pgbaton.clock.steps",
+		metric.WithDescription("Forward steps of the database's wall clock larger than the safety margin, seen by keep-alives."),
+		metric.WithUnit("{step}")); err != nil {
+		i.clockSteps, _ = noopM.Int64Counter("")
 	}
 	return i
 }
@@ -172,3 +178,7 @@ func (i *Instruments) SessionOpened(ctx context.Context) { i.sessions.Add(ctx, 1
 
 // SessionClosed is SessionOpened's counterpart.
 func (i *Instruments) SessionClosed(ctx context.Context) { i.sessions.Add(ctx, -1, i.attrs("")) }
+
+// ClockStepped records a forward step of the database's wall clock that a
+// keep-alive saw.
+func (i *Instruments) ClockStepped(ctx context.Context) { i.clockSteps.Add(ctx, 1, i.attrs("")) }

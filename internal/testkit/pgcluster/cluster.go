@@ -48,6 +48,10 @@ type Config struct {
 	StartTimeout time.Duration
 	// Logger receives progress messages. Default: none.
 	Logger *slog.Logger
+	// FakeClock preloads libfaketime into the server, so that a test can
+	// step the server's wall clock (StepClock) while it runs. Start fails
+	// with ErrNoFaketime when libfaketime is not installed.
+	FakeClock bool
 }
 
 // StopMode is how the server is shut down.
@@ -77,6 +81,8 @@ type Cluster struct {
 	watchdog *exec.Cmd
 	wdPipe   *os.File
 	stopped  bool
+	// clockOffset is the sum of StepClock's steps (FakeClock).
+	clockOffset time.Duration
 }
 
 // watchdogScript runs beside the server. Its stdin is a pipe whose write end
@@ -358,6 +364,11 @@ func (c *Cluster) start(ctx context.Context) error {
 	cmd := exec.Command(filepath.Join(c.binDir, "postgres"), c.settings()...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Dir = c.dir
+	if c.cfg.FakeClock {
+		if cmd.Env, err = c.fakeClockEnv(); err != nil {
+			return err
+		}
+	}
 	// Own process group, so the watchdog can kill the postmaster with all its
 	// backends, and so a terminal's Ctrl-C does not reach it directly.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: c.cred}

@@ -140,3 +140,49 @@ func TestMissingBinaries(t *testing.T) {
 		require.FileExists(t, dir+"/initdb")
 	}
 }
+
+// With FakeClock, StepClock moves clock_timestamp() and now() of every
+// backend, one already connected and a new one, by the sum of the steps
+// relative to the real time; the server's monotonic timers are untouched
+// (a statement timeout still fires on time).
+func TestFakeClockSteps(t *testing.T) {
+	ctx := pgtest.Context(t, time.Minute)
+	c := pgtest.NewCluster(t, pgcluster.Config{NoFsync: true, FakeClock: true})
+	old, err := pgx.Connect(ctx, c.URL("postgres"))
+	require.NoError(t, err)
+	defer old.Close(ctx)
+	// offset is the server's wall clock minus ours, within the round trip.
+	offset := func(conn *pgx.Conn, fn string) time.Duration {
+		t.Helper()
+		before := time.Now()
+		var server time.Time
+		require.NoError(t, conn.QueryRow(ctx, "SELECT "+fn).Scan(&server))
+		after := time.Now()
+		mid := before.Add(after.Sub(before) / 2)
+		return server.Sub(mid).Round(time.Second)
+	}
+	require.Equal(t, time.Duration(0), offset(old, "clock_timestamp()"), "a new cluster's clock is not moved")
+
+	require.NoError(t, c.StepClock(30*time.Second))
+	require.Equal(t, 30*time.Second, c.ClockOffset())
+	fresh, err := pgx.Connect(ctx, c.URL("postgres"))
+	require.NoError(t, err)
+	defer fresh.Close(ctx)
+	for _, conn := range []*pgx.Conn{old, fresh} {
+		require.Equal(t, 30*time.Second, offset(conn, "clock_timestamp()"))
+		require.Equal(t, 30*time.Second, offset(conn, "now()"))
+	}
+
+	require.NoError(t, c.StepClock(-60*time.Second))
+	require.Equal(t, -30*time.Second, offset(old, "clock_timestamp()"), "steps add up; back is allowed")
+
+	_, err = old.Exec(ctx, "SET statement_timeout = '200ms'")
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = old.Exec(ctx, "SELECT pg_sleep(5)")
+	require.Error(t, err)
+	require.Less(t, time.Since(start), 4*time.Second, "timeouts follow the real (monotonic) clock")
+
+	plain := pgtest.NewCluster(t, pgcluster.Config{NoFsync: true})
+	require.ErrorIs(t, plain.StepClock(time.Second), pgcluster.ErrNoFakeClock)
+}

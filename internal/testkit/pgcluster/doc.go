@@ -13,4 +13,9 @@
 // When the current user is root, the server runs as the unprivileged system
 // user "postgres" (or "nobody" when there is none), because initdb and
 // postgres refuse to run as root.
+//
+// With Config.FakeClock the server runs with libfaketime preloaded, and
+// StepClock steps its wall clock (clock_timestamp(), now()) for every
+// backend at once, as an NTP step or a VM resume would, leaving its
+// monotonic clock alone: the clock-step tests of leasetable use it.
 package pgcluster
