@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"reflect"
 
-
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/pgerr"
