@@ -74,10 +74,10 @@ func InTx(ctx context.Context, pool Beginner, lease Lease, fn func(pgx.Tx) error
 // the database cannot tell. Cancelling ctx while fn runs makes
 // database/sql roll the transaction back.
 //
-// fn must not commit or roll back tx. With GORM, open a *gorm.DB on the
-// transaction (gorm.Open(postgres.New(postgres.Config{Conn: tx}))) or use
-// db.Transaction with GuardLease instead; with sqlx, sqlx.NewTx(tx, "pgx")
-// gives a *sqlx.Tx.
+// fn must not commit or roll back tx. GORM writes on tx through a session
+// bound to it (g := gdb.Session(&gorm.Session{Context: ctx}); then
+// g.Statement.ConnPool = tx); or use GORM's own db.Transaction with
+// GuardLease on databasesql.Wrap of its *sql.Tx.
 func InSQLTx(ctx context.Context, db *sql.DB, lease Lease, fn func(*sql.Tx) error) error {
 	name, token, err := checkInTx(db == nil, lease, fn == nil)
 	if err != nil {
