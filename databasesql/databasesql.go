@@ -37,9 +37,9 @@
 // pgbaton's errors (fencedwrite.ErrStaleToken, ErrAlreadyProcessed,
 // advisory.ErrLocked, pgbaton.ErrNotMigrated, ...) are the same whichever
 // driver runs the statement; errors.As finds the driver's own error too.
-// Arrays are passed as Go slices: pgx's stdlib and lib/pq 1.11 and later
-// accept them. Tested with pgx's stdlib (also under GORM and sqlx) and
-// lib/pq.
+// Arrays are passed as Go slices, which pgx's stdlib and current lib/pq
+// (tested: v1.12.3) accept. Tested with pgx's stdlib (also under GORM and
+// sqlx) and with lib/pq under sqlx (examples/databasesql).
 //
 // What database/sql cannot give: the server's in_hot_standby report,
 // which pgx reads from the connection. A value write or MarkProcessed
