@@ -5,13 +5,9 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"net"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbaton/pgbaton"
@@ -149,30 +145,13 @@ func TestInSQLTx(t *testing.T) {
 	require.Zero(t, sdb.Stats().InUse, "no connection left in use")
 }
 
-// proxiedSQLDB is a database/sql handle on d through a fault proxy.
-func proxiedSQLDB(t *testing.T, d *pgtest.DB) (*sql.DB, *faultproxy.Proxy) {
-	t.Helper()
-	cfg, err := pgx.ParseConfig(d.URL)
-	require.NoError(t, err)
-	if strings.HasPrefix(cfg.Host, "/") {
-		t.Skip("the test server is on a unix socket; the fault proxy needs TCP")
-	}
-	proxy, err := faultproxy.New(net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = proxy.Close() })
-	return pgtest.SQLDB(t, d.URL, func(c *pgx.ConnConfig) {
-		c.Host = "127.0.0.1"
-		c.Port = uint16(proxy.Port())
-	}), proxy
-}
-
 // commitReplyLost runs InSQLTx through proxy and loses the reply of its
 // COMMIT, which commits; lost runs once the commit is in the database and
 // the reply held back, and InSQLTx's result is returned.
 func commitReplyLost(t *testing.T, ctx context.Context, d *pgtest.DB, lost func(*faultproxy.Proxy)) error {
 	t.Helper()
 	direct := d.SQLDB(t)
-	proxied, proxy := proxiedSQLDB(t, d)
+	proxied, proxy := env.ProxiedSQLDB(t, d)
 	_, err := direct.ExecContext(ctx, "CREATE TABLE t (id int PRIMARY KEY)")
 	require.NoError(t, err)
 	lease := fencedwrite.Token("job:a", acquire(t, ctx, d.Pool(t), "job:a", "me", time.Minute))
