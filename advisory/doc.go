@@ -49,8 +49,8 @@
 // RunExclusive runs a function under a lock (skip-if-held or wait) and
 // unlocks on every path. Elect and Campaign build leader election on an
 // exclusive lock. XactTryLock and XactLock take transaction-scoped locks
-// in the caller's pgx.Tx, which also work behind PgBouncer transaction
-// pooling.
+// in the caller's transaction (a pgx.Tx, or a *sql.Tx through
+// databasesql.Wrap), which also work behind PgBouncer transaction pooling.
 //
 // # Cron jobs
 //
@@ -88,7 +88,8 @@
 // # Transaction-scoped locks
 //
 // XactTryLock, XactLock, XactTryRLock and XactRLock take
-// pg_advisory_xact_lock in the caller's pgx.Tx. The lock is released when
+// pg_advisory_xact_lock in the caller's transaction: a pgx.Tx, or a
+// database/sql *sql.Tx wrapped by databasesql.Wrap. The lock is released when
 // the transaction commits or rolls back; there is no session to watch,
 // and a holder that dies takes its transaction, and the lock, with it.
 // Every statement runs in the caller's transaction, none on another

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
 )
@@ -17,28 +15,28 @@ import (
 // namespace and name registry apply; every statement runs in tx, none on
 // another connection (see the package documentation, "Transaction-scoped
 // locks").
-func (l *Locker) XactTryLock(ctx context.Context, tx pgx.Tx, key Key) error {
+func (l *Locker) XactTryLock(ctx context.Context, tx pgbaton.Tx, key Key) error {
 	return l.xact(ctx, tx, key, false, false)
 }
 
 // XactLock takes the exclusive transaction-scoped lock on key in tx,
 // waiting until it is free or ctx ends (pgx then cancels the statement,
 // and the transaction is aborted).
-func (l *Locker) XactLock(ctx context.Context, tx pgx.Tx, key Key) error {
+func (l *Locker) XactLock(ctx context.Context, tx pgbaton.Tx, key Key) error {
 	return l.xact(ctx, tx, key, false, true)
 }
 
 // XactTryRLock is XactTryLock in shared mode.
-func (l *Locker) XactTryRLock(ctx context.Context, tx pgx.Tx, key Key) error {
+func (l *Locker) XactTryRLock(ctx context.Context, tx pgbaton.Tx, key Key) error {
 	return l.xact(ctx, tx, key, true, false)
 }
 
 // XactRLock is XactLock in shared mode.
-func (l *Locker) XactRLock(ctx context.Context, tx pgx.Tx, key Key) error {
+func (l *Locker) XactRLock(ctx context.Context, tx pgbaton.Tx, key Key) error {
 	return l.xact(ctx, tx, key, true, true)
 }
 
-func (l *Locker) xact(ctx context.Context, tx pgx.Tx, key Key, shared, wait bool) error {
+func (l *Locker) xact(ctx context.Context, tx pgbaton.Tx, key Key, shared, wait bool) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", pgbaton.ErrInvalidArgument)
 	}
@@ -69,7 +67,7 @@ func (l *Locker) xact(ctx context.Context, tx pgx.Tx, key Key, shared, wait bool
 }
 
 // xactKey takes the lock in one statement, which also refuses a standby.
-func (l *Locker) xactKey(ctx context.Context, tx pgx.Tx, key Key, id lockID, shared, wait bool) error {
+func (l *Locker) xactKey(ctx context.Context, tx pgbaton.Tx, key Key, id lockID, shared, wait bool) error {
 	op := "transaction lock " + key.String()
 	row, err := db.New().AdvisoryXactLock(ctx, tx, db.AdvisoryXactLockParams{
 		Wait: wait, Shared: shared, Pair: id.Pair, Hi: id.Hi, Lo: id.Lo, Key: id.ID,
@@ -97,7 +95,7 @@ func (l *Locker) xactKey(ctx context.Context, tx pgx.Tx, key Key, id lockID, sha
 //
 // The Locker remembers a name once it reads it back as recorded, never
 // right after inserting it: the caller may still roll back.
-func (l *Locker) xactName(ctx context.Context, tx pgx.Tx, key Key, id int64, shared, wait bool) error {
+func (l *Locker) xactName(ctx context.Context, tx pgbaton.Tx, key Key, id int64, shared, wait bool) error {
 	op := "transaction lock " + key.String()
 	ns := l.cfg.Namespace
 	q := db.New()

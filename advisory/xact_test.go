@@ -230,7 +230,7 @@ func TestXactStandby(t *testing.T) {
 	ctx := pgtest.Context(t, time.Minute)
 	l := newLocker(t, pool, advisory.Config{})
 
-	type call func(context.Context, pgx.Tx, advisory.Key) error
+	type call func(context.Context, pgbaton.Tx, advisory.Key) error
 	calls := map[string]call{
 		"XactTryLock": l.XactTryLock, "XactLock": l.XactLock,
 		"XactTryRLock": l.XactTryRLock, "XactRLock": l.XactRLock,

@@ -94,6 +94,15 @@
 //		msg.Nack() // nothing committed: it comes again
 //	}
 //
+// # database/sql
+//
+// Guard, GuardLease, SetToken, BypassFencing and MarkProcessed take a
+// pgbaton.Tx: a pgx.Tx, or a *sql.Tx (GORM's, sqlx's, lib/pq's) wrapped
+// by databasesql.Wrap; the value helpers, EnableFencing and PruneProcessed
+// take a pgbaton.Querier, which databasesql.WrapQuerier makes of a
+// *sql.DB, *sql.Conn or *sql.Tx. InSQLTx is InTx on a *sql.DB, with the
+// same answer after a lost COMMIT reply. See package databasesql.
+//
 // # Idempotent consumer
 //
 // MarkProcessed records a processed message or request id in the

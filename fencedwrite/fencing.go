@@ -102,7 +102,7 @@ func fencingError(ctx context.Context, q any, what string, err error) error {
 // which table, the transaction) in tx: a bypass that rolls back leaves
 // neither trace nor effect. Other tables stay fenced. The SQL twin is
 // pgbaton.bypass_fencing(table, reason).
-func BypassFencing(ctx context.Context, tx pgx.Tx, table pgx.Identifier, reason string) error {
+func BypassFencing(ctx context.Context, tx pgbaton.Tx, table pgx.Identifier, reason string) error {
 	if isNil(tx) {
 		return fmt.Errorf("%w: nil transaction; the bypass lasts for one transaction", pgbaton.ErrInvalidArgument)
 	}
@@ -121,7 +121,7 @@ func BypassFencing(ctx context.Context, tx pgx.Tx, table pgx.Identifier, reason 
 // pgbaton.reject_stale_token checks for DELETE and UPDATE. Statements on
 // other connections are not affected. The SQL twin, usable inside any
 // statement, is pgbaton.present_token(token).
-func SetToken(ctx context.Context, tx pgx.Tx, token int64) error {
+func SetToken(ctx context.Context, tx pgbaton.Tx, token int64) error {
 	if isNil(tx) {
 		return fmt.Errorf("%w: nil transaction", pgbaton.ErrInvalidArgument)
 	}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"reflect"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/pgerr"
@@ -47,7 +45,7 @@ func (l tokenLease) String() string { return fmt.Sprintf("%s#%d", l.name, l.toke
 //
 // Call Guard before the transaction's writes. It assumes READ COMMITTED
 // (see the package documentation for other isolation levels).
-func Guard(ctx context.Context, tx pgx.Tx, name string, token int64) error {
+func Guard(ctx context.Context, tx pgbaton.Tx, name string, token int64) error {
 	if err := checkGuardArgs(tx, name, token); err != nil {
 		return err
 	}
@@ -64,14 +62,14 @@ func standbyGuard(name string) error {
 }
 
 // GuardLease is Guard for a Lease.
-func GuardLease(ctx context.Context, tx pgx.Tx, lease Lease) error {
+func GuardLease(ctx context.Context, tx pgbaton.Tx, lease Lease) error {
 	if isNil(lease) {
 		return fmt.Errorf("%w: nil lease", pgbaton.ErrInvalidArgument)
 	}
 	return Guard(ctx, tx, lease.Name(), lease.Token())
 }
 
-func checkGuardArgs(tx pgx.Tx, name string, token int64) error {
+func checkGuardArgs(tx pgbaton.Tx, name string, token int64) error {
 	if isNil(tx) {
 		return fmt.Errorf("%w: nil transaction; Guard works inside the transaction that writes", pgbaton.ErrInvalidArgument)
 	}

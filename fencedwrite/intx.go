@@ -2,6 +2,7 @@ package fencedwrite
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -10,16 +11,13 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/databasesql"
 	"github.com/pgbaton/pgbaton/internal/db"
 )
 
-// Querier runs statements: a *pgxpool.Pool, *pgx.Conn or pgx.Tx.
-type Querier interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
+// Querier runs statements: a *pgxpool.Pool, *pgx.Conn or pgx.Tx, or a
+// *sql.DB, *sql.Conn or *sql.Tx wrapped by databasesql.WrapQuerier.
+type Querier = pgbaton.Querier
 
 // Beginner starts transactions and runs statements: a *pgxpool.Pool (best:
 // after a connection failure InTx asks a fresh connection how the commit
@@ -57,33 +55,68 @@ const rollbackTimeout = 10 * time.Second
 // statement that fails: after a failed statement PostgreSQL refuses the
 // rest of the transaction anyway.
 func InTx(ctx context.Context, pool Beginner, lease Lease, fn func(pgx.Tx) error) error {
-	switch {
-	case isNil(pool):
-		return fmt.Errorf("%w: nil pool", pgbaton.ErrInvalidArgument)
-	case isNil(lease):
-		return fmt.Errorf("%w: nil lease", pgbaton.ErrInvalidArgument)
-	case fn == nil:
-		return fmt.Errorf("%w: nil function", pgbaton.ErrInvalidArgument)
-	}
-	name, token := lease.Name(), lease.Token()
-	if err := checkToken(name, token); err != nil {
+	name, token, err := checkInTx(isNil(pool), lease, fn == nil)
+	if err != nil {
 		return err
 	}
 	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return fmt.Errorf("fencedwrite: begin transaction for lease %q: %w", name, err)
 	}
-	// Also on a panic in fn; after Commit it is a no-op (pgx.ErrTxClosed).
+	return guardedTx(ctx, pool, name, token, tx, func() error { return fn(tx) })
+}
+
+// InSQLTx is InTx for database/sql: it runs fn in a READ COMMITTED
+// transaction of db guarded by lease and commits it, with InTx's
+// outcomes. A COMMIT whose reply is lost is settled the same way, by
+// asking txid_status on another connection of db on the transaction's
+// timeline: nil only if the transaction committed, ErrCommitUnknown when
+// the database cannot tell. Cancelling ctx while fn runs makes
+// database/sql roll the transaction back.
+//
+// fn must not commit or roll back tx. GORM writes on tx through a session
+// bound to it (g := gdb.Session(&gorm.Session{Context: ctx}); then
+// g.Statement.ConnPool = tx); or use GORM's own db.Transaction with
+// GuardLease on databasesql.Wrap of its *sql.Tx.
+func InSQLTx(ctx context.Context, db *sql.DB, lease Lease, fn func(*sql.Tx) error) error {
+	name, token, err := checkInTx(db == nil, lease, fn == nil)
+	if err != nil {
+		return err
+	}
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return fmt.Errorf("fencedwrite: begin transaction for lease %q: %w", name, err)
+	}
+	return guardedTx(ctx, databasesql.WrapQuerier(db), name, token, databasesql.Wrap(tx), func() error { return fn(tx) })
+}
+
+func checkInTx(nilPool bool, lease Lease, nilFn bool) (name string, token int64, err error) {
+	switch {
+	case nilPool:
+		return "", 0, fmt.Errorf("%w: nil pool", pgbaton.ErrInvalidArgument)
+	case isNil(lease):
+		return "", 0, fmt.Errorf("%w: nil lease", pgbaton.ErrInvalidArgument)
+	case nilFn:
+		return "", 0, fmt.Errorf("%w: nil function", pgbaton.ErrInvalidArgument)
+	}
+	name, token = lease.Name(), lease.Token()
+	return name, token, checkToken(name, token)
+}
+
+// guardedTx guards tx, which InTx or InSQLTx began, runs fn and commits;
+// pool (on which tx does not run) settles a COMMIT that failed.
+func guardedTx(ctx context.Context, pool Querier, name string, token int64, tx pgbaton.Tx, fn func() error) error {
+	// Also on a panic in fn; after Commit it is a no-op (pgx.ErrTxClosed,
+	// sql.ErrTxDone).
 	defer rollback(ctx, tx)
-	q := db.New()
-	row, err := q.FenceAssertTokenXid(ctx, tx, db.FenceAssertTokenXidParams{Name: name, Token: token})
+	row, err := db.New().FenceAssertTokenXid(ctx, tx, db.FenceAssertTokenXidParams{Name: name, Token: token})
 	switch {
 	case err != nil:
 		return guardError(ctx, tx, name, token, err)
 	case row.Standby:
 		return standbyGuard(name)
 	}
-	if err := fn(tx); err != nil {
+	if err := fn(); err != nil {
 		return MapError(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -92,7 +125,7 @@ func InTx(ctx context.Context, pool Beginner, lease Lease, fn func(pgx.Tx) error
 	return nil
 }
 
-func rollback(ctx context.Context, tx pgx.Tx) {
+func rollback(ctx context.Context, tx pgbaton.Tx) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()
 	_ = tx.Rollback(ctx) // on failure pgx closes the connection, which rolls back too
@@ -107,7 +140,7 @@ type txRef struct {
 }
 
 // commitError explains a failed COMMIT of the transaction tx.
-func commitError(ctx context.Context, pool Beginner, name string, token int64, tx txRef, err error) error {
+func commitError(ctx context.Context, pool Querier, name string, token int64, tx txRef, err error) error {
 	// Find out even if ctx is what ended the commit: an honest answer is
 	// worth a short wait.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
@@ -157,7 +190,7 @@ func notCommitted(err error) bool {
 // terminated finishes its abort first). It answers only from the timeline
 // tx ran on: a server on another one (promoted since, or a standby) may
 // know the same id as another transaction.
-func commitStatus(ctx context.Context, pool Beginner, tx txRef) (committed bool, err error) {
+func commitStatus(ctx context.Context, pool Querier, tx txRef) (committed bool, err error) {
 	q := db.New()
 	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
 		row, err := q.FenceTxStatus(ctx, pool, tx.xid)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgbaton/pgbaton"
@@ -30,7 +29,7 @@ import (
 // consumer names the handler (one record per consumer and message), both
 // 1 to 255 bytes. Records are kept until PruneProcessed removes them. The
 // SQL twin is pgbaton.mark_processed(consumer, message_id).
-func MarkProcessed(ctx context.Context, tx pgx.Tx, consumer, messageID string) error {
+func MarkProcessed(ctx context.Context, tx pgbaton.Tx, consumer, messageID string) error {
 	switch {
 	case isNil(tx):
 		return fmt.Errorf("%w: nil transaction; MarkProcessed records in the transaction that does the work", pgbaton.ErrInvalidArgument)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/pgerr"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
@@ -297,7 +298,7 @@ func (c *Client) completeAndClaim(ctx context.Context, p db.LeaseCompleteManyPar
 // ErrReleased, and if tx rolled back its item is released and claimable
 // again at once. tx must be a transaction on this client's database; it
 // runs in whatever isolation level tx has.
-func (c *Client) CompleteTx(ctx context.Context, tx pgx.Tx, leases ...*Lease) error {
+func (c *Client) CompleteTx(ctx context.Context, tx pgbaton.Tx, leases ...*Lease) error {
 	if tx == nil {
 		return invalid("CompleteTx needs the caller's transaction")
 	}
