@@ -62,6 +62,17 @@ test: deps ## Run all tests of every module with -race (throwaway PostgreSQL unl
 # prints the command otherwise). About a minute and a half.
 HA_PKGS := ./internal/testkit/hacluster/ ./test/ha/
 
+# The kill storm: workers SIGKILLed every 100-300 ms while they work
+# through a queue kept full for STORM_DURATION, STORM_RUNS times in a row;
+# every item must have exactly one effect and no lease row may be left.
+STORM_RUNS     ?= 10
+STORM_DURATION ?= 90s
+STORM_ITEMS    ?= 3000
+
+.PHONY: storm
+storm: deps-postgres ## Run the kill storm (STORM_RUNS runs of STORM_DURATION, STORM_ITEMS items): exactly one effect per item, no lease row left
+	$(GO) test -race -count=1 -timeout 0 -v -run 'TestExactlyOnceEffectsUnderKills/CompleteTx' ./leasetable/ -args -storm.items=$(STORM_ITEMS) -storm.duration=$(STORM_DURATION) -storm.runs=$(STORM_RUNS) -storm.pace=100ms
+
 .PHONY: test-ha
 test-ha: ## Run the HA test bed: Patroni + etcd on loopback, switchover, failovers, crash restart
 	@scripts/deps.sh cc postgres patroni etcd

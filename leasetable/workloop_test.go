@@ -3,6 +3,7 @@ package leasetable_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
@@ -446,41 +447,71 @@ func childWorker(ctx context.Context, args []string) error {
 	}
 }
 
+// The kill storm's size: `make storm` runs it long and many times; the
+// defaults are the short run of `make test`.
+var (
+	stormItems    = flag.Int("storm.items", 600, "TestExactlyOnceEffectsUnderKills: items in the queue")
+	stormDuration = flag.Duration("storm.duration", 0, "TestExactlyOnceEffectsUnderKills: keep killing for this long (0: until the queue is empty)")
+	stormRuns     = flag.Int("storm.runs", 1, "TestExactlyOnceEffectsUnderKills: runs in a row")
+	stormPace     = flag.Duration("storm.pace", 50*time.Millisecond, "TestExactlyOnceEffectsUnderKills: shortest time between kills (the longest is 200ms more)")
+)
+
 // Workers in child processes are SIGKILLed at random while they work
 // through the items: with CompleteTx every item still has exactly one
 // effect, and no lease row is left. The control run, which commits effects
 // before completing them, shows that the kills do double work.
 func TestExactlyOnceEffectsUnderKills(t *testing.T) {
 	t.Run("CompleteTx", func(t *testing.T) {
-		kills, doubled, missing, left := workUnderKills(t, "tx", 600)
-		t.Logf("exactly-once run (CompleteTx): 600 items, 3 workers, %d kills, %d doubled, %d missing", kills, doubled, missing)
-		assert.GreaterOrEqual(t, kills, 10, "the nemesis must have struck")
-		assert.Zero(t, doubled, "items with more than one effect")
-		assert.Zero(t, missing, "items without an effect")
-		assert.Zero(t, left, "lease rows left")
+		for run := 1; run <= *stormRuns; run++ {
+			s := workUnderKills(t, "tx", *stormItems, *stormDuration)
+			t.Logf("exactly-once run %d/%d (CompleteTx): %d items, 3 workers, %d kills in %s, %d doubled, %d missing, %d lease rows left",
+				run, *stormRuns, *stormItems, s.kills, s.took.Round(time.Second), s.doubled, s.missing, s.left)
+			assert.GreaterOrEqual(t, s.kills, 10, "the nemesis must have struck")
+			assert.Zero(t, s.doubled, "items with more than one effect")
+			assert.Zero(t, s.missing, "items without an effect")
+			assert.Zero(t, s.left, "lease rows left")
+			if t.Failed() {
+				return
+			}
+		}
 	})
 	t.Run("control: complete after commit", func(t *testing.T) {
-		kills, doubled, missing, _ := workUnderKills(t, "after", 300)
-		t.Logf("control run (effects committed, then CompleteAndClaim): 300 items, 3 workers, %d kills, %d doubled, %d missing", kills, doubled, missing)
-		assert.Positive(t, doubled, "the kills should have doubled some items: the check could not fail")
-		assert.Zero(t, missing)
+		s := workUnderKills(t, "after", 300, 0)
+		t.Logf("control run (effects committed, then CompleteAndClaim): 300 items, 3 workers, %d kills, %d doubled, %d missing", s.kills, s.doubled, s.missing)
+		assert.Positive(t, s.doubled, "the kills should have doubled some items: the check could not fail")
+		assert.Zero(t, s.missing)
 	})
 }
 
-func workUnderKills(t *testing.T, mode string, items int) (kills, doubled, missing, left int) {
+type stormResult struct {
+	kills, doubled, missing, left int
+	took                          time.Duration
+}
+
+// workUnderKills has three workers work through items in mode while one
+// of them is killed every stormPace to stormPace+200ms: until the queue
+// is empty, or for storm when that is longer (the queue is filled again
+// as it empties). Then the workers finish the queue in peace, and it
+// counts what happened.
+func workUnderKills(t *testing.T, mode string, items int, storm time.Duration) (r stormResult) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := pgtest.Context(t, 4*time.Minute)
+	ctx := pgtest.Context(t, 4*time.Minute+storm)
 	const workers = 3
 	_, err := pool.Exec(ctx, "CREATE TABLE effect (item text NOT NULL, worker text NOT NULL)")
 	require.NoError(t, err)
-	names := make([]string, items)
-	for i := range names {
-		names[i] = fmt.Sprintf("item-%04d", i)
-	}
 	reg := newClient(t, pool, leasetable.Config{})
-	_, err = reg.Register(ctx, "queue", names...)
-	require.NoError(t, err)
+	registered := 0
+	register := func() {
+		names := make([]string, items)
+		for i := range names {
+			names[i] = fmt.Sprintf("item-%06d", registered+i)
+		}
+		_, err = reg.Register(ctx, "queue", names...)
+		require.NoError(t, err)
+		registered += items
+	}
+	register()
 
 	start := func() *pgtest.Child {
 		k := env.StartChild(t, "worker", d.URL, "queue", "5", mode)
@@ -496,21 +527,32 @@ func workUnderKills(t *testing.T, mode string, items int) (kills, doubled, missi
 		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pgbaton.lease WHERE lease_group = 'queue'").Scan(&n))
 		return n
 	}
-	for remaining() > 0 {
+	began := time.Now()
+	for {
 		require.NoError(t, ctx.Err(), "items left: %d", remaining())
-		time.Sleep(time.Duration(50+rand.N(200)) * time.Millisecond) // the nemesis's pace
-		if remaining() == 0 {
+		time.Sleep(*stormPace + time.Duration(rand.N(200))*time.Millisecond) // the nemesis's pace
+		if left := remaining(); left < items/10 && time.Since(began) < storm {
+			register() // keep the storm going on a full queue
+		} else if left == 0 || time.Since(began) >= storm && storm > 0 {
 			break
 		}
 		i := rand.N(workers)
 		ws[i].Signal(t, sigKill)
 		<-ws[i].Done()
-		kills++
+		r.kills++
 		ws[i] = start()
 	}
+	r.took = time.Since(began)
+	// The storm is over: the workers finish the queue. A row that stays
+	// is a lease row left behind.
+	deadline := time.Now().Add(2 * time.Minute)
+	for remaining() > 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond) // polling the queue, not synchronisation
+	}
 	require.NoError(t, pool.QueryRow(ctx, `
-SELECT count(*) FILTER (WHERE n > 1), $1 - count(*) FROM (SELECT item, count(*) AS n FROM effect GROUP BY item) e`, items).Scan(&doubled, &missing))
-	return kills, doubled, missing, remaining()
+SELECT count(*) FILTER (WHERE n > 1), $1 - count(*) FROM (SELECT item, count(*) AS n FROM effect GROUP BY item) e`, registered).Scan(&r.doubled, &r.missing))
+	r.left = remaining()
+	return r
 }
 
 // Claim hands out the oldest available item first, so a crashed worker's
