@@ -92,9 +92,9 @@ func childHold(ctx context.Context, args []string) error {
 	return nil
 }
 
-// logTo returns a logger that sends the lease name of every "waiting for
-// lease" debug message to ch: tests learn that a waiter is waiting without
-// sleeping.
+// logTo returns a logger that sends the lease, semaphore or group name of
+// every "waiting" debug message to ch: tests learn that a waiter is waiting
+// without sleeping.
 func logTo(ch chan<- string) *slog.Logger {
 	return slog.New(waitHandler{ch})
 }
@@ -103,9 +103,9 @@ type waitHandler struct{ ch chan<- string }
 
 func (h waitHandler) Enabled(context.Context, slog.Level) bool { return true }
 func (h waitHandler) Handle(_ context.Context, r slog.Record) error {
-	if r.Message == "pgbaton: waiting for lease" || r.Message == "pgbaton: waiting for semaphore" {
+	if r.Message == "pgbaton: waiting for lease" || r.Message == "pgbaton: waiting for semaphore" || r.Message == "pgbaton: waiting to claim" {
 		r.Attrs(func(a slog.Attr) bool {
-			if a.Key == "lease" || a.Key == "semaphore" {
+			if a.Key == "lease" || a.Key == "semaphore" || a.Key == "group" {
 				select {
 				case h.ch <- a.Value.String():
 				default:
