@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/pgbaton/pgbaton/internal/backoff"
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/pgerr"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
@@ -105,7 +104,7 @@ func (c *Client) waitClaim(ctx context.Context, group string, n int, start time.
 			w.stop()
 		}
 	}()
-	outage := backoff.Backoff{Min: 50 * time.Millisecond, Max: 250 * time.Millisecond}
+	outage := outageBackoff()
 	for {
 		leases, err := c.claim(ctx, group, n, start)
 		if err == nil && len(leases) > 0 {
@@ -123,12 +122,9 @@ func (c *Client) waitClaim(ctx context.Context, group string, n int, start time.
 		if err == nil {
 			d, err = c.nextClaimable(ctx, group)
 		}
-		if f, _ := classify(ctx, err); err != nil && f != permanentFailure {
-			d := outage.Next()
-			c.log.Debug("pgbaton: claiming again after a connection failure", "group", group, "in", d, "error", err)
-			if werr := c.wait(ctx, nil, d); werr != nil {
-				return nil, false, fmt.Errorf("leasetable: waiting to claim from %q: %w (last: %w)", group, werr, err)
-			}
+		if retry, werr := c.waitOutage(ctx, &outage, err, "group", group); werr != nil {
+			return nil, false, fmt.Errorf("leasetable: waiting to claim from %q: %w (last: %w)", group, werr, err)
+		} else if retry {
 			continue
 		}
 		if err != nil {

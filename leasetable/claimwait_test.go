@@ -46,6 +46,19 @@ func goClaimWait(ctx context.Context, c *leasetable.Client, group string, n int)
 	return got
 }
 
+// awaitClaim is what got delivers, failing t with why if it takes longer
+// than any wait the test allows for.
+func awaitClaim(t *testing.T, got <-chan claimed, why string) claimed {
+	t.Helper()
+	select {
+	case g := <-got:
+		return g
+	case <-time.After(30 * time.Second):
+		t.Fatal(why)
+		return claimed{}
+	}
+}
+
 // A waiting ClaimWait wakes on the NOTIFY of Register: neither its
 // PollInterval nor its TTL would wake it within the test's time.
 func TestClaimWaitWakesOnRegister(t *testing.T) {
@@ -63,12 +76,7 @@ func TestClaimWaitWakesOnRegister(t *testing.T) {
 		name := fmt.Sprintf("item-%d", i)
 		_, err := producer.Register(ctx, "q", name)
 		require.NoError(t, err)
-		var g claimed
-		select {
-		case g = <-got:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("round %d: ClaimWait not woken by Register", i)
-		}
+		g := awaitClaim(t, got, fmt.Sprintf("round %d: ClaimWait not woken by Register", i))
 		require.NoError(t, g.err)
 		lat = append(lat, g.at.Sub(start))
 		require.Len(t, g.leases, 1)
@@ -87,16 +95,11 @@ func TestRegisterNotifiesGroupWaitersOnce(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
 	ctx := pgtest.Context(t, 30*time.Second)
-	conn, err := pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer conn.Release()
-	_, err = conn.Exec(ctx, "LISTEN pgbaton_lease")
-	require.NoError(t, err)
-	defer conn.Exec(context.Background(), "UNLISTEN *")
+	conn := listenConn(t, ctx, pool)
 	notifications := func() (got []string) {
 		for {
 			wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-			n, err := conn.Conn().WaitForNotification(wctx)
+			n, err := conn.WaitForNotification(wctx)
 			cancel()
 			if err != nil {
 				return got
@@ -110,7 +113,7 @@ func TestRegisterNotifiesGroupWaitersOnce(t *testing.T) {
 	}
 	register("a", "b")
 	assert.Empty(t, notifications(), "no waiter registered: no NOTIFY")
-	_, err = pool.Exec(ctx, "SELECT pgbaton.wait_for('g', 'someone/1', true)")
+	_, err := pool.Exec(ctx, "SELECT pgbaton.wait_for('g', 'someone/1', true)")
 	require.NoError(t, err)
 	register("c", "d", "e")
 	assert.Equal(t, []string{"g"}, notifications(), "one NOTIFY for the statement, the group's name as payload")
@@ -150,12 +153,7 @@ func TestRegisterRacingWaiterRegistration(t *testing.T) {
 	})
 
 	t.Run("waiter first", func(t *testing.T) {
-		conn, err := pool.Acquire(ctx)
-		require.NoError(t, err)
-		defer conn.Release()
-		_, err = conn.Exec(ctx, "LISTEN pgbaton_lease")
-		require.NoError(t, err)
-		defer conn.Exec(context.Background(), "UNLISTEN *")
+		conn := listenConn(t, ctx, pool)
 		tx, err := pool.Begin(ctx)
 		require.NoError(t, err)
 		defer tx.Rollback(context.Background())
@@ -171,7 +169,7 @@ func TestRegisterRacingWaiterRegistration(t *testing.T) {
 		require.NoError(t, <-done)
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		n, err := conn.Conn().WaitForNotification(wctx)
+		n, err := conn.WaitForNotification(wctx)
 		require.NoError(t, err, "register saw the waiter and notified")
 		assert.Equal(t, "r2", n.Payload)
 	})
@@ -192,15 +190,11 @@ func TestClaimWaitWakesOnRelease(t *testing.T) {
 	got := goClaimWait(ctx, worker, "q", 1)
 	require.Equal(t, "q", <-waiting)
 	require.NoError(t, held[0].Release(ctx))
-	select {
-	case g := <-got:
-		require.NoError(t, g.err)
-		require.Len(t, g.leases, 1)
-		assert.Equal(t, "only", g.leases[0].Name())
-		assert.Greater(t, g.leases[0].Token(), held[0].Token())
-	case <-time.After(30 * time.Second):
-		t.Fatal("ClaimWait not woken by the release")
-	}
+	g := awaitClaim(t, got, "ClaimWait not woken by the release")
+	require.NoError(t, g.err)
+	require.Len(t, g.leases, 1)
+	assert.Equal(t, "only", g.leases[0].Name())
+	assert.Greater(t, g.leases[0].Token(), held[0].Token())
 }
 
 // A waiting ClaimWait takes over the item of a worker that stopped
@@ -218,15 +212,11 @@ func TestClaimWaitWakesOnExpiry(t *testing.T) {
 	start := time.Now()
 	got := goClaimWait(ctx, worker, "q", 1)
 	require.Equal(t, "q", <-waiting)
-	select {
-	case g := <-got:
-		require.NoError(t, g.err)
-		require.Len(t, g.leases, 1)
-		assert.Equal(t, "orphan", g.leases[0].Name())
-		t.Logf("taken over %s after the claim of a 1s lease", g.at.Sub(start))
-	case <-time.After(30 * time.Second):
-		t.Fatal("ClaimWait not woken at the item's expiry")
-	}
+	g := awaitClaim(t, got, "ClaimWait not woken at the item's expiry")
+	require.NoError(t, g.err)
+	require.Len(t, g.leases, 1)
+	assert.Equal(t, "orphan", g.leases[0].Name())
+	t.Logf("taken over %s after the claim of a 1s lease", g.at.Sub(start))
 }
 
 // With NoListen a waiting ClaimWait polls every PollInterval: it still
@@ -244,13 +234,9 @@ func TestClaimWaitNoListenPolls(t *testing.T) {
 		"a polling waiter opens no LISTEN connection")
 	_, err := producer.Register(ctx, "q", "a", "b")
 	require.NoError(t, err)
-	select {
-	case g := <-got:
-		require.NoError(t, g.err)
-		assert.Len(t, g.leases, 2)
-	case <-time.After(30 * time.Second):
-		t.Fatal("polling ClaimWait did not return")
-	}
+	g := awaitClaim(t, got, "polling ClaimWait did not return")
+	require.NoError(t, g.err)
+	assert.Len(t, g.leases, 2)
 }
 
 // A ClaimWait whose context ends returns at once with the context's error
@@ -282,13 +268,9 @@ func TestClaimWaitCancelled(t *testing.T) {
 		got := goClaimWait(cctx, worker, "q", 1)
 		require.Equal(t, "q", <-waiting)
 		cancel()
-		select {
-		case g := <-got:
-			require.ErrorIs(t, g.err, context.Canceled)
-			assert.Nil(t, g.leases)
-		case <-time.After(10 * time.Second):
-			t.Fatal("ClaimWait did not return when its context ended")
-		}
+		g := awaitClaim(t, got, "ClaimWait did not return when its context ended")
+		require.ErrorIs(t, g.err, context.Canceled)
+		assert.Nil(t, g.leases)
 	}
 	_, err = worker.ClaimWait(canceled(ctx), "q", 1)
 	require.ErrorIs(t, err, context.Canceled)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -119,6 +120,20 @@ func (h waitHandler) Handle(_ context.Context, r slog.Record) error {
 }
 func (h waitHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h waitHandler) WithGroup(string) slog.Handler      { return h }
+
+// listenConn is a pooled connection listening on pgbaton_lease, for tests
+// that look at the notifications themselves.
+func listenConn(t *testing.T, ctx context.Context, pool *pgxpool.Pool) *pgx.Conn {
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = conn.Exec(context.Background(), "UNLISTEN *")
+		conn.Release()
+	})
+	_, err = conn.Exec(ctx, "LISTEN pgbaton_lease")
+	require.NoError(t, err)
+	return conn.Conn()
+}
 
 func percentile(d []time.Duration, p int) time.Duration {
 	s := slices.Clone(d)
