@@ -49,7 +49,7 @@ func (e *env) newLeaseNode(ctx context.Context, ttl time.Duration) (lockNode, er
 		return nil, err
 	}
 	n := &leaseNode{e: e, pool: pool, waiting: make(chan struct{}, 1)}
-	n.c, err = leasetable.New(ctx, pool, leasetable.Config{TTL: ttl, Logger: slog.New(waitHook{n.waiting})})
+	n.c, err = leasetable.New(ctx, pool, leasetable.Config{TTL: ttl, Logger: slog.New(waitHook{msg: "pgbaton: waiting for lease", ch: n.waiting})})
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -57,13 +57,17 @@ func (e *env) newLeaseNode(ctx context.Context, ttl time.Duration) (lockNode, er
 	return n, nil
 }
 
-// waitHook turns the client's "waiting for lease" debug line into a
-// signal, so the handover benchmark knows the waiter is blocked.
-type waitHook struct{ ch chan struct{} }
+// waitHook turns the client's log line msg ("waiting for lease", "waiting
+// to claim") into a signal, so a latency benchmark knows the waiter is
+// blocked.
+type waitHook struct {
+	msg string
+	ch  chan struct{}
+}
 
 func (h waitHook) Enabled(_ context.Context, l slog.Level) bool { return true }
 func (h waitHook) Handle(_ context.Context, r slog.Record) error {
-	if r.Message == "pgbaton: waiting for lease" {
+	if r.Message == h.msg {
 		select {
 		case h.ch <- struct{}{}:
 		default:
@@ -245,7 +249,8 @@ func (e *env) leaseScenarios() []*scenario {
 		"Advisory locks are freed at once (see above)."
 	k.runs = 3
 	s = append(s, k)
-	return append(s, e.claimScenarios()...)
+	s = append(s, e.claimScenarios()...)
+	return append(s, e.claimWaitScenario())
 }
 
 func (e *env) holdExtra() []*lockBackend {

@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgbaton/pgbaton"
-	"github.com/pgbaton/pgbaton/internal/backoff"
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
 )
@@ -255,7 +254,7 @@ func (c *Client) waitAcquire(ctx context.Context, name string, metadata []byte, 
 			w.stop()
 		}
 	}()
-	outage := backoff.Backoff{Min: 50 * time.Millisecond, Max: 250 * time.Millisecond}
+	outage := outageBackoff()
 	for {
 		l, err := c.attempt(ctx, name, metadata, start)
 		if w == nil && errors.As(err, &held) {
@@ -266,14 +265,9 @@ func (c *Client) waitAcquire(ctx context.Context, name string, metadata []byte, 
 				continue
 			}
 		}
-		if f, _ := classify(ctx, err); f != permanentFailure {
-			// The server is down or failing over: a waiting Acquire waits
-			// that out too, until ctx ends, looking again with a backoff.
-			d := outage.Next()
-			c.log.Debug("pgbaton: looking at the lease again after a connection failure", "lease", name, "in", d, "error", err)
-			if werr := c.wait(ctx, nil, d); werr != nil {
-				return nil, held != nil, fmt.Errorf("leasetable: waiting for lease %q: %w (last: %w)", name, werr, err)
-			}
+		if retry, werr := c.waitOutage(ctx, &outage, err, "lease", name); werr != nil {
+			return nil, held != nil, fmt.Errorf("leasetable: waiting for lease %q: %w (last: %w)", name, werr, err)
+		} else if retry {
 			continue
 		}
 		outage.Reset()

@@ -53,7 +53,7 @@ func (c *Client) Register(ctx context.Context, group string, names ...string) (i
 // or expired. Each gets its own new token and is kept alive like any
 // lease. Concurrent claimers never wait on each other nor get the same
 // lease (FOR UPDATE SKIP LOCKED). It returns fewer than n leases, maybe
-// none, when no more are free; it does not wait.
+// none, when no more are free; it does not wait (ClaimWait does).
 func (c *Client) Claim(ctx context.Context, group string, n int) ([]*Lease, error) {
 	if err := c.checkClaim(group, n); err != nil {
 		return nil, err
@@ -67,6 +67,91 @@ func (c *Client) Claim(ctx context.Context, group string, n int) ([]*Lease, erro
 		c.attempted(ctx, group, telemetry.Held, start)
 	}
 	return leases, err
+}
+
+// ClaimWait is Claim that waits while nothing is free: it returns at least
+// one and at most n leases of group, or an error, ctx's when ctx ends
+// first (the caller got nothing). A worker's loop calls it instead of
+// sleeping when the queue is empty.
+//
+// It wakes when items are registered in group (Register notifies the
+// group's waiters, once per call) or released, on the client's one LISTEN
+// connection, and at the earliest expiry of an item another owner holds,
+// which the database knows: a dead worker's items are taken over when
+// their TTL runs out. With NoListen, or where notifications are not
+// delivered, it looks again every Config.PollInterval instead. Failing
+// that, it looks again after the client's TTL. Like Acquire it waits out
+// a server that cannot be reached, until ctx ends.
+//
+// Every idle waiter of a group wakes on each registration and release and
+// tries to claim: a burst of registrations is best made with one Register
+// call.
+func (c *Client) ClaimWait(ctx context.Context, group string, n int) ([]*Lease, error) {
+	if err := c.checkClaim(group, n); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	leases, empty, err := c.waitClaim(ctx, group, n, start)
+	c.waitEnded(ctx, group, start, empty, err)
+	return leases, err
+}
+
+// waitClaim is ClaimWait without the failure metric; empty tells a wait
+// that ended while nothing was free.
+func (c *Client) waitClaim(ctx context.Context, group string, n int, start time.Time) (_ []*Lease, empty bool, _ error) {
+	var w *waiting
+	defer func() {
+		if w != nil {
+			w.stop()
+		}
+	}()
+	outage := outageBackoff()
+	for {
+		leases, err := c.claim(ctx, group, n, start)
+		if err == nil && len(leases) > 0 {
+			return leases, false, nil
+		}
+		if err == nil && w == nil {
+			// Nothing free: register as a waiter of the group, then look
+			// again, since what came before the registration notified
+			// nobody.
+			if w, err = c.startWaiting(ctx, group, true); err == nil {
+				continue
+			}
+		}
+		var d time.Duration
+		if err == nil {
+			d, err = c.nextClaimable(ctx, group)
+		}
+		if retry, werr := c.waitOutage(ctx, &outage, err, "group", group); werr != nil {
+			return nil, false, fmt.Errorf("leasetable: waiting to claim from %q: %w (last: %w)", group, werr, err)
+		} else if retry {
+			continue
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		outage.Reset()
+		c.log.Debug("pgbaton: waiting to claim", "group", group, "expiry_in", d)
+		if err := c.wait(ctx, w.wake, d); err != nil {
+			return nil, true, fmt.Errorf("leasetable: waiting to claim from %q: %w", group, err)
+		}
+	}
+}
+
+// nextClaimable is how long until the first item of group held by another
+// owner expires, the TTL at most: with nothing held, only a notification
+// would wake the waiter, and a LISTEN connection that died without a word
+// is noticed late (a read that fails), so it looks again after a TTL.
+func (c *Client) nextClaimable(ctx context.Context, group string) (time.Duration, error) {
+	next, err := c.q.LeaseGroupNextExpiry(ctx, c.pool, db.LeaseGroupNextExpiryParams{LeaseGroup: group, Owner: c.cfg.Owner})
+	if err != nil {
+		return 0, c.dbError("next expiry in "+group, err)
+	}
+	if !next.Held {
+		return c.cfg.TTL, nil
+	}
+	return min(next.NextExpiry.Sub(next.DbNow), c.cfg.TTL), nil
 }
 
 // checkClaim checks the arguments of a claim and that c is open.

@@ -33,7 +33,8 @@
 //     gives a direct connection; Config.NoListen polls by choice, for
 //     fleets short of connections;
 //   - claiming of shards and work items (Register, Claim) with FOR UPDATE
-//     SKIP LOCKED, oldest first; exactly-once effects by completing items
+//     SKIP LOCKED, oldest first, and waiting for them (ClaimWait: woken
+//     when items are registered or released, or at an item's expiry); exactly-once effects by completing items
 //     in the transaction of their effects (CompleteTx), or, for idempotent
 //     effects, completing the finished batch and claiming the next in one
 //     round trip and one commit (CompleteAndClaim); the
@@ -52,8 +53,8 @@
 //
 //   - acquire: TryAcquire and Acquire (acquire.go), Do and Lease.Do (do.go),
 //     Semaphore (semaphore.go);
-//   - claim: Register, Claim, Complete, CompleteAndClaim, CompleteTx
-//     (claim.go), Keep (keep.go);
+//   - claim: Register, Claim, ClaimWait, Complete, CompleteAndClaim,
+//     CompleteTx (claim.go), Keep (keep.go);
 //   - elect: Elect, Campaign, Leader (election.go);
 //   - operate: New, Close, Pool (client.go), Info (info.go), Check (check.go),
 //     Replication (replication.go), Prune and background retention

@@ -74,6 +74,43 @@ func ExampleClient_CompleteAndClaim() {
 	// send mail-3
 }
 
+// A worker waits in ClaimWait while the queue is empty: it is woken as
+// soon as a producer registers items (or another worker releases some, or
+// a dead worker's items expire), instead of sleeping and polling.
+func ExampleClient_ClaimWait() {
+	pool, done := examplePool()
+	defer done()
+	ctx := context.Background()
+	worker, err := leasetable.New(ctx, pool, leasetable.Config{Owner: "mailer-1"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer worker.Close(ctx)
+	producer, err := leasetable.New(ctx, pool, leasetable.Config{Owner: "web-1"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer producer.Close(ctx)
+
+	go func() {
+		if _, err := producer.Register(ctx, "mail", "mail-1"); err != nil {
+			log.Fatal(err)
+		}
+	}()
+	batch, err := worker.ClaimWait(ctx, "mail", 10) // at least one item, or ctx's error
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, item := range batch {
+		fmt.Println("send", item.Name())
+	}
+	if err := worker.Complete(ctx, batch...); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// send mail-1
+}
+
 // A semaphore lets at most N holders in at once.
 func ExampleClient_Semaphore() {
 	pool, done := examplePool()

@@ -40,7 +40,7 @@ func ExampleClient_CompleteTx() {
 			log.Fatal(err)
 		}
 		if len(batch) == 0 {
-			break // a long-running worker would wait and claim again
+			break // a long-running worker calls ClaimWait instead, which waits for items
 		}
 		for _, item := range batch {
 			// The transaction runs under the lease's context: if the lease

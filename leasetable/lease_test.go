@@ -520,16 +520,11 @@ func TestReleaseNotifiesOnlyWhenSomeoneWaits(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
 	ctx := pgtest.Context(t, 30*time.Second)
-	conn, err := pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer conn.Release()
-	_, err = conn.Exec(ctx, "LISTEN pgbaton_lease")
-	require.NoError(t, err)
-	defer conn.Exec(context.Background(), "UNLISTEN *")
+	conn := listenConn(t, ctx, pool)
 	notified := func() bool {
 		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		defer cancel()
-		n, err := conn.Conn().WaitForNotification(wctx)
+		n, err := conn.WaitForNotification(wctx)
 		return err == nil && n.Payload == "n"
 	}
 	cycle := func() {
@@ -541,7 +536,7 @@ func TestReleaseNotifiesOnlyWhenSomeoneWaits(t *testing.T) {
 	}
 	cycle()
 	assert.False(t, notified(), "no waiter registered: no NOTIFY")
-	_, err = pool.Exec(ctx, "SELECT pgbaton.wait_for('n', 'someone/1')")
+	_, err := pool.Exec(ctx, "SELECT pgbaton.wait_for('n', 'someone/1')")
 	require.NoError(t, err)
 	cycle()
 	assert.True(t, notified())

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -92,9 +93,9 @@ func childHold(ctx context.Context, args []string) error {
 	return nil
 }
 
-// logTo returns a logger that sends the lease name of every "waiting for
-// lease" debug message to ch: tests learn that a waiter is waiting without
-// sleeping.
+// logTo returns a logger that sends the lease, semaphore or group name of
+// every "waiting" debug message to ch: tests learn that a waiter is waiting
+// without sleeping.
 func logTo(ch chan<- string) *slog.Logger {
 	return slog.New(waitHandler{ch})
 }
@@ -103,9 +104,9 @@ type waitHandler struct{ ch chan<- string }
 
 func (h waitHandler) Enabled(context.Context, slog.Level) bool { return true }
 func (h waitHandler) Handle(_ context.Context, r slog.Record) error {
-	if r.Message == "pgbaton: waiting for lease" || r.Message == "pgbaton: waiting for semaphore" {
+	if r.Message == "pgbaton: waiting for lease" || r.Message == "pgbaton: waiting for semaphore" || r.Message == "pgbaton: waiting to claim" {
 		r.Attrs(func(a slog.Attr) bool {
-			if a.Key == "lease" || a.Key == "semaphore" {
+			if a.Key == "lease" || a.Key == "semaphore" || a.Key == "group" {
 				select {
 				case h.ch <- a.Value.String():
 				default:
@@ -119,6 +120,20 @@ func (h waitHandler) Handle(_ context.Context, r slog.Record) error {
 }
 func (h waitHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h waitHandler) WithGroup(string) slog.Handler      { return h }
+
+// listenConn is a pooled connection listening on pgbaton_lease, for tests
+// that look at the notifications themselves.
+func listenConn(t *testing.T, ctx context.Context, pool *pgxpool.Pool) *pgx.Conn {
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = conn.Exec(context.Background(), "UNLISTEN *")
+		conn.Release()
+	})
+	_, err = conn.Exec(ctx, "LISTEN pgbaton_lease")
+	require.NoError(t, err)
+	return conn.Conn()
+}
 
 func percentile(d []time.Duration, p int) time.Duration {
 	s := slices.Clone(d)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/backoff"
 	"github.com/pgbaton/pgbaton/internal/db"
 )
 
@@ -83,6 +84,26 @@ func (c *Client) wait(ctx context.Context, wake <-chan struct{}, d time.Duration
 	case <-c.bg.Done():
 		return pgbaton.ErrClosed
 	}
+}
+
+// outageBackoff paces a waiter looking again while the server is down or
+// failing over.
+func outageBackoff() backoff.Backoff {
+	return backoff.Backoff{Min: 50 * time.Millisecond, Max: 250 * time.Millisecond}
+}
+
+// waitOutage waits out err with backoff b when retrying can fix it (the
+// server is down or failing over: a waiting call waits that out too, until
+// ctx ends) and reports retry; any other err (or nil) it leaves to the
+// caller. werr is why the wait ended early. attrs name what is waited for
+// in the debug log.
+func (c *Client) waitOutage(ctx context.Context, b *backoff.Backoff, err error, attrs ...any) (retry bool, werr error) {
+	if f, _ := classify(ctx, err); err == nil || f == permanentFailure {
+		return false, nil
+	}
+	d := b.Next()
+	c.log.Debug("pgbaton: looking again after a connection failure", append(attrs, "in", d, "error", err)...)
+	return true, c.wait(ctx, nil, d)
 }
 
 // jitter spreads waiters that look again at the same expiry: up to 1% of

@@ -10,6 +10,7 @@ DROP FUNCTION pgbaton.release(text,text,bigint);
 DROP FUNCTION pgbaton.notify_waiters(text[]);
 DROP FUNCTION pgbaton.stop_waiting(text,text);
 DROP FUNCTION pgbaton.wait_for(text,text,boolean);
+DROP FUNCTION pgbaton.group_gate(text);
 DROP FUNCTION pgbaton.renew(text,text,bigint,bigint);
 DROP FUNCTION pgbaton.try_acquire(text,text,bigint);
 DROP FUNCTION pgbaton.lease_attempt(text,text,bigint,jsonb,bigint,uuid);

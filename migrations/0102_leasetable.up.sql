@@ -637,12 +637,25 @@ BEGIN
     RETURNING pgbaton.lease_expiry(l.expires_at, l.session_id);
 END $$;
 
+-- group_gate is the advisory lock key that orders registrations of waiters
+-- on a group (wait_for, exclusive) with registrations of its items
+-- (register, shared): new rows cannot be locked, so neither side could
+-- otherwise wait for the other. Namespaced like advisory.Name, so it meets
+-- no lock taken through pgbaton's advisory package.
+CREATE FUNCTION pgbaton.group_gate(p_group text)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+    SELECT pgbaton.advisory_key(p_group, 'pgbaton.lease_group')
+$$;
+
 -- wait_for registers waiter as waiting for lease name (or for any lease of
 -- group name when p_group). Call it in its own transaction, after LISTEN
 -- pgbaton_lease and before looking at the lease again. The FOR SHARE lock
 -- orders it against releases: a release already running commits first
 -- (and the next look sees the lease free), a later one sees this
--- registration and notifies.
+-- registration and notifies. The group's gate orders it the same way
+-- against register.
 CREATE FUNCTION pgbaton.wait_for(p_name text, p_waiter text, p_group boolean DEFAULT false)
 RETURNS void
 LANGUAGE plpgsql
@@ -652,6 +665,7 @@ BEGIN
     PERFORM pgbaton.lease_check_args(p_name, p_waiter, 1);
     INSERT INTO pgbaton.lease_waiter (name, waiter) VALUES (p_name, p_waiter) ON CONFLICT DO NOTHING;
     IF p_group THEN
+        PERFORM pg_advisory_xact_lock(pgbaton.group_gate(p_name));
         PERFORM 1 FROM pgbaton.lease l WHERE l.lease_group = p_name FOR SHARE;
     ELSE
         PERFORM 1 FROM pgbaton.lease l WHERE l.name = p_name FOR SHARE;
@@ -878,6 +892,9 @@ END $$;
 -- semaphore slots) and returns how many were new. Existing rows of the same
 -- group are left alone; a name that exists outside the group is an error.
 -- register keeps the order of p_names: the first name is claimed first.
+-- When it created rows and anyone waits for the group (wait_for), it wakes
+-- them with one NOTIFY on channel pgbaton_lease, payload: the group's
+-- name, however many rows: a NOTIFY serialises commits (see lease_waiter).
 CREATE FUNCTION pgbaton.register(p_group text, p_names text[])
 RETURNS integer
 LANGUAGE plpgsql
@@ -904,6 +921,13 @@ BEGIN
      WHERE l.name = ANY (p_names) AND l.lease_group IS DISTINCT FROM p_group LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION 'pgbaton: lease % exists outside group %', bad, p_group USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF n > 0 THEN
+        -- Held to commit: a waiter registering meanwhile waits for the new
+        -- rows to commit (and then claims them), or registered before and
+        -- is seen here.
+        PERFORM pg_advisory_xact_lock_shared(pgbaton.group_gate(p_group));
+        PERFORM pgbaton.notify_waiters(ARRAY[p_group]);
     END IF;
     RETURN n;
 END $$;

@@ -48,8 +48,9 @@ SELECT count(*)::integer AS n FROM pgbaton.lease WHERE lease_group = @lease_grou
 
 -- name: LeaseGroupNextExpiry :one
 -- When the first lease of a group held by someone else expires, for
--- waiters on a full group.
-SELECT coalesce(min(expires_at), clock_timestamp())::timestamptz AS next_expiry, clock_timestamp()::timestamptz AS db_now
+-- waiters on a full group; held is false when nobody else holds one.
+SELECT coalesce(min(expires_at), clock_timestamp())::timestamptz AS next_expiry, clock_timestamp()::timestamptz AS db_now,
+       (count(*) > 0)::boolean AS held
   FROM pgbaton.lease_status
  WHERE lease_group = @lease_group::text AND owner IS NOT NULL AND owner <> @owner::text;
 

@@ -164,19 +164,12 @@ func (w *demoWorker) work(ctx context.Context) {
 		batch = 1
 	}
 	for ctx.Err() == nil {
-		leases, err := w.client.Claim(ctx, demoItems, batch)
+		leases, err := w.client.ClaimWait(ctx, demoItems, batch)
 		if err != nil {
 			if ctx.Err() == nil {
 				w.emit(demoEvent{Kind: "error", Detail: "claim: " + err.Error()})
 			}
 			return
-		}
-		if len(leases) == 0 {
-			select {
-			case <-ctx.Done():
-			case <-time.After(50 * time.Millisecond):
-			}
-			continue
 		}
 		for _, l := range leases {
 			w.process(ctx, l)

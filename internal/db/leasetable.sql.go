@@ -224,7 +224,8 @@ func (q *Queries) LeaseGroupCount(ctx context.Context, db DBTX, leaseGroup strin
 }
 
 const leaseGroupNextExpiry = `-- name: LeaseGroupNextExpiry :one
-SELECT coalesce(min(expires_at), clock_timestamp())::timestamptz AS next_expiry, clock_timestamp()::timestamptz AS db_now
+SELECT coalesce(min(expires_at), clock_timestamp())::timestamptz AS next_expiry, clock_timestamp()::timestamptz AS db_now,
+       (count(*) > 0)::boolean AS held
   FROM pgbaton.lease_status
  WHERE lease_group = $1::text AND owner IS NOT NULL AND owner <> $2::text
 `
@@ -237,14 +238,15 @@ type LeaseGroupNextExpiryParams struct {
 type LeaseGroupNextExpiryRow struct {
 	NextExpiry time.Time `json:"next_expiry"`
 	DbNow      time.Time `json:"db_now"`
+	Held       bool      `json:"held"`
 }
 
 // When the first lease of a group held by someone else expires, for
-// waiters on a full group.
+// waiters on a full group; held is false when nobody else holds one.
 func (q *Queries) LeaseGroupNextExpiry(ctx context.Context, db DBTX, arg LeaseGroupNextExpiryParams) (LeaseGroupNextExpiryRow, error) {
 	row := db.QueryRow(ctx, leaseGroupNextExpiry, arg.LeaseGroup, arg.Owner)
 	var i LeaseGroupNextExpiryRow
-	err := row.Scan(&i.NextExpiry, &i.DbNow)
+	err := row.Scan(&i.NextExpiry, &i.DbNow, &i.Held)
 	return i, err
 }
 
