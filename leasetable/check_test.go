@@ -99,6 +99,24 @@ func TestCheckListenerLoss(t *testing.T) {
 	checkCtx := context.WithValue(ctx, allowKey{}, true)
 	require.NoError(t, c.Check(checkCtx), "no LISTEN connection yet: nothing to check")
 	startListener(t, ctx, holder, c)
+	// A waiter throughout: a client with none stops listening, and then
+	// has nothing to check.
+	pinned, err := holder.TryAcquire(ctx, "pinned")
+	require.NoError(t, err)
+	waitCtx, stopWaiting := context.WithCancel(ctx)
+	waited := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(waitCtx, "pinned")
+		waited <- err
+	}()
+	defer func() {
+		stopWaiting()
+		<-waited
+		_ = pinned.Release(ctx)
+	}()
+	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
+		return leasetable.ListenerWaiters(c) > 0, nil
+	}, "the waiter never subscribed")
 	require.NoError(t, c.Check(checkCtx), "a notification makes the round trip")
 
 	blocked.Store(true)

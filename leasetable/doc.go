@@ -26,7 +26,9 @@
 //     of a step of the database's clock that breaks this at the next
 //     keep-alive (ErrClockStep; see The database's clock);
 //   - waits that wake on release (one LISTEN connection per Client, shared
-//     by all waiters and named in application_name) or at the holder's
+//     by all waiters and named in application_name; it listens only while
+//     the client has waiters, as every NOTIFY signals every listening
+//     backend of the database) or at the holder's
 //     known expiry; behind a transaction pooler, where notifications are
 //     not delivered, waiters poll every Config.PollInterval instead (Check
 //     reports it, wrapping pgbaton.ErrDegraded) unless Config.ListenDSN

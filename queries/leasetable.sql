@@ -58,6 +58,11 @@ SELECT coalesce(min(expires_at), clock_timestamp())::timestamptz AS next_expiry,
 -- pgbaton.release notifies this channel with the released lease's name.
 LISTEN pgbaton_lease;
 
+-- name: LeaseUnlisten :exec
+-- The client has no waiters: its backend stops being signalled for every
+-- NOTIFY in the database.
+UNLISTEN pgbaton_lease;
+
 -- name: LeaseCompleteMany :many
 -- Deletes the rows of finished work items in one round trip, each guarded
 -- by its (name, token) like pgbaton.complete; returns the names deleted.

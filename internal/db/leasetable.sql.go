@@ -487,6 +487,17 @@ func (q *Queries) LeaseStopWaitingAll(ctx context.Context, db DBTX, owner string
 	return err
 }
 
+const leaseUnlisten = `-- name: LeaseUnlisten :exec
+UNLISTEN pgbaton_lease
+`
+
+// The client has no waiters: its backend stops being signalled for every
+// NOTIFY in the database.
+func (q *Queries) LeaseUnlisten(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, leaseUnlisten)
+	return err
+}
+
 const leaseWaitFor = `-- name: LeaseWaitFor :exec
 SELECT pgbaton.wait_for($1::text, $2::text, $3::boolean)
 `
