@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -50,8 +51,10 @@ func (e *env) fleetScenario(clients int) *scenario {
 			"any one client had. Server CPU: the cluster's processes, in %% of one core; client CPU: this process, all "+
 			"clients. NoListen: the documented fleet setting, no LISTEN connection; a waiter looks again at the holder's "+
 			"known expiry, at most every PollInterval. Default: one LISTEN connection per client, taken out of its pool at "+
-			"its first wait (up to MaxConns + 1 connections); skipped when %s clients × %d connections would not fit the "+
-			"server's max_connections.",
+			"its first wait (up to MaxConns + 1 connections), listening only while the client waits; skipped when %s "+
+			"clients × %d connections would not fit the server's max_connections. raw pgx: the same loop calling the same "+
+			"SQL functions (try_acquire, renew, release, register, claim, complete_many) on each client's pool, a waiter "+
+			"trying again every PollInterval, no lifeline: what pgbaton's client adds is the difference.",
 			thousands(clients), fleetMaxConns, thousands(clients), 2*e.fleetPause, thousands(fleetNames(clients)),
 			fleetWaitLimit, fleetItems, fleetItems, 2*e.fleetPause, e.fleetPause, e.fleetWarmup(), e.fleetWindow,
 			fleetSampleEvery, thousands(clients), fleetMaxConns+1),
@@ -84,14 +87,117 @@ func (e *env) fleetScenario(clients int) *scenario {
 	if need := clients*(fleetMaxConns+1) + 20; e.maxConnections > 0 && need > e.maxConnections {
 		listen.skip = fmt.Sprintf("needs up to %s connections, max_connections is %s", thousands(need), thousands(e.maxConnections))
 	}
-	sc.impls = append(sc.impls, listen)
+	sc.impls = append(sc.impls, listen, &impl{
+		name: fmt.Sprintf("raw pgx, same SQL, retry every %s", e.fleetPoll),
+		run: func(ctx context.Context) (sample, error) {
+			return e.fleetRunWith(ctx, clients, func(pool *pgxpool.Pool, owner string) (fleetAPI, error) {
+				return &rawFleet{pool: pool, owner: owner, poll: e.fleetPoll}, nil
+			})
+		},
+	})
 	return sc
 }
+
+// fleetAPI is what a fleet member does: through a leasetable.Client, or
+// the same SQL functions called with raw pgx.
+type fleetAPI interface {
+	acquire(ctx context.Context, name string) (release func(context.Context) error, renew func(context.Context) error, err error)
+	register(ctx context.Context, group string, items []string) error
+	claimComplete(ctx context.Context, group string, n int, done func(error) bool)
+	close(ctx context.Context)
+}
+
+// clientFleet is a fleet member using a leasetable.Client.
+type clientFleet struct{ c *leasetable.Client }
+
+func (f clientFleet) acquire(ctx context.Context, name string) (func(context.Context) error, func(context.Context) error, error) {
+	l, err := f.c.Acquire(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return l.Release, l.Renew, nil
+}
+
+func (f clientFleet) register(ctx context.Context, group string, items []string) error {
+	_, err := f.c.Register(ctx, group, items...)
+	return err
+}
+
+func (f clientFleet) claimComplete(ctx context.Context, group string, n int, done func(error) bool) {
+	ls, err := f.c.Claim(ctx, group, n)
+	if done(err) && len(ls) > 0 {
+		done(f.c.Complete(ctx, ls...))
+	}
+}
+
+func (f clientFleet) close(ctx context.Context) { _ = f.c.Close(ctx) }
+
+// rawFleet is a fleet member calling pgbaton's SQL functions directly: no
+// lifeline (each grant carries its own TTL), no LISTEN, a waiter tries
+// again every poll.
+type rawFleet struct {
+	pool  *pgxpool.Pool
+	owner string
+	poll  time.Duration
+}
+
+const rawFleetTTLms = 10000
+
+func (f *rawFleet) acquire(ctx context.Context, name string) (func(context.Context) error, func(context.Context) error, error) {
+	for {
+		var token int64
+		err := f.pool.QueryRow(ctx, "SELECT token FROM pgbaton.try_acquire($1, $2, $3)", name, f.owner, rawFleetTTLms).Scan(&token)
+		switch {
+		case err == nil:
+			release := func(ctx context.Context) error {
+				_, err := f.pool.Exec(ctx, "SELECT pgbaton.release($1, $2, $3)", name, f.owner, token)
+				return err
+			}
+			renew := func(ctx context.Context) error {
+				_, err := f.pool.Exec(ctx, "SELECT * FROM pgbaton.renew($1, $2, $3, $4)", name, f.owner, token, rawFleetTTLms)
+				return err
+			}
+			return release, renew, nil
+		case !errors.Is(err, pgx.ErrNoRows):
+			return nil, nil, err
+		}
+		select {
+		case <-time.After(f.poll):
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	}
+}
+
+func (f *rawFleet) register(ctx context.Context, group string, items []string) error {
+	_, err := f.pool.Exec(ctx, "SELECT pgbaton.register($1, $2)", group, items)
+	return err
+}
+
+func (f *rawFleet) claimComplete(ctx context.Context, group string, n int, done func(error) bool) {
+	rows, err := f.pool.Query(ctx, "SELECT name, token FROM pgbaton.claim($1, $2, $3, $4)", group, f.owner, n, rawFleetTTLms)
+	var names []string
+	var tokens []int64
+	if err == nil {
+		var name string
+		var token int64
+		_, err = pgx.ForEachRow(rows, []any{&name, &token}, func() error {
+			names, tokens = append(names, name), append(tokens, token)
+			return nil
+		})
+	}
+	if done(err) && len(names) > 0 {
+		_, err := f.pool.Exec(ctx, "SELECT pgbaton.complete_many($1, $2, $3)", names, tokens, f.owner)
+		done(err)
+	}
+}
+
+func (f *rawFleet) close(context.Context) {}
 
 // fleetClient is one member of the fleet.
 type fleetClient struct {
 	pool *pgxpool.Pool
-	c    *leasetable.Client
+	api  fleetAPI
 	lat  []time.Duration // acquire latencies
 	ops  int64
 	errs int64
@@ -99,6 +205,19 @@ type fleetClient struct {
 }
 
 func (e *env) fleetRun(ctx context.Context, clients int, cfg leasetable.Config) (sample, error) {
+	return e.fleetRunWith(ctx, clients, func(pool *pgxpool.Pool, owner string) (fleetAPI, error) {
+		cc := cfg
+		cc.Owner = owner
+		c, err := leasetable.New(ctx, pool, cc)
+		if err != nil {
+			return nil, err
+		}
+		return clientFleet{c}, nil
+	})
+}
+
+// fleetRunWith runs a fleet whose members newMember makes on their pools.
+func (e *env) fleetRunWith(ctx context.Context, clients int, newMember func(pool *pgxpool.Pool, owner string) (fleetAPI, error)) (sample, error) {
 	mon, err := e.newMonitor(ctx, "bench-monitor")
 	if err != nil {
 		return nil, err
@@ -120,7 +239,7 @@ func (e *env) fleetRun(ctx context.Context, clients int, cfg leasetable.Config) 
 		_ = parallel(fleetOpeners, func(w int) error {
 			for i := w; i < clients; i += fleetOpeners {
 				if f := fleet[i]; f != nil {
-					_ = f.c.Close(cctx)
+					f.api.close(cctx)
 					f.pool.Close()
 				}
 			}
@@ -137,14 +256,12 @@ func (e *env) fleetRun(ctx context.Context, clients int, cfg leasetable.Config) 
 			if err != nil {
 				return err
 			}
-			cc := cfg
-			cc.Owner = id
-			c, err := leasetable.New(ctx, pool, cc)
+			api, err := newMember(pool, id)
 			if err != nil {
 				pool.Close()
 				return err
 			}
-			fleet[i] = &fleetClient{pool: pool, c: c}
+			fleet[i] = &fleetClient{pool: pool, api: api}
 		}
 		return nil
 	})
@@ -252,27 +369,23 @@ func (f *fleetClient) loop(ctx context.Context, i int, shared []string, group st
 		name := shared[rng.IntN(len(shared))]
 		actx, cancel := context.WithTimeout(ctx, fleetWaitLimit)
 		start := time.Now()
-		l, err := f.c.Acquire(actx, name)
+		release, renew, err := f.api.acquire(actx, name)
 		took := time.Since(start)
 		cancel()
 		if done(err) && !start.Before(from) {
 			f.lat = append(f.lat, took)
 		}
 		if err == nil {
-			done(l.Renew(ctx))
-			done(l.Release(ctx))
+			done(renew(ctx))
+			done(release(ctx))
 		}
 		items := make([]string, fleetItems)
 		for k := range items {
 			seq++
 			items[k] = fmt.Sprintf("%s/%d-%d", group, i, seq)
 		}
-		_, err = f.c.Register(ctx, group, items...)
-		done(err)
-		ls, err := f.c.Claim(ctx, group, fleetItems)
-		if done(err) && len(ls) > 0 {
-			done(f.c.Complete(ctx, ls...))
-		}
+		done(f.api.register(ctx, group, items))
+		f.api.claimComplete(ctx, group, fleetItems, done)
 		sleep()
 	}
 }
