@@ -95,7 +95,8 @@ func (c *Child) Expect(t testing.TB, prefix string, timeout time.Duration) strin
 func (c *Child) Signal(t testing.TB, sig os.Signal) {
 	t.Helper()
 	if err := c.Cmd.Process.Signal(sig); err != nil {
-		t.Fatalf("pgtest: signal child %s: %v", c.Name, err)
+		// Exited by itself (os.ErrProcessDone): say why.
+		t.Fatalf("pgtest: signal child %s: %v; stderr:\n%s", c.Name, err, c.Stderr())
 	}
 }
 
