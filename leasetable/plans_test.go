@@ -97,3 +97,33 @@ func TestClaimStaysOnIndexesWithStaleStatistics(t *testing.T) {
 	assert.Greater(t, idx1, idx0, "the index scans were counted (the counters were flushed)")
 	assert.Equal(t, seq0, seq1, "sequential scans of pgbaton.lease by claim/complete")
 }
+
+// The epoch row is read by its key. The protocol functions run with
+// enable_seqscan = off, so a seq scan of pgbaton.token_epoch (one row) is
+// planned at the disabled cost of 10^10, which sends the query through
+// JIT compilation: session_open took 130 ms and a fleet of 200 clients
+// could not open its lifelines. Counted with the backend's own statistics
+// in one transaction.
+func TestEpochReadByKey(t *testing.T) {
+	ctx := pgtest.Context(t, time.Minute)
+	pool := env.DB(t).Pool(t)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	var session int64
+	require.NoError(t, tx.QueryRow(ctx, "SELECT id FROM pgbaton.session_open('o', 60000)").Scan(&session))
+	for _, sql := range []string{
+		"SELECT count(*) FROM pgbaton.session_keepalive($1, 60000)",
+		"SELECT count(*) FROM pgbaton.lease_attempt('a', 'o', 60000, NULL, $1)",
+		"SELECT pgbaton.register('g', ARRAY['i1', 'i2'])::bigint + $1 * 0",
+		"SELECT count(*) FROM pgbaton.claim('g', 'o', 2, 60000, $1)",
+		"SELECT pgbaton.sync_epoch() + $1 * 0",
+	} {
+		var n int64
+		require.NoError(t, tx.QueryRow(ctx, sql, session).Scan(&n), sql)
+	}
+	var scans int64
+	require.NoError(t, tx.QueryRow(ctx,
+		"SELECT coalesce(seq_scan, 0) FROM pg_stat_xact_user_tables WHERE relid = 'pgbaton.token_epoch'::regclass").Scan(&scans))
+	assert.Zero(t, scans, "seq scans of pgbaton.token_epoch")
+}
