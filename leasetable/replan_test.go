@@ -69,7 +69,7 @@ func TestStatementsArePlannedOnce(t *testing.T) {
 	// functions' own; before PostgreSQL 14 (no toplevel column) the
 	// client's statements are judged with them, by the same rule.
 	nested := "NOT toplevel"
-	if pgtest.Count(t, pool, "SELECT current_setting('server_version_num')::int") < 140000 {
+	if pgtest.ServerVersion(t, pool) < 140000 {
 		nested = "true"
 	}
 	rows, err := pool.Query(ctx, `

@@ -62,3 +62,11 @@ func WaitTableStats(t testing.TB, pool *pgxpool.Pool, table string, ready func(T
 	}, "the statistics of %s never showed the work: last %+v", table, &s)
 	return s
 }
+
+// ServerVersion returns the server's server_version_num (130023 for
+// 13.23), for tests that check a guarantee differently on servers that
+// lack a newer feature.
+func ServerVersion(t testing.TB, pool *pgxpool.Pool) int {
+	t.Helper()
+	return Count(t, pool, "SELECT current_setting('server_version_num')::int")
+}
