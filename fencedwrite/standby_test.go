@@ -28,7 +28,7 @@ func TestStandbyRefused(t *testing.T) {
 	_, err := primary.Exec(ctx, "CREATE TABLE t (id int PRIMARY KEY, fence_token bigint)")
 	require.NoError(t, err)
 	require.NoError(t, fencedwrite.EnableFencing(ctx, primary, pgx.Identifier{"t"}))
-	// pg_basebackup waits for a spread checkpoint; one done now leaves it
+	// The base backup begins with a checkpoint; one done now leaves it
 	// almost nothing to write.
 	_, err = env.AdminPool().Exec(ctx, "CHECKPOINT")
 	require.NoError(t, err)
