@@ -29,44 +29,45 @@ func StartStandby(ctx context.Context, primary *Cluster, cfg Config) (*Cluster, 
 		cfg.BinDir = primary.binDir
 	}
 	var hold *pgx.Conn
+	var slot string
 	defer func() {
 		if hold != nil {
+			// The standby streams from its own position once up. Dropped
+			// now rather than when the session ends: the primary is as it
+			// was by the time the caller has the standby.
+			_, _ = hold.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", slot)
 			hold.Close(context.Background())
 		}
 	}()
 	return start(ctx, cfg, func(c *Cluster) (err error) {
-		hold, err = c.baseBackup(ctx, primary)
+		hold, slot, err = c.baseBackup(ctx, primary)
 		return err
 	})
 }
 
 // baseBackup copies primary's data directory into c's as a standby of it.
-// The returned connection holds the slot that keeps the WAL the standby
-// needs; the caller closes it once the standby is up.
-func (c *Cluster) baseBackup(ctx context.Context, primary *Cluster) (_ *pgx.Conn, err error) {
+// The returned connection holds the temporary slot (named slot) that
+// keeps the WAL the standby needs; the caller drops it once the standby
+// is up.
+func (c *Cluster) baseBackup(ctx context.Context, primary *Cluster) (_ *pgx.Conn, slot string, err error) {
 	conn, err := pgx.Connect(ctx, primary.URL("postgres"))
 	if err != nil {
-		return nil, fmt.Errorf("pgcluster: base backup: connect to primary: %w", err)
+		return nil, "", fmt.Errorf("pgcluster: base backup: connect to primary: %w", err)
 	}
-	slot := "pgcluster_" + strings.Map(func(r rune) rune {
+	defer func() {
+		if err != nil {
+			conn.Close(context.Background()) // ends the backup, drops the slot
+		}
+	}()
+	slot = "pgcluster_" + strings.Map(func(r rune) rune {
 		if r >= '0' && r <= '9' {
 			return r
 		}
 		return -1
 	}, filepath.Base(c.dir))
-	defer func() {
-		if err != nil {
-			conn.Close(context.Background())
-		} else {
-			// The standby streams from its own position once up; dropping
-			// the slot now (rather than when the session ends) leaves the
-			// primary as it was the moment the caller gets the standby.
-			_, _ = conn.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", slot)
-		}
-	}()
 	var version int
 	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
-		return nil, fmt.Errorf("pgcluster: base backup: %w", err)
+		return nil, "", fmt.Errorf("pgcluster: base backup: %w", err)
 	}
 	// Non-exclusive backup mode, started and stopped in this session.
 	startSQL, stopSQL := "SELECT pg_backup_start($1, true)", "SELECT labelfile, spcmapfile FROM pg_backup_stop(false)"
@@ -76,18 +77,18 @@ func (c *Cluster) baseBackup(ctx context.Context, primary *Cluster) (_ *pgx.Conn
 	// Reserved before the backup starts, so from a point no later than the
 	// backup's checkpoint: the standby can stream everything after it.
 	if _, err := conn.Exec(ctx, "SELECT pg_create_physical_replication_slot($1, true, true)", slot); err != nil {
-		return nil, fmt.Errorf("pgcluster: base backup: create slot: %w", err)
+		return nil, "", fmt.Errorf("pgcluster: base backup: create slot: %w", err)
 	}
 	if _, err := conn.Exec(ctx, startSQL, "pgcluster standby"); err != nil {
-		return nil, fmt.Errorf("pgcluster: base backup: start: %w", err)
+		return nil, "", fmt.Errorf("pgcluster: base backup: start: %w", err)
 	}
 	copyErr := c.copyDataDir(primary.dataDir)
 	var label, spcmap string
 	if err := conn.QueryRow(ctx, stopSQL).Scan(&label, &spcmap); err != nil {
-		return nil, fmt.Errorf("pgcluster: base backup: stop: %w", err)
+		return nil, "", fmt.Errorf("pgcluster: base backup: stop: %w", err)
 	}
 	if copyErr != nil {
-		return nil, copyErr
+		return nil, "", copyErr
 	}
 	conf := fmt.Sprintf("\n# pgcluster standby\nprimary_conninfo = 'host=127.0.0.1 port=%d user=postgres sslmode=disable'\n", primary.port)
 	for _, f := range []struct {
@@ -103,10 +104,10 @@ func (c *Cluster) baseBackup(ctx context.Context, primary *Cluster) (_ *pgx.Conn
 			continue
 		}
 		if err := c.writeDataFile(f.name, f.text, f.append); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 	}
-	return conn, nil
+	return conn, slot, nil
 }
 
 // backupSkip lists what a base backup leaves out (as pg_basebackup does):
