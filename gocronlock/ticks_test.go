@@ -152,7 +152,10 @@ func TestThreeSchedulersCronEachTickOnce(t *testing.T) {
 // exactly once across them.
 func TestThreeSchedulersDurationEachTickOnce(t *testing.T) {
 	t.Parallel()
-	base := time.Now().Truncate(time.Second).Add(2 * time.Second)
+	// Far enough ahead that the last node's start is still in the future
+	// when its job is made, after three clients were set up on a busy
+	// machine (gocron refuses a start in the past).
+	base := time.Now().Truncate(time.Second).Add(5 * time.Second)
 	c := runSchedulers(t, func() gocron.JobDefinition { return gocron.DurationJob(time.Second) }, func(node int) []gocron.JobOption {
 		// Phases 0.1s, 0.4s and 0.7s into the second.
 		at := base.Add(time.Duration(100+300*node) * time.Millisecond)

@@ -453,7 +453,7 @@ func TestStandbyRefused(t *testing.T) {
 	}
 	ctx := pgtest.Context(t, 2*time.Minute)
 	migrated := env.DB(t)
-	// pg_basebackup waits for a spread checkpoint; one done now leaves it
+	// The base backup begins with a checkpoint; one done now leaves it
 	// almost nothing to write.
 	_, err := env.AdminPool().Exec(ctx, "CHECKPOINT")
 	require.NoError(t, err)

@@ -55,15 +55,14 @@ func TestClaimStaysOnIndexesWithStaleStatistics(t *testing.T) {
 	// longer tells the planner anything either.
 	exec("SELECT pgbaton.register('q', $1)", names(2))
 
-	scans := func() (seq, idx int64) {
-		t.Helper()
-		// Flush this backend's counters before reading them.
-		exec("SELECT pg_stat_force_next_flush()")
-		require.NoError(t, conn.QueryRow(ctx,
-			"SELECT seq_scan, idx_scan FROM pg_stat_user_tables WHERE relid = 'pgbaton.lease'::regclass").Scan(&seq, &idx))
-		return seq, idx
-	}
-	seq0, idx0 := scans()
+	// The counters are read once the connection that did the work has
+	// closed (see pgtest.WaitTableStats).
+	require.NoError(t, conn.Close(ctx))
+	stats := d.Pool(t)
+	before := pgtest.WaitTableStats(t, stats, "pgbaton.lease", func(s pgtest.TableStats) bool {
+		return s.Inserted >= 2*items+8 && s.Deleted >= items
+	})
+	conn = pgtest.Connect(t, d.URL, "plans")
 
 	claim := func(n int) (ns []string, ts []int64) {
 		t.Helper()
@@ -93,9 +92,13 @@ func TestClaimStaysOnIndexesWithStaleStatistics(t *testing.T) {
 		require.NoError(t, conn.QueryRow(ctx, "SELECT pgbaton.complete($1, 'w', $2)", ns[0], ts[0]).Scan(&ok))
 		require.True(t, ok)
 	}
-	seq1, idx1 := scans()
-	assert.Greater(t, idx1, idx0, "the index scans were counted (the counters were flushed)")
-	assert.Equal(t, seq0, seq1, "sequential scans of pgbaton.lease by claim/complete")
+	require.NoError(t, conn.Close(ctx))
+	const completed = 20 * 10
+	after := pgtest.WaitTableStats(t, stats, "pgbaton.lease", func(s pgtest.TableStats) bool {
+		return s.Deleted-before.Deleted >= completed
+	})
+	assert.Greater(t, after.IdxScan, before.IdxScan, "the index scans were counted")
+	assert.Equal(t, before.SeqScan, after.SeqScan, "sequential scans of pgbaton.lease by claim/complete")
 }
 
 // The epoch row is read by its key. The protocol functions run with

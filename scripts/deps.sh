@@ -14,6 +14,7 @@
 #   chromium   headless Chromium, for the admin page's test Debian: chromium
 #   patroni    Patroni with its etcd client, for make test-ha  Debian: patroni python3-etcd
 #   etcd       etcd, Patroni's store, for make test-ha      Debian: etcd-server etcd-client
+#   npm        npm and node, for scripts/pg-install.sh      Debian: npm
 set -euo pipefail
 
 have() { command -v "$1" >/dev/null 2>&1; }
@@ -38,6 +39,7 @@ installed() {
     # Patroni's etcd3 store imports python-etcd; its script runs /usr/bin/python3.
     patroni) have patroni && have patronictl && /usr/bin/python3 -c 'import etcd' 2>/dev/null ;;
     etcd) have etcd && have etcdctl ;;
+    npm) have npm && have node ;;
     *) echo "deps: unknown need $1" >&2; exit 2 ;;
   esac
 }
@@ -52,6 +54,7 @@ packages() {
     chromium) echo chromium ;;
     patroni) echo patroni python3-etcd ;;
     etcd) echo etcd-server etcd-client ;;
+    npm) echo npm ;;
   esac
 }
 

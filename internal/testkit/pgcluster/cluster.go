@@ -27,6 +27,11 @@ var ErrNoServerBinaries = errors.New("pgcluster: PostgreSQL server binaries (ini
 // ErrStopped is returned by methods of a cluster that was stopped.
 var ErrStopped = errors.New("pgcluster: cluster is stopped")
 
+// EnvBinDir names the variable that chooses the server binaries: the
+// directory of initdb and postgres, used instead of the ones installed on
+// the machine (`make test-matrix` points it at each major in turn).
+const EnvBinDir = "PGBATON_PG_BINDIR"
+
 // MinServerVersion is the oldest PostgreSQL major version pgbaton supports.
 const MinServerVersion = 13
 
@@ -105,27 +110,6 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	return start(ctx, cfg, func(c *Cluster) error { return c.initdb(ctx) })
 }
 
-// StartStandby creates a streaming-replication standby of primary (a base
-// backup with pg_basebackup -R) and starts it. The caller must call Stop.
-// pg_is_in_recovery() is true on it; it accepts only reads.
-func StartStandby(ctx context.Context, primary *Cluster, cfg Config) (*Cluster, error) {
-	if cfg.BinDir == "" {
-		cfg.BinDir = primary.binDir
-	}
-	return start(ctx, cfg, func(c *Cluster) error {
-		cmd := exec.CommandContext(ctx, filepath.Join(c.binDir, "pg_basebackup"),
-			"-D", c.dataDir, "-d", primary.URL("postgres"), "-X", "stream", "-R", "--no-sync",
-			// A spread checkpoint could keep us waiting for minutes.
-			"--checkpoint=fast")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
-		cmd.Dir = c.dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("pgcluster: pg_basebackup: %w\n%s", err, out)
-		}
-		return nil
-	})
-}
-
 func start(ctx context.Context, cfg Config, populate func(*Cluster) error) (_ *Cluster, err error) {
 	if cfg.StartTimeout <= 0 {
 		cfg.StartTimeout = 30 * time.Second
@@ -189,10 +173,18 @@ func start(ctx context.Context, cfg Config, populate func(*Cluster) error) (_ *C
 	return c, nil
 }
 
-// FindBinDir finds the directory of the PostgreSQL server binaries: initdb on
-// PATH, then `pg_config --bindir`, then the newest /usr/lib/postgresql/*/bin
+// FindBinDir finds the directory of the PostgreSQL server binaries:
+// $PGBATON_PG_BINDIR when set (and nothing else then), else initdb on PATH,
+// then `pg_config --bindir`, then the newest /usr/lib/postgresql/*/bin
 // (Debian's place for versioned server binaries).
 func FindBinDir() (string, error) {
+	if dir := os.Getenv(EnvBinDir); dir != "" {
+		// A wrong setting must not quietly test another version.
+		if !hasServer(dir) {
+			return "", fmt.Errorf("%w in %s=%s", ErrNoServerBinaries, EnvBinDir, dir)
+		}
+		return dir, nil
+	}
 	if p, err := exec.LookPath("initdb"); err == nil {
 		if real, err := filepath.EvalSymlinks(p); err == nil && hasServer(filepath.Dir(real)) {
 			return filepath.Dir(real), nil

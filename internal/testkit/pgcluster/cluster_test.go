@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -185,4 +186,108 @@ func TestFakeClockSteps(t *testing.T) {
 
 	plain := pgtest.NewCluster(t, pgcluster.Config{NoFsync: true})
 	require.ErrorIs(t, plain.StepClock(time.Second), pgcluster.ErrNoFakeClock)
+}
+
+// serverOnlyBinDir returns a directory holding only initdb and postgres (as
+// links to the real ones): what a server-only install (the version matrix's
+// packages) has, without pg_basebackup, pg_dump or psql.
+func serverOnlyBinDir(t *testing.T) string {
+	t.Helper()
+	real, err := pgcluster.FindBinDir()
+	require.NoError(t, err)
+	// Not t.TempDir: its parent is private, and the server may run as
+	// another user (when the tests run as root).
+	dir, err := os.MkdirTemp("", "pgcluster-bin-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, 0o755))
+	for _, name := range []string{"initdb", "postgres"} {
+		require.NoError(t, os.Symlink(filepath.Join(real, name), filepath.Join(dir, name)))
+	}
+	return dir
+}
+
+// PGBATON_PG_BINDIR picks the server binaries, over PATH and the
+// installed packages; one without a server is an error, not a fallback.
+func TestBinDirFromEnvironment(t *testing.T) {
+	dir := serverOnlyBinDir(t)
+	t.Setenv(pgcluster.EnvBinDir, dir)
+	got, err := pgcluster.FindBinDir()
+	require.NoError(t, err)
+	require.Equal(t, dir, got)
+
+	t.Setenv(pgcluster.EnvBinDir, t.TempDir())
+	_, err = pgcluster.FindBinDir()
+	require.ErrorIs(t, err, pgcluster.ErrNoServerBinaries)
+	require.Contains(t, err.Error(), pgcluster.EnvBinDir)
+}
+
+// A standby needs no client tools: the base backup is a copy of the
+// primary's data directory taken in backup mode.
+func TestStandbyFromServerBinariesOnly(t *testing.T) {
+	ctx := pgtest.Context(t, time.Minute)
+	primary, err := pgcluster.Start(ctx, pgcluster.Config{BinDir: serverOnlyBinDir(t), NoFsync: true})
+	require.NoError(t, err)
+	defer primary.Stop()
+	conn, err := pgx.Connect(ctx, primary.URL("postgres"))
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "CREATE TABLE before AS SELECT generate_series(1, 1000) i")
+	require.NoError(t, err)
+	// Writes while the copy is taken: the standby replays them.
+	stop := make(chan struct{})
+	wrote := make(chan error, 1)
+	go func() {
+		c, err := pgx.Connect(ctx, primary.URL("postgres"))
+		if err != nil {
+			wrote <- err
+			return
+		}
+		defer c.Close(context.Background())
+		_, err = c.Exec(ctx, "CREATE TABLE during (i int)")
+		for err == nil {
+			select {
+			case <-stop:
+				wrote <- nil
+				return
+			default:
+			}
+			_, err = c.Exec(ctx, "INSERT INTO during SELECT generate_series(1, 100)")
+		}
+		wrote <- err
+	}()
+	standby, err := pgcluster.StartStandby(ctx, primary, pgcluster.Config{NoFsync: true})
+	close(stop)
+	require.NoError(t, <-wrote)
+	require.NoError(t, err)
+	defer standby.Stop()
+	_, err = conn.Exec(ctx, "CREATE TABLE after AS SELECT generate_series(1, 10) i")
+	require.NoError(t, err)
+	var want int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM during").Scan(&want))
+
+	sc, err := pgx.Connect(ctx, standby.URL("postgres"))
+	require.NoError(t, err)
+	defer sc.Close(ctx)
+	var inRecovery bool
+	require.NoError(t, sc.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery))
+	require.True(t, inRecovery)
+	pgtest.Eventually(t, 30*time.Second, func() (bool, error) {
+		var n int
+		err := sc.QueryRow(ctx, "SELECT count(*) FROM after").Scan(&n)
+		if err != nil {
+			return false, nil // not replayed yet
+		}
+		return n == 10, nil
+	}, "the standby does not stream from the primary")
+	var before, during int
+	require.NoError(t, sc.QueryRow(ctx, "SELECT (SELECT count(*) FROM before), (SELECT count(*) FROM during)").Scan(&before, &during))
+	require.Equal(t, 1000, before)
+	require.Equal(t, want, during)
+	_, err = sc.Exec(ctx, "CREATE TABLE refused (i int)")
+	require.Error(t, err, "a standby accepts only reads")
+	// The primary keeps no slot or backup for the standby.
+	var slots int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots").Scan(&slots))
+	require.Zero(t, slots)
 }

@@ -1,6 +1,9 @@
 // Package pgcluster starts throwaway PostgreSQL clusters from the server
-// binaries installed on the machine (initdb and postgres), for tests, the
-// demo and benchmarks.
+// binaries installed on the machine (initdb and postgres), or those in
+// $PGBATON_PG_BINDIR, for tests, the demo and benchmarks. It needs no
+// client tools: a standby's base backup is a copy of the primary's data
+// directory in backup mode, so a server-only install of any supported
+// major (what `make test-matrix` installs) runs every test that uses it.
 //
 // A cluster lives in its own temporary directory, listens on 127.0.0.1 on a
 // free port and on a unix socket inside that directory, and is removed by

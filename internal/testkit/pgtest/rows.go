@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -34,4 +35,38 @@ func BlockKeepalives(t testing.TB, pool *pgxpool.Pool, owner string) (unblock fu
 	unblock = func() { once.Do(func() { _ = tx.Rollback(ctx) }) }
 	t.Cleanup(unblock)
 	return unblock
+}
+
+// TableStats are a table's counters in pg_stat_user_tables.
+type TableStats struct {
+	SeqScan, IdxScan, Inserted, Updated, HotUpdated, Deleted int64
+}
+
+// WaitTableStats polls pg_stat_user_tables for table until ready says the
+// counters include the work the test did, and returns them. A backend
+// reports its counters when it exits, and otherwise when it likes (before
+// PostgreSQL 15 at most every 500 ms, and pg_stat_force_next_flush is 15
+// and later), so: do the work on a connection of its own, close it, and
+// let ready wait for a count the work reaches exactly (rows inserted,
+// updated or deleted by its last statement). A backend reports all of a
+// table's counters at once, so the others are complete then too.
+func WaitTableStats(t testing.TB, pool *pgxpool.Pool, table string, ready func(TableStats) bool) TableStats {
+	t.Helper()
+	var s TableStats
+	Eventually(t, 30*time.Second, func() (bool, error) {
+		err := pool.QueryRow(context.Background(), `
+			SELECT seq_scan, coalesce(idx_scan, 0), n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del
+			  FROM pg_stat_user_tables WHERE relid = $1::regclass`, table).
+			Scan(&s.SeqScan, &s.IdxScan, &s.Inserted, &s.Updated, &s.HotUpdated, &s.Deleted)
+		return err == nil && ready(s), err
+	}, "the statistics of %s never showed the work: last %+v", table, &s)
+	return s
+}
+
+// ServerVersion returns the server's server_version_num (130023 for
+// 13.23), for tests that check a guarantee differently on servers that
+// lack a newer feature.
+func ServerVersion(t testing.TB, pool *pgxpool.Pool) int {
+	t.Helper()
+	return Count(t, pool, "SELECT current_setting('server_version_num')::int")
 }
