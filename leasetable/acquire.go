@@ -71,10 +71,24 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte, wait
 		return nil, c.dbError("acquire "+name, err)
 	}
 	if !row.Acquired {
+		if row.GraceUntil != nil {
+			c.startGrace(ctx)
+		}
 		return nil, &HeldError{Name: name, Holder: row.Holder, Token: row.Token, Expiry: row.ExpiresAt,
-			remaining: row.ExpiresAt.Sub(row.DbNow)}
+			Grace: row.GraceUntil != nil, remaining: row.ExpiresAt.Sub(row.DbNow)}
 	}
 	return c.track(name, "", row.Token, s, row.ExpiresAt, start, waitStart)
+}
+
+// startGrace stores the epoch of a new timeline, which starts its failover
+// grace, after a grant was refused for it: a grace is measured from when
+// the new timeline's epoch is stored (lifelines' keep-alives do it too),
+// and until then every grant is refused. Best effort: the next
+// keep-alive does it otherwise.
+func (c *Client) startGrace(ctx context.Context) {
+	if err := c.q.SyncEpoch(ctx, c.pool); err != nil {
+		c.log.Debug("pgbaton: storing the epoch of a new timeline failed", "error", err)
+	}
 }
 
 // track creates the Lease for a grant, records the granted attempt and

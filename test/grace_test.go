@@ -1,0 +1,121 @@
+package test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbaton/pgbaton/internal/testkit/pgcluster"
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
+	"github.com/pgbaton/pgbaton/leasetable"
+)
+
+// promoteWhileHeld starts a primary with database "tokens", where a client
+// with the given TTL holds lease "held" and group "items" has an item and
+// semaphore "sem" is full; starts a standby that has all of it, stops
+// the primary as a crash would and promotes the standby. It returns a
+// pool on the new primary. before runs on the primary first.
+func promoteWhileHeld(t *testing.T, ctx context.Context, ttl time.Duration, before func(*pgxpool.Pool)) *pgxpool.Pool {
+	primary := pgtest.NewCluster(t, pgcluster.Config{NoFsync: true})
+	url := newTokenDB(t, ctx, primary)
+	pool := pgtest.Pool(t, url)
+	if before != nil {
+		before(pool)
+	}
+	old, err := leasetable.New(ctx, pool, leasetable.Config{Owner: "old", TTL: ttl})
+	require.NoError(t, err)
+	_, err = old.TryAcquire(ctx, "held")
+	require.NoError(t, err)
+	_, err = old.Semaphore(ctx, "sem", 1)
+	require.NoError(t, err)
+	_, err = old.Register(ctx, "items", "item")
+	require.NoError(t, err)
+	standby := pgtest.NewStandby(t, primary)
+	spool := pgtest.Pool(t, standby.URL("tokens"))
+	waitReplayed(t, ctx, pool, spool)
+	require.NoError(t, primary.Halt(pgcluster.Immediate))
+	_ = old.Close(ctx) // fails: its server is gone
+	_, err = spool.Exec(ctx, "SELECT pg_promote(true, 60)")
+	require.NoError(t, err)
+	return spool
+}
+
+// A promoted standby may lack grants the old primary acknowledged, and
+// their holders keep working until their local deadlines. So the new
+// primary grants nothing — no name, claim or semaphore slot, whether it
+// was ever granted or not — until the longest TTL in use has passed since
+// the new timeline first granted; waiters wait through the grace and get
+// their leases after it.
+func TestNoGrantBeforeFailoverGraceEnds(t *testing.T) {
+	ctx := pgtest.Context(t, 2*time.Minute)
+	const ttl = 3 * time.Second
+	spool := promoteWhileHeld(t, ctx, ttl, nil)
+
+	nc, err := leasetable.New(ctx, spool, leasetable.Config{Owner: "new", TTL: time.Second})
+	require.NoError(t, err)
+	defer nc.Close(ctx)
+	_, err = nc.TryAcquire(ctx, "never-granted")
+	require.ErrorIs(t, err, leasetable.ErrHeld, "a name was granted during the grace")
+	var held *leasetable.HeldError
+	require.ErrorAs(t, err, &held)
+	claimed, err := nc.Claim(ctx, "items", 1)
+	require.NoError(t, err)
+	assert.Empty(t, claimed, "an item was claimed during the grace")
+
+	// Waiters wait through the grace, whatever they wait for.
+	type got struct {
+		what string
+		l    *leasetable.Lease
+		err  error
+	}
+	done := make(chan got, 3)
+	go func() { l, err := nc.Acquire(ctx, "held"); done <- got{"held", l, err} }()
+	go func() { l, err := nc.Acquire(ctx, "never-granted"); done <- got{"never-granted", l, err} }()
+	go func() { l, err := nc.Semaphore(ctx, "sem", 1); done <- got{"sem", l, err} }()
+	for range 3 {
+		g := <-done
+		require.NoError(t, g.err, g.what)
+		var early bool
+		require.NoError(t, spool.QueryRow(ctx, `SELECT acquired_at < (SELECT grace_until FROM pgbaton.token_epoch)
+			FROM pgbaton.lease WHERE name = $1`, g.l.Name()).Scan(&early))
+		assert.False(t, early, "%s was granted before the grace ended", g.what)
+	}
+	var graceMs int64
+	require.NoError(t, spool.QueryRow(ctx, `SELECT (extract(epoch FROM grace_until - grace_started_at) * 1000)::bigint
+		FROM pgbaton.token_epoch`).Scan(&graceMs))
+	assert.GreaterOrEqual(t, graceMs, ttl.Milliseconds(), "the grace is the longest TTL in use")
+	claimed, err = nc.Claim(ctx, "items", 1)
+	require.NoError(t, err)
+	assert.Len(t, claimed, 1, "claims work again after the grace")
+}
+
+// Turned off (for synchronous replication, where a failover loses no
+// acknowledged grant), a new primary grants at once.
+func TestFailoverGraceOff(t *testing.T) {
+	ctx := pgtest.Context(t, 2*time.Minute)
+	spool := promoteWhileHeld(t, ctx, time.Minute, func(pool *pgxpool.Pool) {
+		_, err := pool.Exec(ctx, "SELECT pgbaton.set_failover_grace(false, 'synchronous replication')")
+		require.NoError(t, err)
+	})
+	nc, err := leasetable.New(ctx, spool, leasetable.Config{Owner: "new", TTL: time.Second})
+	require.NoError(t, err)
+	defer nc.Close(ctx)
+	l, err := nc.TryAcquire(ctx, "never-granted")
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	_, err = nc.TryAcquire(ctx, "held")
+	require.True(t, errors.Is(err, leasetable.ErrHeld), "the replicated grant is still held: %v", err)
+}
+
+// graceOff turns the failover grace off in the database of pool, for
+// tests of what happens across a timeline change other than the grace.
+func graceOff(t *testing.T, ctx context.Context, pool *pgxpool.Pool) {
+	t.Helper()
+	_, err := pool.Exec(ctx, "SELECT pgbaton.set_failover_grace(false, 'test: not about the grace')")
+	require.NoError(t, err)
+}
