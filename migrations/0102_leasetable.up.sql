@@ -565,9 +565,11 @@ BEGIN
 END $$;
 
 -- session_open starts a session for p_owner lasting p_ttl_ms unless kept
--- alive. It also prunes a few sessions dead for a while (see
--- prune_sessions), so crashed clients' sessions do not pile up.
-CREATE FUNCTION pgbaton.session_open(p_owner text, p_ttl_ms bigint, OUT id bigint, OUT expires_at timestamptz)
+-- alive, and returns the token epoch. It also prunes a few sessions dead
+-- for a while (see prune_sessions), so crashed clients' sessions do not
+-- pile up.
+CREATE FUNCTION pgbaton.session_open(p_owner text, p_ttl_ms bigint, OUT id bigint, OUT expires_at timestamptz,
+    OUT epoch bigint)
 LANGUAGE plpgsql
 SET enable_seqscan = off
 AS $$
@@ -576,7 +578,7 @@ DECLARE
 BEGIN
     PERFORM pgbaton.lease_check_args('session', p_owner, p_ttl_ms);
     PERFORM pgbaton.note_ttl(p_ttl_ms);
-    PERFORM pgbaton.sync_epoch();
+    epoch := pgbaton.sync_epoch();
     PERFORM pgbaton.prune_sessions(interval '1 minute', 10);
     INSERT INTO pgbaton.lease_session AS s (owner, ttl_ms, started_at, renewed_at, expires_at)
     VALUES (p_owner, p_ttl_ms, t, t, t + p_ttl_ms * interval '1 millisecond')
@@ -584,26 +586,30 @@ BEGIN
 END $$;
 
 -- session_keepalive extends session p_id to p_ttl_ms from now and returns
--- the new expiry and the session's revoked counter; no row when the
--- session has expired or does not exist: it is never revived.
+-- the new expiry, the session's revoked counter and the token epoch; no
+-- row when the session has expired or does not exist: it is never
+-- revived. A client that sees the epoch move looks for grants of its
+-- session that the timeline change lost (session_lost): the session may
+-- have reached the new primary while a later grant bound to it did not.
 CREATE FUNCTION pgbaton.session_keepalive(p_id bigint, p_ttl_ms bigint)
-RETURNS TABLE (expires_at timestamptz, revoked bigint)
+RETURNS TABLE (expires_at timestamptz, revoked bigint, epoch bigint)
 LANGUAGE plpgsql
 SET enable_seqscan = off
 AS $$
 DECLARE
     t timestamptz := clock_timestamp();
+    e bigint;
 BEGIN
     IF p_ttl_ms IS NULL OR p_ttl_ms <= 0 THEN
         RAISE EXCEPTION 'pgbaton: session ttl_ms must be positive, got %', p_ttl_ms USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM pgbaton.note_ttl(p_ttl_ms);
-    PERFORM pgbaton.sync_epoch();
+    e := pgbaton.sync_epoch();
     RETURN QUERY
     UPDATE pgbaton.lease_session s
        SET renewed_at = t, expires_at = t + p_ttl_ms * interval '1 millisecond'
      WHERE s.id = p_id AND s.expires_at > t
-    RETURNING s.expires_at, s.revoked;
+    RETURNING s.expires_at, s.revoked, e;
 END $$;
 
 -- session_close ends session p_id: its leases keep only their own expiry

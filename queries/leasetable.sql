@@ -100,7 +100,7 @@ SELECT name::text FROM pgbaton.held_grants(@names::text[], @tokens::bigint[], @o
 
 -- name: SessionOpen :one
 -- Starts the lease session a client keeps all its leases alive with.
-SELECT s.id::bigint AS id, s.expires_at::timestamptz AS expires_at
+SELECT s.id::bigint AS id, s.expires_at::timestamptz AS expires_at, s.epoch::bigint AS epoch
   FROM pgbaton.session_open(@owner::text, @ttl_ms::bigint) s;
 
 -- name: SessionKeepalive :one
@@ -111,6 +111,7 @@ SELECT s.id::bigint AS id, s.expires_at::timestamptz AS expires_at
 SELECT (k.expires_at IS NOT NULL)::boolean AS alive,
        coalesce(k.expires_at, clock_timestamp())::timestamptz AS expires_at,
        coalesce(k.revoked, 0)::bigint AS revoked,
+       coalesce(k.epoch, 0)::bigint AS epoch,
        clock_timestamp()::timestamptz AS server_now
   FROM (VALUES (1)) AS one (x)
   LEFT JOIN LATERAL pgbaton.session_keepalive(@id::bigint, @ttl_ms::bigint) k ON true;

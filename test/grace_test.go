@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgbaton/pgbaton/internal/testkit/faultproxy"
 	"github.com/pgbaton/pgbaton/internal/testkit/pgcluster"
 	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 	"github.com/pgbaton/pgbaton/leasetable"
@@ -118,4 +120,51 @@ func graceOff(t *testing.T, ctx context.Context, pool *pgxpool.Pool) {
 	t.Helper()
 	_, err := pool.Exec(ctx, "SELECT pgbaton.set_failover_grace(false, 'test: not about the grace')")
 	require.NoError(t, err)
+}
+
+// A failover can lose a grant while the lifeline it is bound to reaches
+// the new primary (kept alive there from before the standby fell behind),
+// so the lifeline's keep-alives go on succeeding there. The client sees
+// the timeline change in a keep-alive and ends the lease the new primary
+// does not have, while the failover grace keeps anyone else from taking
+// it; the lease the new primary has stays held.
+func TestGrantLostInFailoverIsToldWhileLifelineLives(t *testing.T) {
+	ctx := pgtest.Context(t, 2*time.Minute)
+	primary := pgtest.NewCluster(t, pgcluster.Config{NoFsync: true})
+	url := newTokenDB(t, ctx, primary)
+	proxy, err := faultproxy.New(fmt.Sprintf("127.0.0.1:%d", primary.Port()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = proxy.Close() })
+	standby := pgtest.NewStandby(t, primary, pgcluster.Config{NoFsync: true, Settings: map[string]string{
+		"primary_conninfo": fmt.Sprintf("host=127.0.0.1 port=%d user=postgres sslmode=disable", proxy.Port()),
+	}})
+	pool := pgtest.Pool(t, fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/tokens?sslmode=disable&target_session_attrs=read-write",
+		primary.Port(), standby.Port()))
+	lc, err := leasetable.New(ctx, pool, leasetable.Config{Owner: "holder", TTL: 10 * time.Second, RenewInterval: 300 * time.Millisecond})
+	require.NoError(t, err)
+	defer lc.Close(ctx)
+	kept, err := lc.TryAcquire(ctx, "kept")
+	require.NoError(t, err)
+	spool := pgtest.Pool(t, standby.URL("tokens"))
+	waitReplayed(t, ctx, pgtest.Pool(t, url), spool)
+
+	proxy.Stall()
+	lost, err := lc.TryAcquire(ctx, "lost") // acknowledged; never reaches the standby
+	require.NoError(t, err)
+	require.NoError(t, primary.Halt(pgcluster.Immediate))
+	proxy.Cut()
+	_, err = spool.Exec(ctx, "SELECT pg_promote(true, 60)")
+	require.NoError(t, err)
+
+	select {
+	case <-lost.Done():
+	case <-time.After(8 * time.Second):
+		t.Fatal("the holder of the grant the failover lost was not told")
+	}
+	require.ErrorIs(t, lost.Err(), leasetable.ErrLeaseLost)
+	t.Logf("told: %v", lost.Err())
+	var active bool
+	require.NoError(t, spool.QueryRow(ctx, "SELECT active FROM pgbaton.failover_grace()").Scan(&active))
+	assert.True(t, active, "told before the failover grace ended")
+	assert.NoError(t, kept.Err(), "the grant the new primary has is still held")
 }

@@ -570,6 +570,7 @@ const sessionKeepalive = `-- name: SessionKeepalive :one
 SELECT (k.expires_at IS NOT NULL)::boolean AS alive,
        coalesce(k.expires_at, clock_timestamp())::timestamptz AS expires_at,
        coalesce(k.revoked, 0)::bigint AS revoked,
+       coalesce(k.epoch, 0)::bigint AS epoch,
        clock_timestamp()::timestamptz AS server_now
   FROM (VALUES (1)) AS one (x)
   LEFT JOIN LATERAL pgbaton.session_keepalive($1::bigint, $2::bigint) k ON true
@@ -584,6 +585,7 @@ type SessionKeepaliveRow struct {
 	Alive     bool      `json:"alive"`
 	ExpiresAt time.Time `json:"expires_at"`
 	Revoked   int64     `json:"revoked"`
+	Epoch     int64     `json:"epoch"`
 	ServerNow time.Time `json:"server_now"`
 }
 
@@ -598,6 +600,7 @@ func (q *Queries) SessionKeepalive(ctx context.Context, db DBTX, arg SessionKeep
 		&i.Alive,
 		&i.ExpiresAt,
 		&i.Revoked,
+		&i.Epoch,
 		&i.ServerNow,
 	)
 	return i, err
@@ -641,7 +644,7 @@ func (q *Queries) SessionLost(ctx context.Context, db DBTX, arg SessionLostParam
 }
 
 const sessionOpen = `-- name: SessionOpen :one
-SELECT s.id::bigint AS id, s.expires_at::timestamptz AS expires_at
+SELECT s.id::bigint AS id, s.expires_at::timestamptz AS expires_at, s.epoch::bigint AS epoch
   FROM pgbaton.session_open($1::text, $2::bigint) s
 `
 
@@ -653,13 +656,14 @@ type SessionOpenParams struct {
 type SessionOpenRow struct {
 	ID        int64     `json:"id"`
 	ExpiresAt time.Time `json:"expires_at"`
+	Epoch     int64     `json:"epoch"`
 }
 
 // Starts the lease session a client keeps all its leases alive with.
 func (q *Queries) SessionOpen(ctx context.Context, db DBTX, arg SessionOpenParams) (SessionOpenRow, error) {
 	row := db.QueryRow(ctx, sessionOpen, arg.Owner, arg.TtlMs)
 	var i SessionOpenRow
-	err := row.Scan(&i.ID, &i.ExpiresAt)
+	err := row.Scan(&i.ID, &i.ExpiresAt, &i.Epoch)
 	return i, err
 }
 
