@@ -80,17 +80,6 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte, wait
 	return c.track(name, "", row.Token, s, row.ExpiresAt, start, waitStart)
 }
 
-// startGrace stores the epoch of a new timeline, which starts its failover
-// grace, after a grant was refused for it: a grace is measured from when
-// the new timeline's epoch is stored (lifelines' keep-alives do it too),
-// and until then every grant is refused. Best effort: the next
-// keep-alive does it otherwise.
-func (c *Client) startGrace(ctx context.Context) {
-	if err := c.q.SyncEpoch(ctx, c.pool); err != nil {
-		c.log.Debug("pgbaton: storing the epoch of a new timeline failed", "error", err)
-	}
-}
-
 // track creates the Lease for a grant, records the granted attempt and
 // starts keeping the lease alive.
 func (c *Client) track(name, group string, token int64, s *lifeline, expires, start, waitStart time.Time) (*Lease, error) {
