@@ -775,7 +775,8 @@ $$;
 
 -- renew extends the lease (name, owner, token) to ttl_ms from now and
 -- returns its expiry; no row when that grant is no longer valid. It never
--- inserts a row and never takes over an expired or stolen lease.
+-- inserts a row and never takes over an expired or stolen lease. Its TTL
+-- counts for the failover grace as a grant's does.
 CREATE FUNCTION pgbaton.renew(p_name text, p_owner text, p_token bigint, p_ttl_ms bigint)
 RETURNS TABLE (expires_at timestamptz)
 LANGUAGE plpgsql
@@ -785,6 +786,7 @@ DECLARE
     t timestamptz;
 BEGIN
     PERFORM pgbaton.lease_check_args(p_name, p_owner, p_ttl_ms);
+    PERFORM pgbaton.note_ttl(p_ttl_ms);
     t := clock_timestamp();
     RETURN QUERY
     UPDATE pgbaton.lease l

@@ -168,3 +168,34 @@ func TestGrantLostInFailoverIsToldWhileLifelineLives(t *testing.T) {
 	assert.True(t, active, "told before the failover grace ended")
 	assert.NoError(t, kept.Err(), "the grant the new primary has is still held")
 }
+
+// The grace lasts the longest TTL any grant or lifeline used, also one a
+// renewal of the SQL protocol asked for: its holder counts on it as on a
+// grant's.
+func TestLongestTTLInUse(t *testing.T) {
+	ctx := pgtest.Context(t, time.Minute)
+	pool := env.DB(t).Pool(t)
+	longest := func() int64 {
+		t.Helper()
+		var ms int64
+		require.NoError(t, pool.QueryRow(ctx, "SELECT pgbaton.ttl_in_use()").Scan(&ms))
+		return ms
+	}
+	require.Zero(t, longest(), "nothing granted yet")
+	steps := []struct {
+		sql string
+		ms  int64
+	}{
+		{"SELECT pgbaton.try_acquire('a', 'o', 1000)", 1000},
+		{"SELECT pgbaton.renew('a', 'o', (SELECT token FROM pgbaton.lease WHERE name = 'a'), 5000)", 5000},
+		{"SELECT pgbaton.register('g', ARRAY['i']), pgbaton.claim('g', 'o', 1, 7000)", 7000},
+		{"SELECT pgbaton.session_open('o', 9000)", 9000},
+		{"SELECT pgbaton.session_keepalive((SELECT max(id) FROM pgbaton.lease_session), 11000)", 11000},
+		{"SELECT pgbaton.try_acquire('b', 'o', 2000)", 11000}, // shorter: the longest stays
+	}
+	for _, s := range steps {
+		_, err := pool.Exec(ctx, s.sql)
+		require.NoError(t, err, s.sql)
+		assert.Equal(t, s.ms, longest(), s.sql)
+	}
+}
