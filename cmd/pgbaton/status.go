@@ -28,8 +28,8 @@ type statusReport struct {
 	AdvisoryLocks int64  `json:"advisory_locks"`
 	// Standbys streaming from a primary, and how many are synchronous
 	// (-1: the role may not see it).
-	Standbys     int      `json:"standbys"`
-	SyncStandbys int      `json:"sync_standbys"`
+	Standbys     int `json:"standbys"`
+	SyncStandbys int `json:"sync_standbys"`
 	// The failover grace: after a timeline change nothing is granted
 	// until the longest TTL in use has passed.
 	FailoverGrace leasetable.FailoverGrace `json:"failover_grace"`
