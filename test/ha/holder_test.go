@@ -111,14 +111,7 @@ func (w *workload) startHolders(ctx context.Context) error {
 	}{{w.pinnedURL, pinnedProc}, {w.url, roamingProc}} {
 		c := w.newClient("holder", i)
 		c.procs = []int{h.proc}
-		cfg, err := pgxpool.ParseConfig(h.url)
-		if err != nil {
-			return err
-		}
-		cfg.ConnConfig.RuntimeParams["application_name"] = c.name
-		cfg.ConnConfig.ConnectTimeout = time.Second
-		cfg.MaxConns = 4
-		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		pool, err := w.poolAt(ctx, c, h.url)
 		if err != nil {
 			return err
 		}

@@ -223,7 +223,12 @@ func (w *workload) snapshotNotices() []notice {
 }
 
 func (w *workload) pool(ctx context.Context, c *client) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(w.url)
+	return w.poolAt(ctx, c, w.url)
+}
+
+// poolAt is c's pool on url.
+func (w *workload) poolAt(ctx context.Context, c *client, url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, err
 	}
