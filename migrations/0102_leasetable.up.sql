@@ -410,9 +410,11 @@ LANGUAGE sql VOLATILE AS $$
 $$;
 
 -- sync_epoch stores the epoch of the current timeline (token_epoch_now)
--- and returns it; on a new timeline it also starts the failover grace. It runs in a statement of its own, never inside a grant:
--- session_open and session_keepalive call it, so every client stores it
--- within a keep-alive of a promotion. Storing matters for the next
+-- and returns it; on a new timeline it also starts the failover grace. It
+-- runs in a statement of its own, never inside a grant: session_open and
+-- session_keepalive call it, so every client stores it within a
+-- keep-alive of a promotion (and a client refused a grant because it was
+-- not stored yet calls it). Storing matters for the next
 -- timeline change, which builds on the stored row: a timeline that moved
 -- backwards (a restore into a new cluster) still raises the epoch once per
 -- change only if each change was stored.

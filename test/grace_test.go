@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -198,4 +200,38 @@ func TestLongestTTLInUse(t *testing.T) {
 		require.NoError(t, err, s.sql)
 		assert.Equal(t, s.ms, longest(), s.sql)
 	}
+}
+
+// Only an operator (pgbaton_admin) turns the failover grace off, with a
+// reason the audit log keeps; the setting is the only thing of the epoch
+// row the operator can change.
+func TestSetFailoverGraceNeedsAnOperator(t *testing.T) {
+	ctx := pgtest.Context(t, time.Minute)
+	pool := env.DB(t).Pool(t)
+	app := env.Role(t, ctx, pool, "grace_app", "")
+	op := env.Role(t, ctx, pool, "grace_op", "pgbaton_admin")
+	as := func(role, sql string) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+pgx.Identifier{role}.Sanitize()); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, sql)
+			return err
+		})
+	}
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, as(app, "SELECT pgbaton.set_failover_grace(false, 'sync replication')"), &pgErr)
+	assert.Equal(t, "42501", pgErr.Code, "not an operator")
+	require.ErrorAs(t, as(op, "SELECT pgbaton.set_failover_grace(false, ' ')"), &pgErr)
+	assert.Equal(t, "22023", pgErr.Code, "no reason")
+	require.ErrorAs(t, as(op, "UPDATE pgbaton.token_epoch SET epoch = 0"), &pgErr)
+	assert.Equal(t, "42501", pgErr.Code, "the epoch is not the operator's")
+	require.NoError(t, as(op, "SELECT pgbaton.set_failover_grace(false, 'sync replication')"))
+	var enabled bool
+	var reason, actor string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT enabled FROM pgbaton.failover_grace()").Scan(&enabled))
+	assert.False(t, enabled)
+	require.NoError(t, pool.QueryRow(ctx, "SELECT reason, actor FROM pgbaton.event WHERE action = 'set_failover_grace'").Scan(&reason, &actor))
+	assert.Equal(t, "sync replication", reason)
+	assert.Equal(t, op, actor)
 }
