@@ -307,12 +307,14 @@ COMMENT ON TABLE pgbaton.lease_ttl IS
     'pgbaton: TTLs in use, a row each time a longer one is first used; the longest is the failover grace';
 
 -- ttl_in_use is the longest TTL in use, in milliseconds; 0 when nothing
--- was ever granted.
+-- was ever granted. plpgsql, so that every grant does not plan it again
+-- (see the top of this file).
 CREATE FUNCTION pgbaton.ttl_in_use()
 RETURNS bigint
-LANGUAGE sql STABLE AS $$
-    SELECT coalesce(max(t.ttl_ms), 0) FROM pgbaton.lease_ttl t
-$$;
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT coalesce(max(t.ttl_ms), 0) FROM pgbaton.lease_ttl t);
+END $$;
 
 -- note_ttl records p_ttl_ms as in use when it is longer than every TTL
 -- noted before.
