@@ -393,7 +393,7 @@ BEGIN
         SELECT s.grace_until INTO g FROM pgbaton.grant_state() s;
         active := g IS NOT NULL;
     ELSE
-        active := enabled AND e.grace_until > db_now;
+        active := enabled AND coalesce(e.grace_until > db_now, false);
     END IF;
 END $$;
 
