@@ -153,8 +153,11 @@ func TestGrantLostInFailoverIsToldWhileLifelineLives(t *testing.T) {
 	proxy.Stall()
 	lost, err := lc.TryAcquire(ctx, "lost") // acknowledged; never reaches the standby
 	require.NoError(t, err)
-	require.NoError(t, primary.Halt(pgcluster.Immediate))
+	// The standby's link goes first, so that no WAL sender of the
+	// primary's waits on the stalled link while it is halted.
 	proxy.Cut()
+	require.NoError(t, proxy.Close())
+	require.NoError(t, primary.Halt(pgcluster.Immediate))
 	_, err = spool.Exec(ctx, "SELECT pg_promote(true, 60)")
 	require.NoError(t, err)
 
