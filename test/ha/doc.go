@@ -16,7 +16,7 @@
 // failover grace the fault imposed + 2 s; advisory holders are told
 // within PingInterval + PingTimeout), and prints one line per nemesis:
 //
-//	ha: failover  failover_ms 5039 grace_ms 10004 clients_ok_ms 15681 (bound 17043) told_ms 83 (bound 1500) token 1099511628043(e1+267) -> 2199023255842(e2+290) overlaps 0 holder_overlaps 0 (longest 0 ms) ...
+//	ha: failover  failover_ms 5756 grace_ms 10000 clients_ok_ms 17000 (bound 18535) told_ms 70 (bound 1500) token 1099511628520(e1+744) -> 2199023256329(e2+777) overlaps 0 holder_overlaps 0 (longest 0 ms) ...
 //
 // (a token is epoch * 2^40 + sequence: pgbaton.next_token).
 //
