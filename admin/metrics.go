@@ -25,6 +25,7 @@ type metricDescs struct {
 	groupLeases, groupTokenMax, leaseToken              *prometheus.Desc
 	lockTableUsed, lockTableAdvisory, lockTableCapacity *prometheus.Desc
 	auditEvents                                         *prometheus.Desc
+	graceEnabled, graceRemaining                        *prometheus.Desc
 }
 
 func newMetricDescs() *metricDescs {
@@ -50,13 +51,15 @@ func newMetricDescs() *metricDescs {
 		lockTableAdvisory: d("lock_table_advisory_entries", "Advisory lock entries in the server's shared lock table (all databases)."),
 		lockTableCapacity: d("lock_table_capacity_entries", "Approximate size of the shared lock table; when it is full, even new logins fail."),
 		auditEvents:       d("audit_events_total", "Forced releases written to the audit log (pgbaton.event) by action: forced lease releases and terminated advisory lock holders.", "action"),
+		graceEnabled:      d("failover_grace_enabled", "1 when the failover grace is on: after a timeline change no lease is granted until the longest TTL in use has passed."),
+		graceRemaining:    d("failover_grace_remaining_seconds", "Seconds until the current failover grace ends and leases are granted again; 0 when none holds grants back."),
 	}
 }
 
 func (m *metricDescs) all() []*prometheus.Desc {
 	return []*prometheus.Desc{m.buildInfo, m.up, m.scrapeSeconds, m.advisoryHeld, m.advisoryWaiters, m.advisoryContended,
 		m.advisorySessions, m.leases, m.leaseTokenMax, m.groupLeases, m.groupTokenMax, m.leaseToken,
-		m.lockTableUsed, m.lockTableAdvisory, m.lockTableCapacity, m.auditEvents}
+		m.lockTableUsed, m.lockTableAdvisory, m.lockTableCapacity, m.auditEvents, m.graceEnabled, m.graceRemaining}
 }
 
 // snapshot is one scrape's worth of database state.
@@ -67,6 +70,7 @@ type snapshot struct {
 	tokens    []admindb.AdminTopLeaseTokensRow
 	lockTable admindb.LockTableUsageRow
 	events    []admindb.AdminEventCountsRow
+	grace     admindb.FailoverGraceRow
 }
 
 func readSnapshot(ctx context.Context, pool *pgxpool.Pool, topN int) (*snapshot, error) {
@@ -95,6 +99,9 @@ func readSnapshot(ctx context.Context, pool *pgxpool.Pool, topN int) (*snapshot,
 		return nil, err
 	}
 	if s.events, err = q.AdminEventCounts(ctx, conn); err != nil {
+		return nil, err
+	}
+	if s.grace, err = q.FailoverGrace(ctx, conn); err != nil {
 		return nil, err
 	}
 	return &s, nil
@@ -154,6 +161,12 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for _, e := range snap.events {
 		ch <- prometheus.MustNewConstMetric(m.auditEvents, prometheus.CounterValue, float64(e.Events), e.Action)
 	}
+	enabled := int64(0)
+	if snap.grace.Enabled {
+		enabled = 1
+	}
+	gauge(m.graceEnabled, enabled)
+	ch <- prometheus.MustNewConstMetric(m.graceRemaining, prometheus.GaugeValue, snap.grace.RemainingSeconds)
 }
 
 // handleMetrics gathers a registry made for this one request, so that the

@@ -169,3 +169,37 @@ func TestMetricsPassPromlint(t *testing.T) {
 	require.Contains(t, names, "pgbaton_up")
 	require.Contains(t, names, "pgbaton_leases")
 }
+
+// A timeline change (here the stored one is cleared, as a restore into
+// another cluster would look) imposes the failover grace: /metrics gives
+// the seconds left and the page says why no lease is granted; turned off,
+// both say so.
+func TestFailoverGraceShows(t *testing.T) {
+	ctx := context.Background()
+	d := env.DB(t)
+	pool := d.Pool(t)
+	for _, sql := range []string{
+		`SELECT pgbaton.try_acquire('lease:a', 'worker-1', 60000)`, // a 60 s TTL in use
+		`UPDATE pgbaton.token_epoch SET timeline = NULL`,
+		`SELECT pgbaton.sync_epoch()`,
+	} {
+		_, err := pool.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	ts := serve(t, pool, admin.Config{})
+	m := scrape(t, ts)
+	require.Equal(t, 1.0, m["pgbaton_failover_grace_enabled"])
+	require.Greater(t, m["pgbaton_failover_grace_remaining_seconds"], 50.0)
+	code, body := get(t, ts, "/")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `id="grace"`)
+	require.Contains(t, body, "no lease is granted until")
+
+	_, err := pool.Exec(ctx, `SELECT pgbaton.set_failover_grace(false, 'synchronous replication')`)
+	require.NoError(t, err)
+	m = scrape(t, ts)
+	require.Equal(t, 0.0, m["pgbaton_failover_grace_enabled"])
+	require.Equal(t, 0.0, m["pgbaton_failover_grace_remaining_seconds"])
+	_, body = get(t, ts, "/")
+	require.Contains(t, body, "The failover grace is off")
+}

@@ -55,6 +55,7 @@ type pageData struct {
 	Runs      []admindb.JobRunsRow
 	Events    []admindb.PgbatonEvent
 	LockTable admindb.LockTableUsageRow
+	Grace     admindb.FailoverGraceRow
 	Limit     int
 	Generated time.Time
 
@@ -153,6 +154,9 @@ func (s *Server) load(ctx context.Context, f filter) (*pageData, error) {
 		return data, err
 	}
 	if data.LockTable, err = q.LockTableUsage(ctx, conn); err != nil {
+		return data, err
+	}
+	if data.Grace, err = q.FailoverGrace(ctx, conn); err != nil {
 		return data, err
 	}
 	// One row more than a page says whether there is a next page.

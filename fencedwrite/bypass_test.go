@@ -2,7 +2,6 @@ package fencedwrite_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -18,24 +17,8 @@ import (
 // accounts tables, in role inRole if not empty, and drops it afterwards.
 func testRole(t *testing.T, ctx context.Context, pool *pgxpool.Pool, prefix, inRole string) string {
 	t.Helper()
-	var db string
-	require.NoError(t, pool.QueryRow(ctx, "SELECT current_database()").Scan(&db))
-	role := prefix + "_" + strings.TrimPrefix(db, "pgbaton_t")
-	id := pgx.Identifier{role}.Sanitize()
-	sql := "CREATE ROLE " + id
-	if inRole != "" {
-		sql += " IN ROLE " + pgx.Identifier{inRole}.Sanitize()
-	}
-	_, err := pool.Exec(ctx, sql)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx := context.Background()
-		_, err := pool.Exec(ctx, "DROP OWNED BY "+id)
-		require.NoError(t, err)
-		_, err = env.AdminPool().Exec(ctx, "DROP ROLE "+id)
-		require.NoError(t, err)
-	})
-	_, err = pool.Exec(ctx, "GRANT USAGE ON SCHEMA pgbaton TO "+id+"; GRANT SELECT, UPDATE, DELETE ON accounts, others TO "+id)
+	role := env.Role(t, ctx, pool, prefix, inRole)
+	_, err := pool.Exec(ctx, "GRANT SELECT, UPDATE, DELETE ON accounts, others TO "+pgx.Identifier{role}.Sanitize())
 	require.NoError(t, err)
 	return role
 }

@@ -70,8 +70,11 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte, wait
 		return nil, c.dbError("acquire "+name, err)
 	}
 	if !row.Acquired {
+		if row.GraceUntil != nil {
+			c.startGrace(ctx)
+		}
 		return nil, &HeldError{Name: name, Holder: row.Holder, Token: row.Token, Expiry: row.ExpiresAt,
-			remaining: row.ExpiresAt.Sub(row.DbNow)}
+			Grace: row.GraceUntil != nil, remaining: row.ExpiresAt.Sub(row.DbNow)}
 	}
 	return c.track(name, "", row.Token, s, row.ExpiresAt, start, waitStart)
 }
@@ -274,9 +277,13 @@ func (c *Client) waitAcquire(ctx context.Context, name string, metadata []byte, 
 		if !errors.As(err, &held) {
 			return l, false, err // granted (the common case at once) or failed
 		}
-		c.log.Debug("pgbaton: waiting for lease", "lease", name, "holder", held.Holder, "expires_in", held.remaining)
+		c.log.Debug("pgbaton: waiting for lease", "lease", name, "holder", held.Holder, "grace", held.Grace, "expires_in", held.remaining)
 		if err := c.wait(ctx, w.wake, held.remaining); err != nil {
-			return nil, true, fmt.Errorf("leasetable: waiting for lease %q (held by %q): %w", name, held.Holder, err)
+			by := fmt.Sprintf("held by %q", held.Holder)
+			if held.Grace {
+				by = "failover grace"
+			}
+			return nil, true, fmt.Errorf("leasetable: waiting for lease %q (%s): %w", name, by, err)
 		}
 	}
 }

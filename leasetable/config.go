@@ -53,7 +53,8 @@ type Config struct {
 	// pgbaton.layer = "lease" (the advisory package reports the same
 	// names): pgbaton.acquire.attempts and pgbaton.acquire.wait.duration
 	// by pgbaton.result ("acquired", "held": somebody else held it, also
-	// for a wait that gave up; "error"), pgbaton.held (leases held now),
+	// for a wait that gave up; "grace": nobody held it but a failover
+	// grace held every grant back; "error"), pgbaton.held (leases held now),
 	// pgbaton.hold.duration, pgbaton.lost by pgbaton.cause (CauseExpired,
 	// CauseRenew, CauseSuperseded, CauseClockStep), pgbaton.renew.failures
 	// (failed keep-alives, which carry no lease name, and explicit Renews)

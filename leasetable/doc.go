@@ -240,9 +240,34 @@
 // grant commits with at least synchronous_commit = local, so a crash never
 // hands an acknowledged token out again. Waiters register again when their
 // LISTEN connection comes back: a crash or a failover empties the unlogged
-// table of registrations. With asynchronous standbys, grants acknowledged
-// just before a failover can still be lost (the lease looks free or older
-// on the new primary while its holder works on until its local deadline);
-// New and Check log a warning then, and Client.Replication reports it
-// (ErrNoSyncStandby). Use synchronous replication.
+// table of registrations.
+//
+// With asynchronous standbys, grants (and keep-alives) acknowledged just
+// before a failover can be lost: the lease looks free or expired on the
+// new primary while its holder works on until its local deadline. So a
+// new timeline grants nothing — no name, work item, semaphore slot or
+// election, whether or not it was ever granted — until the longest TTL in
+// use has passed since the new timeline's epoch was stored (by the first
+// keep-alive, session_open or refused grant on it): the failover grace.
+// By then every holder of a lost grant has reached its local deadline,
+// and a holder whose lifeline reached the new primary without a later
+// grant bound to it is told at its next keep-alive, which sees the epoch
+// move and looks up its leases (ErrLeaseLost, cause superseded). So the
+// holder learns of the loss before anyone else is granted the lease,
+// across a failover too. During the grace a refused attempt is an
+// ordinary "held" answer: TryAcquire returns a *HeldError with Grace set
+// and Expiry the grace's end, Acquire, Elect, Campaign and Semaphore wait
+// through it, Claim returns nothing; renewals, keep-alives, releases and
+// forced releases work. Every timeline change imposes it (a clean
+// switchover cannot be told apart from a failover); an operator turns it
+// off with SELECT pgbaton.set_failover_grace(false, 'reason') where no
+// failover can lose an acknowledged grant (synchronous replication with
+// synchronous_commit on or remote_apply). FailoverGraceOf shows it, and
+// so do pgbaton status, the admin page and its metrics. The longest TTL in
+// use is the largest TTL of any grant or lifeline so far (a TTL is noted
+// before its first grant is acknowledged, and never forgotten); a grant
+// with a TTL longer than every one before, itself lost in the failover,
+// is not covered (a Client notes its TTL when it opens its lifeline,
+// before its first grant). With asynchronous standbys New and Check also
+// log a warning, and Client.Replication reports it (ErrNoSyncStandby).
 package leasetable

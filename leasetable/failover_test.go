@@ -71,9 +71,12 @@ func TestRoleFlipDropsStaleConnections(t *testing.T) {
 	// release of the item whose completion rolled back.
 	require.NoError(t, rolled[0].Release(ctx), "the first call after the flip")
 	assert.Equal(t, 0, pgtest.Count(t, sb, "SELECT count(*) FROM pgbaton.lease WHERE name = 'r' AND owner IS NOT NULL"), "the item is free again")
-	l, err := c.TryAcquire(ctx, "after")
-	require.NoError(t, err)
-	require.NoError(t, l.Release(ctx))
+	// Answered by the new primary, which grants nothing during the
+	// failover grace (TestNoGrantBeforeFailoverGraceEnds in test/).
+	_, err = c.TryAcquire(ctx, "after")
+	var refused *leasetable.HeldError
+	require.ErrorAs(t, err, &refused)
+	assert.True(t, refused.Grace, "refused for the failover grace: %v", err)
 	_, err = c.Register(ctx, "items", "a")
 	require.NoError(t, err)
 	var port int

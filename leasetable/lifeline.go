@@ -42,6 +42,13 @@ type lifeline struct {
 	expiresAt time.Time  // database clock, as of the last keep-alive
 	renewedAt time.Time  // local: when the last successful keep-alive was sent
 	revoked   int64
+	// epoch is the token epoch the last keep-alive (or the open) saw: a
+	// new one means a timeline change, which may have lost grants bound
+	// to the lifeline while the lifeline itself reached the new primary.
+	epoch int64
+	// recheck: looking for lost grants failed; look again after the next
+	// keep-alive.
+	recheck bool
 	// sentAt (monotonic) and dbAt (database clock) are when the last
 	// request that told the database's clock (session_open, a keep-alive)
 	// was sent and ran there: the next keep-alive compares how far each
@@ -103,7 +110,7 @@ func (c *Client) lifelineFor(ctx context.Context) (*lifeline, error) {
 	if err != nil {
 		return nil, c.dbError("open lease session", err)
 	}
-	s = &lifeline{c: c, id: row.ID, base: start, expiresAt: row.ExpiresAt, renewedAt: start,
+	s = &lifeline{c: c, id: row.ID, epoch: row.Epoch, base: start, expiresAt: row.ExpiresAt, renewedAt: start,
 		sentAt: start, dbAt: row.ExpiresAt.Add(-time.Duration(c.ttlMs) * time.Millisecond),
 		idleSince: start, leases: make(map[*Lease]struct{})}
 	s.deadline.Store(int64(c.cfg.TTL - c.cfg.SafetyMargin))
@@ -235,7 +242,9 @@ func (s *lifeline) keepalive() {
 			s.expiresAt, s.renewedAt = row.ExpiresAt, start
 		}
 		revoked := row.Revoked != s.revoked
-		s.revoked = row.Revoked
+		failedOver := row.Epoch != s.epoch
+		recheck := s.recheck
+		s.revoked, s.epoch, s.recheck = row.Revoked, row.Epoch, false
 		orphans := s.orphans
 		s.orphans = nil
 		s.keepT.Reset(c.cfg.RenewInterval)
@@ -243,8 +252,8 @@ func (s *lifeline) keepalive() {
 		if step > c.cfg.SafetyMargin {
 			c.clockStepped(s, true, step)
 		}
-		if revoked {
-			c.goBackground(s.findRevoked)
+		if revoked || failedOver || recheck {
+			c.goBackground(func(ctx context.Context) { s.findLost(ctx, failedOver) })
 		}
 		for _, ref := range orphans {
 			c.goBackground(func(ctx context.Context) { c.releaseRef(ctx, s, ref) })
@@ -401,8 +410,12 @@ func (s *lifeline) close(ctx context.Context) {
 	}
 }
 
-// findRevoked ends the leases of the lifeline an operator force-released.
-func (s *lifeline) findRevoked(ctx context.Context) {
+// findLost ends the leases of the lifeline that the database no longer
+// has: force-released by an operator, or, after a timeline change
+// (failedOver), granted by the old primary and lost with it. The
+// failover grace keeps such a lease from being granted again until this
+// had time to run.
+func (s *lifeline) findLost(ctx context.Context, failedOver bool) {
 	c := s.c
 	leases := s.bound()
 	if len(leases) == 0 {
@@ -413,9 +426,9 @@ func (s *lifeline) findRevoked(ctx context.Context) {
 	defer cancel()
 	lost, err := c.q.SessionLost(ctx, c.pool, db.SessionLostParams{Session: s.id, Names: names, Tokens: tokens, Owner: c.cfg.Owner})
 	if err != nil {
-		c.log.Warn("pgbaton: checking force-released leases failed", "session", s.id, "error", err)
+		c.log.Warn("pgbaton: checking for leases the database no longer has failed", "session", s.id, "error", err)
 		s.mu.Lock()
-		s.revoked-- // look again after the next keep-alive
+		s.recheck = true
 		s.mu.Unlock()
 		return
 	}
@@ -423,9 +436,13 @@ func (s *lifeline) findRevoked(ctx context.Context) {
 	for _, n := range lost {
 		gone[n] = true
 	}
+	why := "was released by an operator"
+	if failedOver {
+		why = "is not in the database after a timeline change (a failover lost its grant), or was released by an operator"
+	}
 	for _, l := range leases {
 		if gone[l.name] {
-			l.lose(fmt.Errorf("%w: %w: %q token %d was released by an operator", ErrLeaseLost, ErrNotHeld, l.name, l.token), CauseSuperseded)
+			l.lose(fmt.Errorf("%w: %w: %q token %d %s", ErrLeaseLost, ErrNotHeld, l.name, l.token, why), CauseSuperseded)
 		}
 	}
 }

@@ -39,11 +39,15 @@ func (l *Lease) metricName() string {
 	return l.name
 }
 
-// attemptFailed records an acquire that did not get the lease: held when
-// someone else held it (including a wait that ran out), else error.
-// Bad input and closed clients are not attempts and are not recorded.
+// attemptFailed records an acquire that did not get the lease: grace
+// when a failover grace held it back, held when someone else held it
+// (including a wait that ran out), else error. Bad input and closed
+// clients are not attempts and are not recorded.
 func (c *Client) attemptFailed(ctx context.Context, name string, err error, start time.Time) {
+	var held *HeldError
 	switch {
+	case errors.As(err, &held) && held.Grace:
+		c.attempted(ctx, name, telemetry.Grace, start)
 	case errors.Is(err, ErrHeld):
 		c.attempted(ctx, name, telemetry.Held, start)
 	case notAttempt(err):

@@ -213,7 +213,14 @@ CREATE TABLE pgbaton.token_epoch (
     -- The timeline the epoch was last set on; NULL when the server does
     -- not tell (see insert_timeline).
     timeline bigint CHECK (timeline > 0),
-    epoch    bigint NOT NULL CHECK (epoch >= 0 AND epoch < 8388608)
+    epoch    bigint NOT NULL CHECK (epoch >= 0 AND epoch < 8388608),
+    -- The failover grace (below): whether it is on, and the last one a
+    -- timeline change imposed: from which timeline (to timeline), when it
+    -- started and until when no grant is made.
+    grace            boolean NOT NULL DEFAULT true,
+    grace_from       bigint,
+    grace_started_at timestamptz,
+    grace_until      timestamptz
 );
 
 COMMENT ON TABLE pgbaton.token_epoch IS
@@ -257,6 +264,141 @@ END $$;
 
 INSERT INTO pgbaton.token_epoch (timeline, epoch) VALUES (pgbaton.insert_timeline(), 0);
 
+-- No two holders across a lossy failover: the failover grace.
+--
+-- A promoted asynchronous standby may lack grants the old primary
+-- acknowledged (and keep-alives of lifelines it did). Their holders keep
+-- working until their local deadlines, at most the TTL after their last
+-- acknowledged request, so at most the longest TTL in use after the old
+-- primary's end; the new primary sees those leases free or expired.
+-- (Measured before the grace: a new holder 1.9 s after the crash, the old
+-- one told at 2.6 s.) So, like Chubby's master fail-over, a new timeline
+-- grants nothing — no name, work item, semaphore slot or election, whether
+-- or not the name was ever granted (the lost grant may be of any name) —
+-- until the longest TTL in use has passed since the new timeline's epoch
+-- was stored (sync_epoch, before any grant on it; a grant on a timeline
+-- not stored yet is refused too). A refused grant is an ordinary "not
+-- granted" whose expiry is the grace's end, so waiters wait through it.
+-- Renewals, keep-alives, releases and an operator's forced release work
+-- throughout. Every timeline change imposes it (a switchover loses
+-- nothing, but cannot be told apart from a failover here); where a
+-- failover loses no acknowledged commit (synchronous replication with
+-- synchronous_commit on or remote_apply) an operator turns it off with
+-- pgbaton.set_failover_grace.
+--
+-- The longest TTL in use is the largest TTL any grant, lifeline open or
+-- keep-alive used (lease_ttl, noted in the same transaction, before the
+-- grant is acknowledged). It never falls by itself. Not covered: a TTL
+-- larger than every one before whose first grant is itself lost in the
+-- failover (pgbaton's clients note their TTL when they open their
+-- lifeline, before their first grant).
+CREATE TABLE pgbaton.lease_ttl (
+    -- Rows are only added, never updated: a grant that notes a new
+    -- longest TTL inside a caller's open transaction makes no other grant
+    -- wait for it (two may add the same value).
+    id       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    ttl_ms   bigint NOT NULL CHECK (ttl_ms > 0),
+    noted_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+CREATE INDEX lease_ttl_idx ON pgbaton.lease_ttl (ttl_ms);
+
+COMMENT ON TABLE pgbaton.lease_ttl IS
+    'pgbaton: TTLs in use, a row each time a longer one is first used; the longest is the failover grace';
+
+-- ttl_in_use is the longest TTL in use, in milliseconds; 0 when nothing
+-- was ever granted. plpgsql, so that every grant does not plan it again
+-- (see the top of this file).
+CREATE FUNCTION pgbaton.ttl_in_use()
+RETURNS bigint
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT coalesce(max(t.ttl_ms), 0) FROM pgbaton.lease_ttl t);
+END $$;
+
+-- note_ttl records p_ttl_ms as in use when it is longer than every TTL
+-- noted before.
+CREATE FUNCTION pgbaton.note_ttl(p_ttl_ms bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF p_ttl_ms > pgbaton.ttl_in_use() THEN
+        INSERT INTO pgbaton.lease_ttl (ttl_ms) VALUES (p_ttl_ms);
+    END IF;
+END $$;
+
+-- grant_state is the epoch of tokens drawn now (token_epoch_now) and
+-- until when grants must wait for the failover grace (grace_until, NULL
+-- when they may be made now), reading the timeline once. On a timeline
+-- not stored yet the grace has not started: it lasts at least the longest
+-- TTL in use from now.
+CREATE FUNCTION pgbaton.grant_state(OUT epoch bigint, OUT grace_until timestamptz)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    tl  bigint := pgbaton.insert_timeline();
+    e   pgbaton.token_epoch%ROWTYPE;
+    t   timestamptz := clock_timestamp();
+    ttl bigint;
+BEGIN
+    -- By its primary key (one): the callers run with enable_seqscan = off,
+    -- and a seq scan's disabled cost would send the query to JIT (130 ms).
+    SELECT * INTO e FROM pgbaton.token_epoch t WHERE t.one;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pgbaton: pgbaton.token_epoch has no row; tokens cannot be drawn safely'
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF tl IS NULL OR e.timeline IS NOT DISTINCT FROM tl THEN
+        epoch := e.epoch;
+        IF e.grace AND e.grace_until > t THEN
+            grace_until := e.grace_until;
+        END IF;
+        RETURN;
+    END IF;
+    epoch := e.epoch + greatest(1, coalesce(tl - e.timeline, 1));
+    IF e.grace THEN
+        ttl := pgbaton.ttl_in_use();
+        IF ttl > 0 THEN
+            grace_until := t + ttl * interval '1 millisecond';
+        END IF;
+    END IF;
+END $$;
+
+-- failover_grace shows the failover grace for pgbaton status, the admin
+-- page and the metrics: whether it is on (enabled), whether it holds
+-- grants back now (active, until grace_until), the timeline change that
+-- imposed it (from_timeline to to_timeline, at started_at; on a timeline
+-- not stored yet, started_at is NULL and grace_until is where it would
+-- end if stored now), the longest TTL in use, and the database clock. On
+-- a standby it shows what is stored.
+CREATE FUNCTION pgbaton.failover_grace(OUT enabled boolean, OUT active boolean, OUT grace_until timestamptz,
+    OUT started_at timestamptz, OUT from_timeline bigint, OUT to_timeline bigint, OUT ttl_in_use_ms bigint,
+    OUT db_now timestamptz)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    e  pgbaton.token_epoch%ROWTYPE;
+    tl bigint;
+    g  timestamptz;
+BEGIN
+    SELECT * INTO e FROM pgbaton.token_epoch t WHERE t.one;  -- by key: see grant_state
+    db_now := clock_timestamp();
+    enabled := coalesce(e.grace, true);
+    ttl_in_use_ms := pgbaton.ttl_in_use();
+    grace_until := e.grace_until; started_at := e.grace_started_at;
+    from_timeline := e.grace_from; to_timeline := e.timeline;
+    IF NOT pg_catalog.pg_is_in_recovery() THEN
+        tl := pgbaton.insert_timeline();
+        IF tl IS NOT NULL AND e.timeline IS DISTINCT FROM tl THEN
+            -- Not stored yet: what sync_epoch would start now.
+            from_timeline := e.timeline; to_timeline := tl; started_at := NULL;
+            grace_until := db_now + ttl_in_use_ms * interval '1 millisecond';
+        END IF;
+        SELECT s.grace_until INTO g FROM pgbaton.grant_state() s;
+        active := g IS NOT NULL;
+    ELSE
+        active := enabled AND coalesce(e.grace_until > db_now, false);
+    END IF;
+END $$;
+
 -- token_epoch_now is the epoch of tokens drawn now: the stored one, or,
 -- on a timeline the row was not synced on yet, the one sync_epoch stores
 -- for it, computed from the same row and not written. So the first grant
@@ -267,28 +409,16 @@ INSERT INTO pgbaton.token_epoch (timeline, epoch) VALUES (pgbaton.insert_timelin
 -- that does not tell its timeline keeps the epoch as it is.
 CREATE FUNCTION pgbaton.token_epoch_now()
 RETURNS bigint
-LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-    tl bigint := pgbaton.insert_timeline();
-    e  pgbaton.token_epoch%ROWTYPE;
-BEGIN
-    -- By its primary key (one): the callers run with enable_seqscan = off,
-    -- and a seq scan's disabled cost would send the query to JIT (130 ms).
-    SELECT * INTO e FROM pgbaton.token_epoch t WHERE t.one;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'pgbaton: pgbaton.token_epoch has no row; tokens cannot be drawn safely'
-            USING ERRCODE = 'object_not_in_prerequisite_state';
-    END IF;
-    IF tl IS NULL OR e.timeline IS NOT DISTINCT FROM tl THEN
-        RETURN e.epoch;
-    END IF;
-    RETURN e.epoch + greatest(1, coalesce(tl - e.timeline, 1));
-END $$;
+LANGUAGE sql VOLATILE AS $$
+    SELECT (pgbaton.grant_state()).epoch
+$$;
 
 -- sync_epoch stores the epoch of the current timeline (token_epoch_now)
--- and returns it. It runs in a statement of its own, never inside a grant:
--- session_open and session_keepalive call it, so every client stores it
--- within a keep-alive of a promotion. Storing matters for the next
+-- and returns it; on a new timeline it also starts the failover grace. It
+-- runs in a statement of its own, never inside a grant: session_open and
+-- session_keepalive call it, so every client stores it within a
+-- keep-alive of a promotion (and a client refused a grant because it was
+-- not stored yet calls it). Storing matters for the next
 -- timeline change, which builds on the stored row: a timeline that moved
 -- backwards (a restore into a new cluster) still raises the epoch once per
 -- change only if each change was stored.
@@ -302,8 +432,10 @@ BEGIN
     IF tl IS NOT NULL THEN
         -- Concurrent syncs: the second re-reads the updated row and skips it.
         UPDATE pgbaton.token_epoch t
-           SET timeline = tl, epoch = t.epoch + greatest(1, coalesce(tl - t.timeline, 1))
-         WHERE t.one AND t.timeline IS DISTINCT FROM tl  -- by key, see token_epoch_now
+           SET timeline = tl, epoch = t.epoch + greatest(1, coalesce(tl - t.timeline, 1)),
+               grace_from = t.timeline, grace_started_at = clock_timestamp(),
+               grace_until = clock_timestamp() + pgbaton.ttl_in_use() * interval '1 millisecond'
+         WHERE t.one AND t.timeline IS DISTINCT FROM tl  -- by key, see grant_state
         RETURNING t.epoch INTO e;
         IF FOUND THEN
             RETURN e;
@@ -313,17 +445,18 @@ BEGIN
 END $$;
 
 -- token_base is epoch * 2^40 for the tokens a statement draws now (a claim
--- draws it once for all its rows), checked against the epoch's bound.
+-- draws it once for all its rows), checked against the epoch's bound;
+-- p_epoch is the epoch when the caller read it already (grant_state).
 --
 -- A grant must not be acknowledged before it is durable, or a crash would
 -- let the sequence hand its token out again: with synchronous_commit = off
 -- the caller's transaction commits with 'local' instead (flushed locally;
 -- settings that wait for standbys are left as they are).
-CREATE FUNCTION pgbaton.token_base()
+CREATE FUNCTION pgbaton.token_base(p_epoch bigint DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    e bigint := pgbaton.token_epoch_now();
+    e bigint := coalesce(p_epoch, pgbaton.token_epoch_now());
 BEGIN
     IF e >= 8388608 THEN
         RAISE EXCEPTION 'pgbaton: fencing token epoch exhausted (2^23 timeline changes)'
@@ -438,9 +571,11 @@ BEGIN
 END $$;
 
 -- session_open starts a session for p_owner lasting p_ttl_ms unless kept
--- alive. It also prunes a few sessions dead for a while (see
--- prune_sessions), so crashed clients' sessions do not pile up.
-CREATE FUNCTION pgbaton.session_open(p_owner text, p_ttl_ms bigint, OUT id bigint, OUT expires_at timestamptz)
+-- alive, and returns the token epoch. It also prunes a few sessions dead
+-- for a while (see prune_sessions), so crashed clients' sessions do not
+-- pile up.
+CREATE FUNCTION pgbaton.session_open(p_owner text, p_ttl_ms bigint, OUT id bigint, OUT expires_at timestamptz,
+    OUT epoch bigint)
 LANGUAGE plpgsql
 SET enable_seqscan = off
 AS $$
@@ -448,7 +583,8 @@ DECLARE
     t timestamptz := clock_timestamp();
 BEGIN
     PERFORM pgbaton.lease_check_args('session', p_owner, p_ttl_ms);
-    PERFORM pgbaton.sync_epoch();
+    PERFORM pgbaton.note_ttl(p_ttl_ms);
+    epoch := pgbaton.sync_epoch();
     PERFORM pgbaton.prune_sessions(interval '1 minute', 10);
     INSERT INTO pgbaton.lease_session AS s (owner, ttl_ms, started_at, renewed_at, expires_at)
     VALUES (p_owner, p_ttl_ms, t, t, t + p_ttl_ms * interval '1 millisecond')
@@ -456,25 +592,30 @@ BEGIN
 END $$;
 
 -- session_keepalive extends session p_id to p_ttl_ms from now and returns
--- the new expiry and the session's revoked counter; no row when the
--- session has expired or does not exist: it is never revived.
+-- the new expiry, the session's revoked counter and the token epoch; no
+-- row when the session has expired or does not exist: it is never
+-- revived. A client that sees the epoch move looks for grants of its
+-- session that the timeline change lost (session_lost): the session may
+-- have reached the new primary while a later grant bound to it did not.
 CREATE FUNCTION pgbaton.session_keepalive(p_id bigint, p_ttl_ms bigint)
-RETURNS TABLE (expires_at timestamptz, revoked bigint)
+RETURNS TABLE (expires_at timestamptz, revoked bigint, epoch bigint)
 LANGUAGE plpgsql
 SET enable_seqscan = off
 AS $$
 DECLARE
     t timestamptz := clock_timestamp();
+    e bigint;
 BEGIN
     IF p_ttl_ms IS NULL OR p_ttl_ms <= 0 THEN
         RAISE EXCEPTION 'pgbaton: session ttl_ms must be positive, got %', p_ttl_ms USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    PERFORM pgbaton.sync_epoch();
+    PERFORM pgbaton.note_ttl(p_ttl_ms);
+    e := pgbaton.sync_epoch();
     RETURN QUERY
     UPDATE pgbaton.lease_session s
        SET renewed_at = t, expires_at = t + p_ttl_ms * interval '1 millisecond'
      WHERE s.id = p_id AND s.expires_at > t
-    RETURNING s.expires_at, s.revoked;
+    RETURNING s.expires_at, s.revoked, e;
 END $$;
 
 -- session_close ends session p_id: its leases keep only their own expiry
@@ -556,10 +697,14 @@ END $$;
 -- is the database clock at that moment. metadata, when not NULL, replaces
 -- the row's metadata on a grant. A grant is bound to p_session when given,
 -- and a lease counts as held while its session is alive. Like every
--- function that grants a token, it draws it with next_token.
+-- function that grants a token, it draws it with token_base and
+-- token_draw. During a failover grace a lease nobody holds is not granted
+-- either: acquired is false, holder NULL, and expires_at and grace_until
+-- are the grace's end.
 CREATE FUNCTION pgbaton.lease_attempt(p_name text, p_owner text, p_ttl_ms bigint, p_metadata jsonb DEFAULT NULL,
     p_session bigint DEFAULT NULL, p_ref uuid DEFAULT NULL,
-    OUT acquired boolean, OUT token bigint, OUT expires_at timestamptz, OUT holder text, OUT db_now timestamptz)
+    OUT acquired boolean, OUT token bigint, OUT expires_at timestamptz, OUT holder text, OUT db_now timestamptz,
+    OUT grace_until timestamptz)
 LANGUAGE plpgsql
 SET enable_seqscan = off
 AS $$
@@ -567,6 +712,9 @@ DECLARE
     cur pgbaton.lease%ROWTYPE;
     t   timestamptz;
     sid bigint;
+    present boolean;
+    epoch   bigint;
+    grace   timestamptz;
 BEGIN
     PERFORM pgbaton.lease_check_args(p_name, p_owner, p_ttl_ms);
     sid := pgbaton.session_of(p_session, p_owner);
@@ -574,9 +722,8 @@ BEGIN
         -- Look before locking: an attempt on a live lease takes no row lock
         -- and no transaction id, so contended attempts write no WAL.
         SELECT * INTO cur FROM pgbaton.lease l WHERE l.name = p_name;
-        IF NOT FOUND THEN
-            INSERT INTO pgbaton.lease (name) VALUES (p_name) ON CONFLICT (name) DO NOTHING;
-        ELSIF cur.owner IS NOT NULL AND pgbaton.lease_expiry(cur.expires_at, cur.session_id) > clock_timestamp() THEN
+        present := FOUND;
+        IF present AND cur.owner IS NOT NULL AND pgbaton.lease_expiry(cur.expires_at, cur.session_id) > clock_timestamp() THEN
             -- A request sent again finds the grant it made.
             acquired := coalesce(cur.grant_ref = p_ref AND cur.owner = p_owner, false);
             token := cur.token; holder := cur.owner;
@@ -584,6 +731,19 @@ BEGIN
                                ELSE pgbaton.lease_expiry(cur.expires_at, cur.session_id) END;
             db_now := clock_timestamp();
             RETURN;
+        END IF;
+        -- Free or expired: not granted during a failover grace (before any
+        -- row is made or locked). Attempts on live leases skip this.
+        IF epoch IS NULL THEN
+            SELECT g.epoch, g.grace_until INTO epoch, grace FROM pgbaton.grant_state() g;
+        END IF;
+        IF grace IS NOT NULL THEN
+            acquired := false; token := coalesce(cur.token, 0); holder := NULL;
+            expires_at := grace; grace_until := grace; db_now := clock_timestamp();
+            RETURN;
+        END IF;
+        IF NOT present THEN
+            INSERT INTO pgbaton.lease (name) VALUES (p_name) ON CONFLICT (name) DO NOTHING;
         END IF;
         -- The session first, the lease row second: closing a session locks
         -- it and then the leases bound to it.
@@ -601,8 +761,9 @@ BEGIN
                            ELSE pgbaton.lease_expiry(cur.expires_at, cur.session_id) END;
         RETURN;
     END IF;
+    PERFORM pgbaton.note_ttl(p_ttl_ms);
     UPDATE pgbaton.lease l
-       SET owner = p_owner, token = pgbaton.next_token(), session_id = sid, grant_ref = p_ref,
+       SET owner = p_owner, token = pgbaton.token_draw(pgbaton.token_base(epoch)), session_id = sid, grant_ref = p_ref,
            acquired_at = t, renewed_at = t, expires_at = t + p_ttl_ms * interval '1 millisecond',
            metadata = coalesce(p_metadata, l.metadata)
      WHERE l.name = p_name
@@ -620,7 +781,8 @@ $$;
 
 -- renew extends the lease (name, owner, token) to ttl_ms from now and
 -- returns its expiry; no row when that grant is no longer valid. It never
--- inserts a row and never takes over an expired or stolen lease.
+-- inserts a row and never takes over an expired or stolen lease. Its TTL
+-- counts for the failover grace as a grant's does.
 CREATE FUNCTION pgbaton.renew(p_name text, p_owner text, p_token bigint, p_ttl_ms bigint)
 RETURNS TABLE (expires_at timestamptz)
 LANGUAGE plpgsql
@@ -630,6 +792,7 @@ DECLARE
     t timestamptz;
 BEGIN
     PERFORM pgbaton.lease_check_args(p_name, p_owner, p_ttl_ms);
+    PERFORM pgbaton.note_ttl(p_ttl_ms);
     t := clock_timestamp();
     RETURN QUERY
     UPDATE pgbaton.lease l
@@ -952,6 +1115,8 @@ DECLARE
     picked text[];
     sid    bigint;
     base   bigint;
+    epoch  bigint;
+    grace  timestamptz;
 BEGIN
     PERFORM pgbaton.lease_check_args(p_group, p_owner, p_ttl_ms);
     sid := pgbaton.session_of(p_session, p_owner);
@@ -974,6 +1139,11 @@ BEGIN
         IF FOUND THEN
             RETURN;
         END IF;
+    END IF;
+    -- Nothing is granted during a failover grace.
+    SELECT g.epoch, g.grace_until INTO epoch, grace FROM pgbaton.grant_state() g;
+    IF grace IS NOT NULL THEN
+        RETURN;
     END IF;
     -- The oldest n free rows, the oldest n expired rows without a session,
     -- and the oldest n of each dead session, each locked as it is found;
@@ -1008,7 +1178,8 @@ BEGIN
     -- sessions, never bound to the claimant's live one: closing it cannot
     -- be waiting for them.
     sid := pgbaton.session_hold(sid);
-    base := pgbaton.token_base();
+    PERFORM pgbaton.note_ttl(p_ttl_ms);
+    base := pgbaton.token_base(epoch);
     t := clock_timestamp();
     -- The rows are locked by the selects above, so each token is drawn under
     -- its row's lock; the epoch is read once for all of them.

@@ -28,7 +28,8 @@ CREATE TABLE pgbaton.event (
     id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     at        timestamptz NOT NULL DEFAULT clock_timestamp(),
     actor     text NOT NULL DEFAULT current_user,
-    action    text NOT NULL CHECK (action IN ('force_release_lease', 'terminate_advisory_holder', 'bypass_fencing')),
+    action    text NOT NULL CHECK (action IN ('force_release_lease', 'terminate_advisory_holder', 'bypass_fencing',
+                                            'set_failover_grace')),
     target    text NOT NULL,
     reason    text NOT NULL CHECK (btrim(reason) <> ''),
     old_token bigint,
@@ -103,6 +104,33 @@ BEGIN
                                'expires_at', pgbaton.lease_expiry(cur.expires_at, cur.session_id)));
     PERFORM pgbaton.notify_waiters(ARRAY[p_name, cur.lease_group]);
     RETURN NEXT;
+END $$;
+
+-- set_failover_grace turns the failover grace (0102_leasetable, "No two
+-- holders across a lossy failover") on or off for this database and
+-- writes the audit row; it returns whether it was on. Turn it off only
+-- where a failover cannot lose an acknowledged grant (synchronous
+-- replication, synchronous_commit on or remote_apply), or to end a grace
+-- now knowing that holders of lost grants may still be working. The
+-- setting is replicated, so it holds on the standbys once promoted.
+CREATE FUNCTION pgbaton.set_failover_grace(p_on boolean, p_reason text)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    was boolean;
+BEGIN
+    PERFORM pgbaton.require_admin('setting the failover grace');
+    PERFORM pgbaton.require_reason(p_reason);
+    IF p_on IS NULL THEN
+        RAISE EXCEPTION 'pgbaton: the failover grace is on or off, not NULL' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT t.grace INTO was FROM pgbaton.token_epoch t WHERE t.one FOR UPDATE;
+    UPDATE pgbaton.token_epoch t SET grace = p_on WHERE t.one;
+    INSERT INTO pgbaton.event (action, target, reason, detail)
+    SELECT 'set_failover_grace', 'failover_grace', p_reason,
+           jsonb_build_object('was', was, 'now', p_on, 'grace_until', t.grace_until, 'timeline', t.timeline)
+      FROM pgbaton.token_epoch t;
+    RETURN was;
 END $$;
 
 -- terminate_advisory_holder ends backend p_pid, which frees every advisory
@@ -254,6 +282,7 @@ BEGIN
     GRANT UPDATE ON pgbaton.lease TO pgbaton_admin;
     GRANT UPDATE ON pgbaton.lease_session TO pgbaton_admin;
     GRANT INSERT ON pgbaton.event TO pgbaton_admin;
+    GRANT UPDATE (grace) ON pgbaton.token_epoch TO pgbaton_admin;
     GRANT USAGE ON SEQUENCE pgbaton.lease_token_seq TO pgbaton_admin;
     BEGIN
         GRANT pgbaton_reader TO pgbaton_admin;

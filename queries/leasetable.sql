@@ -3,8 +3,8 @@
 
 -- name: LeaseAttempt :one
 SELECT a.acquired::boolean AS acquired, a.token::bigint AS token,
-       a.expires_at::timestamptz AS expires_at, a.holder::text AS holder,
-       a.db_now::timestamptz AS db_now
+       a.expires_at::timestamptz AS expires_at, coalesce(a.holder, '')::text AS holder,
+       a.db_now::timestamptz AS db_now, a.grace_until
   FROM pgbaton.lease_attempt(@name::text, @owner::text, @ttl_ms::bigint, sqlc.narg(metadata)::jsonb, sqlc.narg(session)::bigint, sqlc.narg(ref)::uuid) a;
 
 -- name: LeaseRenew :one
@@ -48,11 +48,26 @@ SELECT count(*)::integer AS n FROM pgbaton.lease WHERE lease_group = @lease_grou
 
 -- name: LeaseGroupNextExpiry :one
 -- When the first lease of a group held by someone else expires, for
--- waiters on a full group; held is false when nobody else holds one.
-SELECT coalesce(min(expires_at), clock_timestamp())::timestamptz AS next_expiry, clock_timestamp()::timestamptz AS db_now,
+-- waiters on a full group, no earlier than the end of a failover grace,
+-- which grants nothing before it; held is false when nobody else holds one.
+SELECT greatest(coalesce(min(expires_at), clock_timestamp()),
+                (SELECT g.grace_until FROM pgbaton.grant_state() g))::timestamptz AS next_expiry,
+       clock_timestamp()::timestamptz AS db_now,
        (count(*) > 0)::boolean AS held
   FROM pgbaton.lease_status
  WHERE lease_group = @lease_group::text AND owner IS NOT NULL AND owner <> @owner::text;
+
+-- name: SyncEpoch :exec
+-- Stores the epoch of a new timeline and starts its failover grace, in a
+-- statement of its own: a client refused a grant by a grace that has not
+-- started yet starts it.
+SELECT pgbaton.sync_epoch();
+
+-- name: FailoverGrace :one
+-- The failover grace, for status pages and metrics.
+SELECT g.enabled::boolean AS enabled, g.active::boolean AS active, g.grace_until, g.started_at,
+       g.from_timeline, g.to_timeline, g.ttl_in_use_ms::bigint AS ttl_in_use_ms, g.db_now::timestamptz AS db_now
+  FROM pgbaton.failover_grace() g;
 
 -- name: LeaseListen :exec
 -- pgbaton.release notifies this channel with the released lease's name.
@@ -91,7 +106,7 @@ SELECT name::text FROM pgbaton.held_grants(@names::text[], @tokens::bigint[], @o
 
 -- name: SessionOpen :one
 -- Starts the lease session a client keeps all its leases alive with.
-SELECT s.id::bigint AS id, s.expires_at::timestamptz AS expires_at
+SELECT s.id::bigint AS id, s.expires_at::timestamptz AS expires_at, s.epoch::bigint AS epoch
   FROM pgbaton.session_open(@owner::text, @ttl_ms::bigint) s;
 
 -- name: SessionKeepalive :one
@@ -102,6 +117,7 @@ SELECT s.id::bigint AS id, s.expires_at::timestamptz AS expires_at
 SELECT (k.expires_at IS NOT NULL)::boolean AS alive,
        coalesce(k.expires_at, clock_timestamp())::timestamptz AS expires_at,
        coalesce(k.revoked, 0)::bigint AS revoked,
+       coalesce(k.epoch, 0)::bigint AS epoch,
        clock_timestamp()::timestamptz AS server_now
   FROM (VALUES (1)) AS one (x)
   LEFT JOIN LATERAL pgbaton.session_keepalive(@id::bigint, @ttl_ms::bigint) k ON true;

@@ -53,6 +53,7 @@ func TestNewTimelineGrantsDoNotWaitForEachOther(t *testing.T) {
 	primary := pgtest.NewCluster(t, pgcluster.Config{NoFsync: true})
 	url := newTokenDB(t, ctx, primary)
 	pool := pgtest.Pool(t, url)
+	graceOff(t, ctx, pool) // the new primary grants at once
 	var before int64
 	require.NoError(t, pool.QueryRow(ctx, "SELECT token FROM pgbaton.try_acquire('old', 'o', 60000)").Scan(&before))
 	_, err := pool.Exec(ctx, "SELECT pgbaton.register('items', ARRAY(SELECT 'i' || g FROM generate_series(1, 50) g))")

@@ -60,6 +60,7 @@ func TestTokensMonotonicAcrossLossyPromotion(t *testing.T) {
 	ctx := pgtest.Context(t, 3*time.Minute)
 	primary := pgtest.NewCluster(t, pgcluster.Config{NoFsync: true})
 	url := newTokenDB(t, ctx, primary)
+	graceOff(t, ctx, pgtest.Pool(t, url)) // about tokens: the new primary grants at once
 	proxy, err := faultproxy.New(fmt.Sprintf("127.0.0.1:%d", primary.Port()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = proxy.Close() })
@@ -166,6 +167,7 @@ func TestTokensMonotonicAcrossTimelineResets(t *testing.T) {
 	ctx := pgtest.Context(t, 2*time.Minute)
 	a := pgtest.NewCluster(t, pgcluster.Config{NoFsync: true})
 	url := newTokenDB(t, ctx, a)
+	graceOff(t, ctx, pgtest.Pool(t, url)) // about tokens: every timeline grants at once
 	var last int64
 	grant := func(url string, tl int, round int) {
 		pool := pgtest.Pool(t, url)

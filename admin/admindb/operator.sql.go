@@ -8,6 +8,8 @@ package admindb
 import (
 	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const advisoryLocks = `-- name: AdvisoryLocks :many
@@ -170,6 +172,42 @@ func (q *Queries) Events(ctx context.Context, db DBTX, arg EventsParams) ([]Pgba
 		return nil, err
 	}
 	return items, nil
+}
+
+const failoverGrace = `-- name: FailoverGrace :one
+SELECT g.enabled::boolean AS enabled, g.active::boolean AS active, g.grace_until, g.started_at,
+       g.from_timeline, g.to_timeline, g.ttl_in_use_ms::bigint AS ttl_in_use_ms,
+       CASE WHEN g.active THEN greatest(extract(epoch FROM g.grace_until - g.db_now), 0) ELSE 0 END::float8 AS remaining_seconds
+  FROM pgbaton.failover_grace() g
+`
+
+type FailoverGraceRow struct {
+	Enabled          bool        `json:"enabled"`
+	Active           bool        `json:"active"`
+	GraceUntil       *time.Time  `json:"grace_until"`
+	StartedAt        *time.Time  `json:"started_at"`
+	FromTimeline     pgtype.Int8 `json:"from_timeline"`
+	ToTimeline       pgtype.Int8 `json:"to_timeline"`
+	TtlInUseMs       int64       `json:"ttl_in_use_ms"`
+	RemainingSeconds float64     `json:"remaining_seconds"`
+}
+
+// The failover grace (pgbaton.failover_grace): after a timeline change a
+// new primary grants nothing until the longest TTL in use has passed.
+func (q *Queries) FailoverGrace(ctx context.Context, db DBTX) (FailoverGraceRow, error) {
+	row := db.QueryRow(ctx, failoverGrace)
+	var i FailoverGraceRow
+	err := row.Scan(
+		&i.Enabled,
+		&i.Active,
+		&i.GraceUntil,
+		&i.StartedAt,
+		&i.FromTimeline,
+		&i.ToTimeline,
+		&i.TtlInUseMs,
+		&i.RemainingSeconds,
+	)
+	return i, err
 }
 
 const forceReleaseLease = `-- name: ForceReleaseLease :one

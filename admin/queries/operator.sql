@@ -131,3 +131,11 @@ SELECT f.old_owner::text AS old_owner, f.old_token::bigint AS old_token, f.new_t
 -- name: TerminateAdvisoryHolder :one
 SELECT t.terminated::bool AS terminated, t.locks_held::int AS locks_held
   FROM pgbaton.terminate_advisory_holder(sqlc.arg(pid)::int, sqlc.arg(target)::text, sqlc.arg(reason)::text) t;
+
+-- name: FailoverGrace :one
+-- The failover grace (pgbaton.failover_grace): after a timeline change a
+-- new primary grants nothing until the longest TTL in use has passed.
+SELECT g.enabled::boolean AS enabled, g.active::boolean AS active, g.grace_until, g.started_at,
+       g.from_timeline, g.to_timeline, g.ttl_in_use_ms::bigint AS ttl_in_use_ms,
+       CASE WHEN g.active THEN greatest(extract(epoch FROM g.grace_until - g.db_now), 0) ELSE 0 END::float8 AS remaining_seconds
+  FROM pgbaton.failover_grace() g;

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
@@ -27,9 +28,12 @@ type statusReport struct {
 	AdvisoryLocks int64  `json:"advisory_locks"`
 	// Standbys streaming from a primary, and how many are synchronous
 	// (-1: the role may not see it).
-	Standbys     int      `json:"standbys"`
-	SyncStandbys int      `json:"sync_standbys"`
-	Warnings     []string `json:"warnings"`
+	Standbys     int `json:"standbys"`
+	SyncStandbys int `json:"sync_standbys"`
+	// The failover grace: after a timeline change nothing is granted
+	// until the longest TTL in use has passed.
+	FailoverGrace leasetable.FailoverGrace `json:"failover_grace"`
+	Warnings      []string                 `json:"warnings"`
 }
 
 func newStatusCmd(g *globals) *cobra.Command {
@@ -64,6 +68,7 @@ func runStatus(ctx context.Context, g *globals, pool *pgxpool.Pool) error {
 		if !rep.Standby {
 			rows = append(rows, []string{"replication", replicationSummary(rep.Standbys, rep.SyncStandbys)})
 		}
+		rows = append(rows, []string{"failover grace", rep.FailoverGrace.String()})
 		for _, w := range rep.Warnings {
 			rows = append(rows, []string{"warning", w})
 		}
@@ -103,6 +108,11 @@ func readStatus(ctx context.Context, pool *pgxpool.Pool) (*statusReport, error) 
 	}
 	if err := migrations.Check(ctx, pool); err != nil {
 		rep.Warnings = append(rep.Warnings, err.Error())
+	} else if rep.FailoverGrace, err = leasetable.FailoverGraceOf(ctx, pool); err != nil {
+		return nil, err
+	} else if rep.FailoverGrace.Active {
+		rep.Warnings = append(rep.Warnings, "failover grace: no lease is granted for "+rep.FailoverGrace.Remaining.Round(time.Second).String()+
+			" more (a grant the previous primary made may be lost while its holder still works)")
 	}
 	if pooled, err := behindTransactionPooler(ctx, pool); err != nil {
 		return nil, err

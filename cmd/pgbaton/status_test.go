@@ -48,3 +48,32 @@ func TestStatusWarnsAboutAsynchronousStandbys(t *testing.T) {
 	}, "the standby did not become synchronous")
 	require.Empty(t, rep.Warnings)
 }
+
+// After a timeline change (the stored one cleared, as a restore into
+// another cluster would look), status shows the failover grace: not
+// started until the new timeline is stored, then until when and why.
+func TestStatusShowsFailoverGrace(t *testing.T) {
+	ctx := context.Background()
+	db := env.DB(t)
+	pool := pgtest.Pool(t, db.URL)
+	for _, sql := range []string{
+		`SELECT pgbaton.try_acquire('lease:a', 'worker-1', 60000)`,
+		`UPDATE pgbaton.token_epoch SET timeline = NULL`,
+	} {
+		_, err := pool.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	rep := statusJSON(t, db.URL)
+	require.True(t, rep.FailoverGrace.Active)
+	require.True(t, rep.FailoverGrace.StartedAt.IsZero(), "not stored yet")
+	_, err := pool.Exec(ctx, `SELECT pgbaton.sync_epoch()`)
+	require.NoError(t, err)
+	rep = statusJSON(t, db.URL)
+	require.True(t, rep.FailoverGrace.Active)
+	require.Equal(t, time.Minute, rep.FailoverGrace.LongestTTL)
+	require.Greater(t, rep.FailoverGrace.Remaining, 50*time.Second)
+	require.NotEmpty(t, rep.Warnings)
+	code, out, errOut := cli(t, "status", "--dsn", db.URL)
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "holding every grant back for")
+}

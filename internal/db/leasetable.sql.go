@@ -12,11 +12,45 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const failoverGrace = `-- name: FailoverGrace :one
+SELECT g.enabled::boolean AS enabled, g.active::boolean AS active, g.grace_until, g.started_at,
+       g.from_timeline, g.to_timeline, g.ttl_in_use_ms::bigint AS ttl_in_use_ms, g.db_now::timestamptz AS db_now
+  FROM pgbaton.failover_grace() g
+`
+
+type FailoverGraceRow struct {
+	Enabled      bool        `json:"enabled"`
+	Active       bool        `json:"active"`
+	GraceUntil   *time.Time  `json:"grace_until"`
+	StartedAt    *time.Time  `json:"started_at"`
+	FromTimeline pgtype.Int8 `json:"from_timeline"`
+	ToTimeline   pgtype.Int8 `json:"to_timeline"`
+	TtlInUseMs   int64       `json:"ttl_in_use_ms"`
+	DbNow        time.Time   `json:"db_now"`
+}
+
+// The failover grace, for status pages and metrics.
+func (q *Queries) FailoverGrace(ctx context.Context, db DBTX) (FailoverGraceRow, error) {
+	row := db.QueryRow(ctx, failoverGrace)
+	var i FailoverGraceRow
+	err := row.Scan(
+		&i.Enabled,
+		&i.Active,
+		&i.GraceUntil,
+		&i.StartedAt,
+		&i.FromTimeline,
+		&i.ToTimeline,
+		&i.TtlInUseMs,
+		&i.DbNow,
+	)
+	return i, err
+}
+
 const leaseAttempt = `-- name: LeaseAttempt :one
 
 SELECT a.acquired::boolean AS acquired, a.token::bigint AS token,
-       a.expires_at::timestamptz AS expires_at, a.holder::text AS holder,
-       a.db_now::timestamptz AS db_now
+       a.expires_at::timestamptz AS expires_at, coalesce(a.holder, '')::text AS holder,
+       a.db_now::timestamptz AS db_now, a.grace_until
   FROM pgbaton.lease_attempt($1::text, $2::text, $3::bigint, $4::jsonb, $5::bigint, $6::uuid) a
 `
 
@@ -30,11 +64,12 @@ type LeaseAttemptParams struct {
 }
 
 type LeaseAttemptRow struct {
-	Acquired  bool      `json:"acquired"`
-	Token     int64     `json:"token"`
-	ExpiresAt time.Time `json:"expires_at"`
-	Holder    string    `json:"holder"`
-	DbNow     time.Time `json:"db_now"`
+	Acquired   bool       `json:"acquired"`
+	Token      int64      `json:"token"`
+	ExpiresAt  time.Time  `json:"expires_at"`
+	Holder     string     `json:"holder"`
+	DbNow      time.Time  `json:"db_now"`
+	GraceUntil *time.Time `json:"grace_until"`
 }
 
 // Wrappers for the lease protocol functions (migrations/0102_leasetable). The
@@ -55,6 +90,7 @@ func (q *Queries) LeaseAttempt(ctx context.Context, db DBTX, arg LeaseAttemptPar
 		&i.ExpiresAt,
 		&i.Holder,
 		&i.DbNow,
+		&i.GraceUntil,
 	)
 	return i, err
 }
@@ -224,7 +260,9 @@ func (q *Queries) LeaseGroupCount(ctx context.Context, db DBTX, leaseGroup strin
 }
 
 const leaseGroupNextExpiry = `-- name: LeaseGroupNextExpiry :one
-SELECT coalesce(min(expires_at), clock_timestamp())::timestamptz AS next_expiry, clock_timestamp()::timestamptz AS db_now,
+SELECT greatest(coalesce(min(expires_at), clock_timestamp()),
+                (SELECT g.grace_until FROM pgbaton.grant_state() g))::timestamptz AS next_expiry,
+       clock_timestamp()::timestamptz AS db_now,
        (count(*) > 0)::boolean AS held
   FROM pgbaton.lease_status
  WHERE lease_group = $1::text AND owner IS NOT NULL AND owner <> $2::text
@@ -242,7 +280,8 @@ type LeaseGroupNextExpiryRow struct {
 }
 
 // When the first lease of a group held by someone else expires, for
-// waiters on a full group; held is false when nobody else holds one.
+// waiters on a full group, no earlier than the end of a failover grace,
+// which grants nothing before it; held is false when nobody else holds one.
 func (q *Queries) LeaseGroupNextExpiry(ctx context.Context, db DBTX, arg LeaseGroupNextExpiryParams) (LeaseGroupNextExpiryRow, error) {
 	row := db.QueryRow(ctx, leaseGroupNextExpiry, arg.LeaseGroup, arg.Owner)
 	var i LeaseGroupNextExpiryRow
@@ -544,6 +583,7 @@ const sessionKeepalive = `-- name: SessionKeepalive :one
 SELECT (k.expires_at IS NOT NULL)::boolean AS alive,
        coalesce(k.expires_at, clock_timestamp())::timestamptz AS expires_at,
        coalesce(k.revoked, 0)::bigint AS revoked,
+       coalesce(k.epoch, 0)::bigint AS epoch,
        clock_timestamp()::timestamptz AS server_now
   FROM (VALUES (1)) AS one (x)
   LEFT JOIN LATERAL pgbaton.session_keepalive($1::bigint, $2::bigint) k ON true
@@ -558,6 +598,7 @@ type SessionKeepaliveRow struct {
 	Alive     bool      `json:"alive"`
 	ExpiresAt time.Time `json:"expires_at"`
 	Revoked   int64     `json:"revoked"`
+	Epoch     int64     `json:"epoch"`
 	ServerNow time.Time `json:"server_now"`
 }
 
@@ -572,6 +613,7 @@ func (q *Queries) SessionKeepalive(ctx context.Context, db DBTX, arg SessionKeep
 		&i.Alive,
 		&i.ExpiresAt,
 		&i.Revoked,
+		&i.Epoch,
 		&i.ServerNow,
 	)
 	return i, err
@@ -615,7 +657,7 @@ func (q *Queries) SessionLost(ctx context.Context, db DBTX, arg SessionLostParam
 }
 
 const sessionOpen = `-- name: SessionOpen :one
-SELECT s.id::bigint AS id, s.expires_at::timestamptz AS expires_at
+SELECT s.id::bigint AS id, s.expires_at::timestamptz AS expires_at, s.epoch::bigint AS epoch
   FROM pgbaton.session_open($1::text, $2::bigint) s
 `
 
@@ -627,12 +669,25 @@ type SessionOpenParams struct {
 type SessionOpenRow struct {
 	ID        int64     `json:"id"`
 	ExpiresAt time.Time `json:"expires_at"`
+	Epoch     int64     `json:"epoch"`
 }
 
 // Starts the lease session a client keeps all its leases alive with.
 func (q *Queries) SessionOpen(ctx context.Context, db DBTX, arg SessionOpenParams) (SessionOpenRow, error) {
 	row := db.QueryRow(ctx, sessionOpen, arg.Owner, arg.TtlMs)
 	var i SessionOpenRow
-	err := row.Scan(&i.ID, &i.ExpiresAt)
+	err := row.Scan(&i.ID, &i.ExpiresAt, &i.Epoch)
 	return i, err
+}
+
+const syncEpoch = `-- name: SyncEpoch :exec
+SELECT pgbaton.sync_epoch()
+`
+
+// Stores the epoch of a new timeline and starts its failover grace, in a
+// statement of its own: a client refused a grant by a grace that has not
+// started yet starts it.
+func (q *Queries) SyncEpoch(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, syncEpoch)
+	return err
 }

@@ -102,6 +102,13 @@ type PgbatonLeaseStatus struct {
 	Held       pgtype.Bool `json:"held"`
 }
 
+// pgbaton: TTLs in use, a row each time a longer one is first used; the longest is the failover grace
+type PgbatonLeaseTtl struct {
+	ID      int64     `json:"id"`
+	TtlMs   int64     `json:"ttl_ms"`
+	NotedAt time.Time `json:"noted_at"`
+}
+
 type PgbatonLeaseWaiter struct {
 	Name   string    `json:"name"`
 	Waiter string    `json:"waiter"`
@@ -122,7 +129,11 @@ type PgbatonSchemaMigration struct {
 
 // pgbaton: the fencing token epoch (high bits of every token), raised on the first token drawn on a new timeline
 type PgbatonTokenEpoch struct {
-	One      bool        `json:"one"`
-	Timeline pgtype.Int8 `json:"timeline"`
-	Epoch    int64       `json:"epoch"`
+	One            bool        `json:"one"`
+	Timeline       pgtype.Int8 `json:"timeline"`
+	Epoch          int64       `json:"epoch"`
+	Grace          bool        `json:"grace"`
+	GraceFrom      pgtype.Int8 `json:"grace_from"`
+	GraceStartedAt *time.Time  `json:"grace_started_at"`
+	GraceUntil     *time.Time  `json:"grace_until"`
 }

@@ -29,6 +29,7 @@ const ScopeName = "github.com/pgbaton/pgbaton"
 const (
 	Acquired = "acquired" // granted
 	Held     = "held"     // somebody else holds it (contention)
+	Grace    = "grace"    // nobody holds it, but a failover grace holds every grant back
 	Error    = "error"    // failed for another reason
 )
 
@@ -83,7 +84,7 @@ func New(layer string, cfg Config) *Instruments {
 	i := &Instruments{layer: attribute.String("pgbaton.layer", layer), withNames: cfg.WithNames}
 	var err error
 	if i.attempts, err = m.Int64Counter("pgbaton.acquire.attempts",
-		metric.WithDescription("Acquire attempts by result: acquired, held (contention), error."),
+		metric.WithDescription("Acquire attempts by result: acquired, held (contention), grace (held back by a failover grace), error."),
 		metric.WithUnit("{attempt}")); err != nil {
 		i.attempts, _ = noopM.Int64Counter("")
 	}

@@ -139,16 +139,27 @@ type phaseResult struct {
 	itemsLost, itemsDoubled []string
 	backwards               []string
 	lagBytes                int64
+	holderOverlaps          []holderOverlap
+	grace                   time.Duration // the failover grace the fault imposed
+	graceKnown              bool          // the database shows its grace
 	errors                  []string
 	newPrimary, oldPrimary  string
 }
 
 func (r phaseResult) line(nm nemesis) string {
-	return fmt.Sprintf("ha: %-18s failover_ms %d clients_ok_ms %d (bound %d) told_ms %d (bound %d) token %s -> %s "+
-		"overlaps %d stale_accepted %d lost %d doubled %d items_lost %d items_doubled %d backwards %d acked_lost %d",
-		nm.name, r.failover.Milliseconds(), r.clientsOK.Milliseconds(), r.clientsBound.Milliseconds(),
+	grace := "-"
+	if r.graceKnown {
+		grace = fmt.Sprint(r.grace.Milliseconds())
+	}
+	var overlapped time.Duration
+	for _, o := range r.holderOverlaps {
+		overlapped = max(overlapped, o.d)
+	}
+	return fmt.Sprintf("ha: %-18s failover_ms %d grace_ms %s clients_ok_ms %d (bound %d) told_ms %d (bound %d) token %s -> %s "+
+		"overlaps %d holder_overlaps %d (longest %d ms) stale_accepted %d lost %d doubled %d items_lost %d items_doubled %d backwards %d acked_lost %d",
+		nm.name, r.failover.Milliseconds(), grace, r.clientsOK.Milliseconds(), r.clientsBound.Milliseconds(),
 		r.told.Milliseconds(), r.toldBound.Milliseconds(), fmtToken(r.tokenBefore), fmtToken(r.tokenAfter),
-		len(r.overlaps), len(r.ledger.StaleAccepted), r.lostViolations(nm), len(r.ledger.Doubled),
+		len(r.overlaps), len(r.holderOverlaps), overlapped.Milliseconds(), len(r.ledger.StaleAccepted), r.lostViolations(nm), len(r.ledger.Doubled),
 		len(r.itemsLost), len(r.itemsDoubled), len(r.backwards), len(r.ledger.Lost))
 }
 
@@ -169,6 +180,7 @@ func fmtToken(tok int64) string {
 
 func (r phaseResult) judge(t *testing.T, nm nemesis) {
 	assert.Empty(t, r.overlaps, "critical sections overlap")
+	assert.Empty(t, r.holderOverlaps, "a holder was granted the lease before the previous one was told it lost it")
 	assert.Equal(t, porcupine.Ok, r.linearizable, "history not linearizable as a mutex per key")
 	assert.Empty(t, r.ledger.StaleAccepted, "stale tokens accepted by fenced writes")
 	assert.Empty(t, r.ledger.Doubled, "ledger writes doubled")
@@ -211,7 +223,7 @@ func runPhase(t *testing.T, ctx context.Context, c *hacluster.Cluster, pool *pgx
 	}
 	r.oldPrimary = leader
 
-	w := &workload{url: c.URL("pgbaton"), phase: phase, hist: check.NewHistory(),
+	w := &workload{url: c.URL("pgbaton"), pinnedURL: c.NodeURL(leader, "pgbaton"), phase: phase, hist: check.NewHistory(),
 		ledger: pgx.Identifier{fmt.Sprintf("ha_ledger_%d", phase)}, head: pgx.Identifier{fmt.Sprintf("ha_head_%d", phase)},
 		group: fmt.Sprintf("ha:p%d:items", phase)}
 	prepare(t, ctx, pool, w)
@@ -237,9 +249,10 @@ func runPhase(t *testing.T, ctx context.Context, c *hacluster.Cluster, pool *pgx
 		time.Sleep(lagFor) // the lag is the point: commits the replica never gets
 		r.lagBytes = replicationLag(t, ctx, c, leader)
 	}
+	graceBefore := readGrace(ctx, pool)
 	watch, err := watchFailover(ctx, c, old)
 	require.NoError(t, err)
-	t0 := check.MonoNow()
+	t0, wall0 := check.MonoNow(), time.Now()
 	killed, err := nm.inject(ctx, c, leader, other)
 	// Whatever happens next, the cluster is whole again for the next
 	// phase.
@@ -272,9 +285,13 @@ func runPhase(t *testing.T, ctx context.Context, c *hacluster.Cluster, pool *pgx
 	r.clientsBound = r.failover + 2*time.Second
 	r.toldBound = pingInterval + pingTimeout
 
-	// Every client works again (or the bound passes and the check fails).
-	deadline := time.Now().Add(time.Duration(f.Up-check.MonoNow()) + r.clientsBound + 10*time.Second)
-	for time.Now().Before(deadline) && !allWorked(w, f.Up) {
+	// Every client works again (or the bound passes and the check fails),
+	// after the failover grace: at most the longest TTL in use.
+	deadline := time.Now().Add(time.Duration(f.Up-check.MonoNow()) + r.clientsBound + holderTTL + 10*time.Second)
+	// And every holder of a lease granted before the fault has been told
+	// it is lost, or renewed it on the new primary: their deadlines are at
+	// most holderTTL after the fault.
+	for time.Now().Before(deadline) && (!allWorked(w, f.Up) || check.MonoNow() < t0+int64(holderTTL)) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	time.Sleep(time.Second) // some work on the new primary
@@ -283,7 +300,16 @@ func runPhase(t *testing.T, ctx context.Context, c *hacluster.Cluster, pool *pgx
 	w.stopClaims()
 	stopAll()
 
+	graceAfter := readGrace(ctx, pool)
+	r.grace, r.graceKnown = graceAfter.imposed(graceBefore), graceAfter.known
+	// No grant is made before the grace ends (it begins once the new
+	// primary is up and a client stores the new timeline): the bound
+	// counts from its end. The database's clock is this machine's.
+	if r.grace > 0 {
+		r.clientsBound = max(r.clientsBound, graceAfter.until.Sub(wall0)+2*time.Second)
+	}
 	measure(&r, w, f, t0)
+	r.holderOverlaps = holderOverlaps(w.snapshotSpans())
 	events := w.hist.Snapshot()
 	gs, unknown := check.Grants(events)
 	r.overlaps = check.Overlaps(gs)
@@ -309,6 +335,12 @@ func runPhase(t *testing.T, ctx context.Context, c *hacluster.Cluster, pool *pgx
 	t.Logf("leader %s -> %s; replication lag at the fault %d bytes; history %d events", r.oldPrimary, r.newPrimary, r.lagBytes, len(events))
 	for _, o := range r.overlaps[:min(3, len(r.overlaps))] {
 		t.Logf("overlap: %s", o)
+	}
+	for _, o := range r.holderOverlaps {
+		t.Logf("holder overlap: %s", o)
+	}
+	for _, s := range w.snapshotSpans() {
+		t.Logf("holder span: %s token %s %+dms..%+dms (from the fault) lost=%t ongoing=%t", s.client, fmtToken(s.token), (s.start-t0)/1e6, (s.end-t0)/1e6, s.lost, s.ongoing)
 	}
 	t.Logf("clients working again, after the new primary: %s", sinceUp(w, f))
 	logClient(t, w, events, r.slowest, t0, t0+int64(r.clientsOK))

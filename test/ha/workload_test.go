@@ -83,9 +83,11 @@ func (c *client) failed(err error) {
 }
 
 // counts reports whether the client's own successes count for liveness:
-// not the feeder's (it stops before the lag phase's fault) nor a
-// campaigner's (its election counts).
-func (c *client) counts() bool { return c.kind != "feeder" && c.group == nil }
+// not the feeder's (it stops before the lag phase's fault), nor a
+// holder's (the pinned one never reaches a new primary, the roaming one
+// gets the lease only once the pinned one lost it), nor a campaigner's
+// (its election counts).
+func (c *client) counts() bool { return c.kind != "feeder" && c.kind != "holder" && c.group == nil }
 
 // firstOKAfter is the first success after t, or 0.
 func (c *client) firstOKAfter(t int64) int64 {
@@ -174,16 +176,18 @@ type notice struct {
 // workload runs every kind of client against one phase's names and
 // tables until stopped.
 type workload struct {
-	url    string
-	phase  int
-	ledger pgx.Identifier // (key, token, op_id, seq), appended under lease tokens
-	head   pgx.Identifier // per-key counter giving the ledger's commit order
-	group  string         // the work items' lease group
-	hist   *check.History
+	url       string
+	pinnedURL string // the phase's first leader only, for the pinned holder
+	phase     int
+	ledger    pgx.Identifier // (key, token, op_id, seq), appended under lease tokens
+	head      pgx.Identifier // per-key counter giving the ledger's commit order
+	group     string         // the work items' lease group
+	hist      *check.History
 
 	mu      sync.Mutex
 	clients []*client
 	notices []notice
+	spans   []span // the holders'
 
 	registered []string // work items whose registration was acknowledged
 
@@ -219,7 +223,12 @@ func (w *workload) snapshotNotices() []notice {
 }
 
 func (w *workload) pool(ctx context.Context, c *client) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(w.url)
+	return w.poolAt(ctx, c, w.url)
+}
+
+// poolAt is c's pool on url.
+func (w *workload) poolAt(ctx context.Context, c *client, url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, err
 	}
@@ -286,7 +295,7 @@ func (w *workload) start(ctx context.Context) error {
 			})
 		}
 	}
-	return nil
+	return w.startHolders(ctx)
 }
 
 // stopFeeding stops the registration of new work items.

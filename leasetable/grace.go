@@ -1,0 +1,102 @@
+package leasetable
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/db"
+)
+
+// FailoverGrace is a database's failover grace (see the package doc,
+// "Failover"): after a timeline change, nothing is granted until the
+// longest TTL in use has passed, because the old primary's last grants may
+// be lost while their holders still work.
+type FailoverGrace struct {
+	// Enabled is the database's setting (pgbaton set-failover-grace, SQL
+	// pgbaton.set_failover_grace); on unless an operator turned it off.
+	Enabled bool `json:"enabled"`
+	// Active: no grant is made now, until Until.
+	Active bool `json:"active"`
+	// Until is when the last grace ends or ended, database clock; zero
+	// when no timeline change ever imposed one.
+	Until time.Time `json:"until"`
+	// StartedAt is when it began: when the new timeline's epoch was stored.
+	// Zero while the timeline change is not stored yet (every grant is
+	// refused until it is; Until is then where the grace would end if it
+	// began now).
+	StartedAt time.Time `json:"started_at"`
+	// FromTimeline and ToTimeline are the timeline change that imposed it.
+	FromTimeline int64 `json:"from_timeline"`
+	ToTimeline   int64 `json:"to_timeline"`
+	// LongestTTL is the longest TTL in use, the length of a grace.
+	LongestTTL time.Duration `json:"longest_ttl_ns"`
+	// Remaining is Until minus the database clock while Active, else 0.
+	Remaining time.Duration `json:"remaining_ns"`
+}
+
+// String says it in one line, for status output.
+func (g FailoverGrace) String() string {
+	onOff := "on"
+	if !g.Enabled {
+		onOff = "off"
+	}
+	switch {
+	case g.Active && g.StartedAt.IsZero():
+		return fmt.Sprintf("%s; holding every grant back: timeline %d -> %d not stored yet, then %s (longest TTL in use)",
+			onOff, g.FromTimeline, g.ToTimeline, g.LongestTTL)
+	case g.Active:
+		return fmt.Sprintf("%s; holding every grant back for %s more, until %s (timeline %d -> %d at %s, longest TTL in use %s)",
+			onOff, g.Remaining.Round(time.Millisecond), g.Until.Format(time.RFC3339), g.FromTimeline, g.ToTimeline,
+			g.StartedAt.Format(time.RFC3339), g.LongestTTL)
+	case g.Until.IsZero():
+		return fmt.Sprintf("%s; none imposed (longest TTL in use %s)", onOff, g.LongestTTL)
+	}
+	return fmt.Sprintf("%s; last ended %s (timeline %d -> %d, longest TTL in use %s)",
+		onOff, g.Until.Format(time.RFC3339), g.FromTimeline, g.ToTimeline, g.LongestTTL)
+}
+
+// FailoverGraceOf reads the failover grace of the database behind pool.
+func FailoverGraceOf(ctx context.Context, pool *pgxpool.Pool) (FailoverGrace, error) {
+	if pool == nil {
+		return FailoverGrace{}, fmt.Errorf("%w: nil pool", pgbaton.ErrInvalidArgument)
+	}
+	row, err := db.New().FailoverGrace(ctx, pool)
+	if err != nil {
+		return FailoverGrace{}, mapDBError("read the failover grace", err)
+	}
+	g := FailoverGrace{Enabled: row.Enabled, Active: row.Active, FromTimeline: row.FromTimeline.Int64,
+		ToTimeline: row.ToTimeline.Int64, LongestTTL: time.Duration(row.TtlInUseMs) * time.Millisecond}
+	if row.GraceUntil != nil {
+		g.Until = *row.GraceUntil
+	}
+	if row.StartedAt != nil {
+		g.StartedAt = *row.StartedAt
+	}
+	if g.Active {
+		g.Remaining = max(g.Until.Sub(row.DbNow), 0)
+	}
+	return g, nil
+}
+
+// FailoverGrace reads the failover grace of the client's database.
+func (c *Client) FailoverGrace(ctx context.Context) (FailoverGrace, error) {
+	if err := c.checkOpen(); err != nil {
+		return FailoverGrace{}, err
+	}
+	return FailoverGraceOf(ctx, c.pool)
+}
+
+// startGrace stores the epoch of a new timeline, which starts its failover
+// grace, after a grant was refused for it: a grace is measured from when
+// the new timeline's epoch is stored (lifelines' keep-alives do it too),
+// and until then every grant is refused. Best effort: the next
+// keep-alive does it otherwise.
+func (c *Client) startGrace(ctx context.Context) {
+	if err := c.q.SyncEpoch(ctx, c.pool); err != nil {
+		c.log.Debug("pgbaton: storing the epoch of a new timeline failed", "error", err)
+	}
+}
