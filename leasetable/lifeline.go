@@ -317,19 +317,29 @@ func (c *Client) clockStepped(s *lifeline, alive bool, step time.Duration) {
 		leases = append(leases, l)
 	}
 	c.mu.Unlock()
-	lost := 0
+	affected := leases[:0]
 	for _, l := range leases {
 		l.mu.Lock()
 		if l.state == leaseHeld && (!alive || l.line != s) {
-			l.transitionLocked(leaseLost, fmt.Errorf("%w: %w: %q token %d: %s", ErrLeaseLost, ErrClockStep, l.name, l.token, why), CauseClockStep)
-			lost++
+			affected = append(affected, l)
 		}
 		l.mu.Unlock()
 	}
-	c.log.Warn("pgbaton: database clock stepped forward", "session", s.id, "step", step, "leases_lost", lost,
+	// Logged and counted before any holder is told, so that whoever wakes
+	// on Done finds the step in the log and the metrics.
+	c.log.Warn("pgbaton: database clock stepped forward", "session", s.id, "step", step, "leases_lost", len(affected),
 		"error", fmt.Errorf("%w: %s", ErrClockStep, why))
 	if c.tel != nil {
 		c.tel.ClockStepped(context.Background())
+	}
+	for _, l := range affected {
+		l.mu.Lock()
+		// Only a lease still held: one released or handed off meanwhile
+		// stays so.
+		if l.state == leaseHeld {
+			l.transitionLocked(leaseLost, fmt.Errorf("%w: %w: %q token %d: %s", ErrLeaseLost, ErrClockStep, l.name, l.token, why), CauseClockStep)
+		}
+		l.mu.Unlock()
 	}
 }
 
