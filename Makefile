@@ -149,6 +149,23 @@ check-generated: generate ## Fail if the generated code differs from a fresh gen
 	fi
 	@echo "generated code is up to date"
 
+# The exported API of the tagged modules (the library, admin, gocronlock;
+# cmd/pgbaton has no importable package) against its baseline in api/,
+# written at the last release tag: a declaration removed or changed fails,
+# an addition passes (internal/tools/apicheck). admin/admindb is left out:
+# it is sqlc's output of the admin page's queries, shared with the CLI,
+# and follows them (its package doc says so).
+API_MODULES := . admin gocronlock
+API_FLAGS   := -exclude github.com/pgbaton/pgbaton/admin/admindb
+
+.PHONY: api-check
+api-check: ## Fail if the exported API of a tagged module lost or changed a declaration since the baseline in api/
+	$(GO) run ./internal/tools/apicheck $(API_FLAGS) $(API_MODULES)
+
+.PHONY: api-update
+api-update: ## Rewrite the API baseline in api/ from the current code (at a release tag; see RELEASING.md)
+	$(GO) run ./internal/tools/apicheck -update $(API_FLAGS) $(API_MODULES)
+
 .PHONY: vet-sql
 vet-sql: $(SQLC) deps-postgres ## Run sqlc vet (db-prepare) against a throwaway migrated PostgreSQL
 	$(GO) run ./internal/testkit/withpg -sql examples/demo/demo_schema.sql -- $(SQLC) vet
