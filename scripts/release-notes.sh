@@ -8,8 +8,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 version=${1:?usage: $0 vX.Y.Z}
 v=${version#v}
+# The section ends at the next "## [" heading or at the link definitions
+# ("[X.Y.Z]: https://...") at the bottom of the file.
 notes=$(awk -v v="$v" '
   /^## \[/ { if (found) exit; if (index($0, "## [" v "]") == 1) { found = 1; next } }
+  /^\[[^]]+\]: / { if (found) exit }
   found { print }
 ' CHANGELOG.md)
 if [ -z "${notes//[[:space:]]/}" ]; then
