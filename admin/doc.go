@@ -53,4 +53,7 @@
 //
 // The package reads the database only through its own generated queries
 // (admindb, from queries/), never through the library's internal packages.
+// The metrics, the dashboard and the CLI are in [Operating].
+//
+// [Operating]: https://github.com/pgbaton/pgbaton/blob/main/docs/operating.md
 package admin

@@ -95,6 +95,11 @@ func (l *Locker) xactKey(ctx context.Context, tx pgbaton.Tx, key Key, id lockID,
 //
 // The Locker remembers a name once it reads it back as recorded, never
 // right after inserting it: the caller may still roll back.
+//
+// Recording the name is not wrapped in a savepoint: the only ways it can
+// fail are a missing schema or privilege, which need fixing rather than
+// working around, while a savepoint would cost two more round trips and a
+// subtransaction on the first lock of every name.
 func (l *Locker) xactName(ctx context.Context, tx pgbaton.Tx, key Key, id int64, shared, wait bool) error {
 	op := "transaction lock " + key.String()
 	ns := l.cfg.Namespace

@@ -5,17 +5,15 @@
 // # Liveness versus safety
 //
 // A lease (package leasetable) or an advisory lock keeps two workers from
-// doing the same work at the same time most of the time: that is liveness,
-// it saves wasted work. It cannot keep a holder that was paused (a GC
-// pause, a stopped VM, a network partition) past its lease from waking up
-// and writing, after another worker has been granted the lease and has
-// written too. Only a check at the moment of the write prevents that
-// corruption: that is safety, and it is what this package gives. Because
-// the lease and the data live in the same database, the check runs inside
-// the write's transaction, atomically with it; a lock service outside the
-// database (Redis, etcd, ZooKeeper, blob leases) cannot do that without the
-// storage's help. Use both: the lease to decide who works, the fence to
-// make sure only the current holder's writes land.
+// doing the same work at the same time most of the time: that is liveness.
+// It cannot keep a holder that was paused (a GC pause, a stopped VM, a
+// network partition) past its lease from waking up and writing after
+// another worker was granted the lease. Only a check at the moment of the
+// write prevents that corruption: that is safety, and it is what this
+// package gives. Because the lease and the data live in the same database,
+// the check runs inside the write's transaction, atomically with it. Use
+// both: the lease to decide who works, the fence to make sure only the
+// current holder's writes land. See [Fenced writes] and [Safety].
 //
 // # Three ways to fence
 //
@@ -77,9 +75,12 @@
 // transaction writes anything else that must be fenced): the effects and
 // the completion commit together or not at all.
 //
-// The idempotent consumer loop: a broker delivers at least once; record
-// each message in the transaction of its work and acknowledge repeats
-// without doing them again (ExampleMarkProcessed):
+// The idempotent consumer loop: a broker delivers at least once.
+// MarkProcessed records a message id in the transaction of its work
+// (pgbaton.processed_message) and reports a repeat with
+// ErrAlreadyProcessed, aborting that transaction so the repeat's work
+// cannot commit; a concurrent duplicate waits for the first delivery's
+// transaction and learns the outcome (ExampleMarkProcessed):
 //
 //	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 //		if err := fencedwrite.MarkProcessed(ctx, tx, "billing", msg.ID); err != nil {
@@ -94,6 +95,12 @@
 //		msg.Nack() // nothing committed: it comes again
 //	}
 //
+// Records are kept for a retention (DefaultRetention, 7 days) and deleted
+// in small batches by PruneProcessed, pgbaton.prune_processed or package
+// retention; a message redelivered after its record is gone is processed
+// again, so choose a retention longer than the broker's redelivery window.
+// See [Work queues].
+//
 // # database/sql
 //
 // Guard, GuardLease, SetToken, BypassFencing and MarkProcessed take a
@@ -102,20 +109,6 @@
 // take a pgbaton.Querier, which databasesql.WrapQuerier makes of a
 // *sql.DB, *sql.Conn or *sql.Tx. InSQLTx is InTx on a *sql.DB, with the
 // same answer after a lost COMMIT reply. See package databasesql.
-//
-// # Idempotent consumer
-//
-// MarkProcessed records a processed message or request id in the
-// caller's transaction (pgbaton.processed_message) and reports a repeat
-// with ErrAlreadyProcessed, aborting that transaction so the repeat's
-// work cannot commit. Call it first: a concurrent duplicate then waits
-// for the first delivery's transaction and is told the outcome. Records
-// are kept for a retention (DefaultRetention, 7 days) and deleted in
-// small batches by PruneProcessed or pgbaton.prune_processed; a message
-// redelivered after its record is gone is processed again, so choose a
-// retention longer than the broker's redelivery window. This follows the
-// inbox/idempotent-consumer tables of message frameworks: deduplication
-// by id, in the same transaction as the work, bounded by retention.
 //
 // # Operators
 //
@@ -133,12 +126,9 @@
 // GuardLease, InTx, the value writes, EnableFencing, DisableFencing,
 // BypassFencing, MarkProcessed and PruneProcessed fail with an error
 // wrapping pgbaton.ErrStandby; a read-only transaction on the primary
-// fails with PostgreSQL's own error (SQLSTATE 25006) instead. The guards
-// ask the server in their own statement; the other writes learn it from
-// the connection's in_hot_standby (PostgreSQL 14 and later) or, outside a
-// transaction, by asking. On PostgreSQL 13 a value write, MarkProcessed or
-// BypassFencing inside your transaction on a standby returns only
-// PostgreSQL's 25006 error.
+// fails with PostgreSQL's own error (SQLSTATE 25006) instead. On
+// PostgreSQL 13 a value write, MarkProcessed or BypassFencing inside your
+// transaction on a standby returns only PostgreSQL's 25006 error.
 //
 // # Isolation level
 //
@@ -180,4 +170,8 @@
 // well under the renew interval so liveness does too. Do not wait, inside
 // a guarded transaction, for a renewal or release of the same lease made
 // on another connection: it waits for you.
+//
+// [Fenced writes]: https://github.com/pgbaton/pgbaton/blob/main/docs/fenced-writes.md
+// [Safety]: https://github.com/pgbaton/pgbaton/blob/main/docs/safety.md
+// [Work queues]: https://github.com/pgbaton/pgbaton/blob/main/docs/work-queues.md
 package fencedwrite

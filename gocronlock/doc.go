@@ -64,10 +64,9 @@
 // gocron, which reports them only to an AfterLockError listener.
 //
 // Each scheduled run adds a row to pgbaton.cron_slot (the record of who
-// ran which slot), and nothing prunes them yet: a job every second adds
-// 86,400 rows a day. Delete old ones from time to time, for example
-// DELETE FROM pgbaton.cron_slot WHERE job LIKE 'gocron:%' AND scheduled_at
-// < now() - interval '7 days'.
+// ran which slot): a job every second adds 86,400 rows a day. Run
+// retention.Run in the service to prune them (after 7 days by default,
+// retention.Config.CronSlots).
 //
 // A lost lease (the process paused past its TTL, the database unreachable)
 // cannot stop a job that is already running: gocron gives jobs no context
@@ -76,5 +75,8 @@
 //
 // Elector is a gocron.Elector: one scheduler, the leader of a pgbaton
 // election, runs all jobs; when it dies, another takes over within the
-// lease TTL.
+// lease TTL. See [Cron jobs] and [Leader election].
+//
+// [Cron jobs]: https://github.com/pgbaton/pgbaton/blob/main/docs/cron-jobs.md
+// [Leader election]: https://github.com/pgbaton/pgbaton/blob/main/docs/leader-election.md
 package gocronlock

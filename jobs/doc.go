@@ -28,7 +28,7 @@
 // leasetable (the job's lease) and fencedwrite (the checkpoints), and
 // neither of them imports it (the module's deps_test.go checks that
 // imports only go down). It takes the *leasetable.Client the caller
-// already has, so a job's lease, its session and its owner are the
+// already has, so a job's lease, its lifeline and its owner are the
 // client's; it uses only what leasetable exports for packages built on
 // it: Client.Pool, Lease.OnRenew (the run's heartbeat moves with every
 // keep-alive) and Lease.Do (the function runs under the held lease). Its
@@ -38,5 +38,9 @@
 // retention prunes them (a job's newest run is always kept).
 //
 // Bad input returns an error wrapping pgbaton.ErrInvalidArgument and sends
-// nothing; a closed client gives pgbaton.ErrClosed.
+// nothing; a closed client gives pgbaton.ErrClosed. See [Cron jobs] and
+// [Work queues].
+//
+// [Cron jobs]: https://github.com/pgbaton/pgbaton/blob/main/docs/cron-jobs.md
+// [Work queues]: https://github.com/pgbaton/pgbaton/blob/main/docs/work-queues.md
 package jobs

@@ -21,6 +21,12 @@
 // system catalogs describe it; TestCatalogSnapshot fails on any difference,
 // so every change to the schema shows in review (regenerate it with
 // `go test ./migrations -run TestCatalogSnapshot -update`).
+//
+// pgbaton refuses a database migrated by a newer build
+// (pgbaton.ErrSchemaTooNew) and a standby (pgbaton.ErrStandby). Roles,
+// retention and the CLI's `pgbaton migrate` are in [Operating].
+//
+// [Operating]: https://github.com/pgbaton/pgbaton/blob/main/docs/operating.md
 package migrations
 
 import (

@@ -221,9 +221,26 @@ func (c *Config) giveUp() time.Duration { return c.PingInterval + c.PingTimeout 
 
 // serverTimeouts are the TCP settings of every connection, derived from
 // giveUp so that the server drops a silent client only well after the
-// client has given up (see advisory's package documentation): keepalive
-// probes start after giveUp+1s of silence, and the connection is dropped
-// once data or probes have gone unanswered for 2×giveUp+1s.
+// client has given up. With g = giveUp (PingInterval + PingTimeout):
+//
+//	tcp_keepalives_idle     = ceil(g + 1s)    seconds of silence before probing
+//	tcp_keepalives_interval = 1s
+//	tcp_keepalives_count    = enough probes to reach tcp_user_timeout
+//	tcp_user_timeout        = 2g + 1s         unacknowledged data or probes before the drop
+//
+// The client declares a connection lost at most g after the last moment
+// the server demonstrably heard from it (the send time of the last
+// answered round trip). A silently partitioned client (no FIN, no RST) is
+// pinged by no one: its backend first probes after g + 1s of silence and
+// drops the connection only after 2g + 1s, by which time the client has
+// been reporting the loss for g + 1s. If the partition is one-way and the
+// client's pings still reach the server, the server's answers go
+// unacknowledged and tcp_user_timeout (2g + 1s from the first unanswered
+// one, which is later than the client's last answer) drops it, again
+// after the client gave up. A crashed client host is the same as a
+// partition; a crashed client process closes its sockets and its locks
+// are freed at once, which is the point of session locks. Over a unix
+// socket these settings do not apply and are not needed.
 type serverTimeouts struct {
 	keepalivesIdle     int // seconds
 	keepalivesInterval int // seconds
