@@ -55,13 +55,13 @@ func (r *Run) Checkpoint(ctx context.Context, state any) error {
 		})
 		if errors.Is(err, pgx.ErrNoRows) {
 			// The guard passed, so the run was finished, not taken over.
-			return fmt.Errorf("%w: jobs: run %d of job %q is no longer running", leasetable.ErrNotHeld, r.id, r.job)
+			return fmt.Errorf("%w: run %d of job %q is no longer running", leasetable.ErrNotHeld, r.id, r.job)
 		}
 		return err
 	})
 	switch {
 	case errors.Is(err, fencedwrite.ErrStaleToken):
-		return fmt.Errorf("%w: jobs: checkpoint of job %q refused: %w", leasetable.ErrLeaseLost, r.job, err)
+		return fmt.Errorf("%w: checkpoint of job %q refused: %w", leasetable.ErrLeaseLost, r.job, err)
 	case errors.Is(err, leasetable.ErrNotHeld):
 		return err
 	case err != nil:

@@ -10,7 +10,7 @@ import (
 )
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: jobs: "+format, append([]any{pgbaton.ErrInvalidArgument}, args...)...)
+	return fmt.Errorf("%w: "+format, append([]any{pgbaton.ErrInvalidArgument}, args...)...)
 }
 
 // checkJob refuses a job name the database would refuse, before anything

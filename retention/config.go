@@ -44,12 +44,12 @@ func (c *Config) rules() []prune.Rule {
 }
 
 func (c Config) withDefaults() (Config, error) {
-	if p := prune.Defaults("Config", &c.Interval, &c.Batch, c.rules()); p != "" {
+	if p := prune.Defaults("retention.Config", &c.Interval, &c.Batch, c.rules()); p != "" {
 		return c, invalid("%s", p)
 	}
 	return c, nil
 }
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: retention: "+format, append([]any{pgbaton.ErrInvalidArgument}, args...)...)
+	return fmt.Errorf("%w: "+format, append([]any{pgbaton.ErrInvalidArgument}, args...)...)
 }
