@@ -228,8 +228,9 @@ func (c *Client) releaseGrants(ctx context.Context, names []string, tokens []int
 // Acquire takes the lease name, waiting while someone else holds it. It
 // wakes when the holder releases (LISTEN/NOTIFY on the client's one
 // listening connection) or at the holder's known expiry plus a little
-// jitter; it never polls. It returns ctx's error when ctx ends first: the
-// caller did not get the lease.
+// jitter; with Config.NoListen, or where notifications are not delivered,
+// it looks again every Config.PollInterval instead. It returns ctx's error
+// when ctx ends first: the caller did not get the lease.
 func (c *Client) Acquire(ctx context.Context, name string) (*Lease, error) {
 	if err := checkName("lease name", name); err != nil {
 		return nil, err

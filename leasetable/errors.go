@@ -39,7 +39,7 @@ var (
 	// of the lease's context) is ErrLeaseLost.
 	ErrNotHeld = errors.New("leasetable: lease no longer held by this grant")
 
-	// ErrNoLeader is returned by Election.Leader when nobody holds the
+	// ErrNoLeader is returned by Client.Leader when nobody holds the
 	// election's lease.
 	ErrNoLeader = errors.New("leasetable: no leader")
 )

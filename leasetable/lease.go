@@ -265,7 +265,7 @@ func (l *Lease) Err() error {
 }
 
 // OnRenew has fn run in the background after every successful keep-alive
-// of the lease's session, while the lease is held, with a context that
+// of the lease's lifeline, while the lease is held, with a context that
 // ends after RenewInterval: package jobs moves a run's heartbeat with it.
 // fn replaces the one set before; nil removes it.
 func (l *Lease) OnRenew(fn func(ctx context.Context)) {
