@@ -144,7 +144,7 @@ func TestLossOnStalledNetwork(t *testing.T) {
 	proxy.Resume()
 }
 
-// The server-side TCP settings are those the timing argument in doc.go
+// The server-side TCP settings are those the timing argument (pgsession.serverTimeouts)
 // needs: keepalive probes only after the client has given up, and the
 // drop later still.
 func TestSessionServerTimeouts(t *testing.T) {

@@ -23,7 +23,7 @@ import (
 	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 )
 
-// The end-to-end proof of the timing argument in doc.go: a client cut off
+// The end-to-end proof of the timing argument (pgsession.serverTimeouts): a client cut off
 // silently (no FIN, no RST reach the server) reports ErrLockLost while the
 // server still holds its lock, and the server frees the lock later, when
 // the session's TCP keepalive / tcp_user_timeout drop the dead client.
