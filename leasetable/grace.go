@@ -16,8 +16,9 @@ import (
 // longest TTL in use has passed, because the old primary's last grants may
 // be lost while their holders still work.
 type FailoverGrace struct {
-	// Enabled is the database's setting (pgbaton set-failover-grace, SQL
-	// pgbaton.set_failover_grace); on unless an operator turned it off.
+	// Enabled is the database's setting (SQL
+	// pgbaton.set_failover_grace(on, reason)); on unless an operator
+	// turned it off.
 	Enabled bool `json:"enabled"`
 	// Active: no grant is made now, until Until.
 	Active bool `json:"active"`
