@@ -76,7 +76,7 @@ SELECT g.enabled::boolean AS enabled, g.active::boolean AS active, g.grace_until
   FROM pgbaton.failover_grace() g;
 
 -- name: LeaseListen :exec
--- pgbaton.release notifies this channel with the released lease's name.
+-- pgbaton.notify_waiters notifies this channel with a released lease's name.
 LISTEN pgbaton_lease;
 
 -- name: LeaseUnlisten :exec

@@ -293,7 +293,7 @@ const leaseListen = `-- name: LeaseListen :exec
 LISTEN pgbaton_lease
 `
 
-// pgbaton.release notifies this channel with the released lease's name.
+// pgbaton.notify_waiters notifies this channel with a released lease's name.
 func (q *Queries) LeaseListen(ctx context.Context, db DBTX) error {
 	_, err := db.Exec(ctx, leaseListen)
 	return err
