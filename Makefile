@@ -122,7 +122,7 @@ fuzz-short: deps-postgres ## Run each fuzz target briefly (FUZZTIME inputs each)
 bench: deps-postgres ## Side-by-side benchmarks vs raw pgx, go-pglock, River, gue, redislock; writes bench/RESULTS.md and bench/charts/*.svg
 	@mkdir -p $(TOOLS)
 	cd bench && $(GO) build -o $(TOOLS)/pgbaton-bench .
-	cd bench && $(GO) run github.com/pgbaton/pgbaton/internal/testkit/withpg -durable -set max_connections=1300 -- \
+	cd bench && $(GO) run github.com/pgbaton/pgbaton/internal/testkit/withpg -durable -set max_connections=1600 -- \
 		$(TOOLS)/pgbaton-bench -out RESULTS.md -charts charts $(BENCHARGS)
 
 .PHONY: bench-smoke

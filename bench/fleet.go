@@ -150,7 +150,7 @@ func (f *rawFleet) acquire(ctx context.Context, name string) (func(context.Conte
 		switch {
 		case err == nil:
 			release := func(ctx context.Context) error {
-				_, err := f.pool.Exec(ctx, "SELECT pgbaton.release($1, $2, $3)", name, f.owner, token)
+				_, err := f.pool.Exec(ctx, "SELECT released FROM pgbaton.release($1, $2, $3)", name, f.owner, token)
 				return err
 			}
 			renew := func(ctx context.Context) error {

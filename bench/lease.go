@@ -171,13 +171,18 @@ func (w *rawLeaseWorker) attempt(ctx context.Context, key string) (held, error) 
 			b.Queue("SELECT pgbaton.stop_waiting($1, $2)", w.registered, w.owner)
 			w.registered = ""
 		}
-		var released bool
-		b.Queue("SELECT pgbaton.release($1, $2, $3)", key, w.owner, token).QueryRow(func(r pgx.Row) error { return r.Scan(&released) })
+		var released, waiters bool
+		b.Queue("SELECT released, waiters FROM pgbaton.release($1, $2, $3)", key, w.owner, token).QueryRow(func(r pgx.Row) error { return r.Scan(&released, &waiters) })
 		if err := w.c.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
 		if !released {
 			return errors.New("raw lease: release of a lease not held")
+		}
+		if waiters {
+			// Woken after the release committed, as pgbaton does.
+			_, err := w.c.Exec(ctx, "SELECT pgbaton.notify_waiters($1)", []string{key})
+			return err
 		}
 		return nil
 	}), nil

@@ -62,7 +62,7 @@ func TestGuardRejectsStaleTokens(t *testing.T) {
 	requireStale(t, guard("job:nobody-took", 5), "job:nobody-took", 5, 0, "no such lease")
 
 	var released bool
-	require.NoError(t, pool.QueryRow(ctx, "SELECT pgbaton.release('job:a', 'b', $1)", second).Scan(&released))
+	require.NoError(t, pool.QueryRow(ctx, "SELECT released FROM pgbaton.release('job:a', 'b', $1)", second).Scan(&released))
 	require.True(t, released)
 	requireStale(t, guard("job:a", second), "job:a", second, second, "released")
 
@@ -148,7 +148,7 @@ func TestTakeoverWaitsForGuardedTransaction(t *testing.T) {
 	// UPDATE) waits: FOR KEY SHARE would have let it through.
 	releasePID, released := async(t, ctx, pool, func(c *pgx.Conn) (bool, error) {
 		var ok bool
-		err := c.QueryRow(ctx, "SELECT pgbaton.release('job:a', 'old', $1)", old).Scan(&ok)
+		err := c.QueryRow(ctx, "SELECT released FROM pgbaton.release('job:a', 'old', $1)", old).Scan(&ok)
 		return ok, err
 	})
 	waitBlocked(t, ctx, pool, releasePID)

@@ -197,10 +197,12 @@ func ctxErr(ctx context.Context) error {
 func (c *Client) releaseRef(ctx context.Context, s *lifeline, ref pgtype.UUID) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReleaseTimeout)
 	defer cancel()
-	err := c.retry(ctx, true, func(ctx context.Context) error {
-		_, err := c.q.LeaseReleaseRef(ctx, c.pool, db.LeaseReleaseRefParams{Owner: c.cfg.Owner, Session: s.id, Ref: ref})
+	var freed []string
+	err := c.retry(ctx, true, func(ctx context.Context) (err error) {
+		freed, err = c.q.LeaseReleaseRef(ctx, c.pool, db.LeaseReleaseRefParams{Owner: c.cfg.Owner, Session: s.id, Ref: ref})
 		return err
 	})
+	c.notifyWaiters(ctx, freed)
 	if err != nil {
 		s.mu.Lock()
 		s.orphans = append(s.orphans, ref)

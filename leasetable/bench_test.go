@@ -161,7 +161,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 					if err != nil || !ok {
 						return 0, fmt.Errorf("raw acquire: %v %v", ok, err)
 					}
-					return 1, pool.QueryRow(ctx, "SELECT pgbaton.release($1, $2, $3)", names[w], "raw", tok).Scan(&ok)
+					return 1, pool.QueryRow(ctx, "SELECT released FROM pgbaton.release($1, $2, $3)", names[w], "raw", tok).Scan(&ok)
 				}},
 				{name: "plain", op: func(w int) (int, error) {
 					var tok int64
@@ -350,12 +350,18 @@ func BenchmarkHandover(b *testing.B) {
 		}()
 		<-ready
 		start := time.Now()
-		if _, err := pool.Exec(ctx, "SELECT pgbaton.release('raw-handover', 'raw-holder', $1)", tok); err != nil {
+		var waiters bool
+		if err := pool.QueryRow(ctx, "SELECT waiters FROM pgbaton.release('raw-handover', 'raw-holder', $1)", tok).Scan(&waiters); err != nil {
 			b.Fatal(err)
+		}
+		if waiters {
+			if _, err := pool.Exec(ctx, "SELECT pgbaton.notify_waiters('{raw-handover}')"); err != nil {
+				b.Fatal(err)
+			}
 		}
 		wtok := <-got
 		took := acquired.Sub(start)
-		if _, err := pool.Exec(ctx, "SELECT pgbaton.stop_waiting('raw-handover', 'raw-waiter/1'), pgbaton.release('raw-handover', 'raw-waiter', $1)", wtok); err != nil {
+		if _, err := pool.Exec(ctx, "SELECT pgbaton.stop_waiting('raw-handover', 'raw-waiter/1'), (pgbaton.release('raw-handover', 'raw-waiter', $1)).released", wtok); err != nil {
 			b.Fatal(err)
 		}
 		return took

@@ -17,7 +17,8 @@ import (
 // be lost while their holders still work.
 type FailoverGrace struct {
 	// Enabled is the database's setting (SQL
-	// pgbaton.set_failover_grace); on unless an operator turned it off.
+	// pgbaton.set_failover_grace(on, reason)); on unless an operator
+	// turned it off.
 	Enabled bool `json:"enabled"`
 	// Active: no grant is made now, until Until.
 	Active bool `json:"active"`

@@ -556,11 +556,15 @@ func (l *Lease) releaseAfterTx(ctx context.Context) error {
 // here: safe to repeat, it is sent again on a fresh connection after a
 // broken one or a role flip (retry).
 func (l *Lease) release(ctx context.Context) (ok bool, err error) {
+	var r db.LeaseReleaseRow
 	err = l.c.retry(ctx, true, func(ctx context.Context) (err error) {
-		ok, err = l.c.q.LeaseRelease(ctx, l.c.pool, db.LeaseReleaseParams{Name: l.name, Owner: l.c.cfg.Owner, Token: l.token})
+		r, err = l.c.q.LeaseRelease(ctx, l.c.pool, db.LeaseReleaseParams{Name: l.name, Owner: l.c.cfg.Owner, Token: l.token})
 		return err
 	})
-	return ok, err
+	if err == nil && r.Waiters {
+		l.c.notifyWaiters(ctx, []string{l.name})
+	}
+	return r.Released, err
 }
 
 func (l *Lease) setReleaseErr(err error) {

@@ -531,7 +531,7 @@ func TestReleaseNotifiesOnlyWhenSomeoneWaits(t *testing.T) {
 		var tok int64
 		require.NoError(t, pool.QueryRow(ctx, "SELECT token FROM pgbaton.try_acquire('n', 'o', 60000)").Scan(&tok))
 		var ok bool
-		require.NoError(t, pool.QueryRow(ctx, "SELECT pgbaton.release('n', 'o', $1)", tok).Scan(&ok))
+		require.NoError(t, pool.QueryRow(ctx, "SELECT released FROM pgbaton.release('n', 'o', $1)", tok).Scan(&ok))
 		require.True(t, ok)
 	}
 	cycle()

@@ -18,7 +18,7 @@ import (
 	"github.com/pgbaton/pgbaton/internal/serverkind"
 )
 
-// notifyChannel is the channel pgbaton.release notifies, with the lease
+// notifyChannel is the channel pgbaton.notify_waiters notifies, with the lease
 // name as payload.
 const notifyChannel = "pgbaton_lease"
 

@@ -60,11 +60,38 @@ func (c *Client) releaseAll(ctx context.Context, stopped, retried []*Lease) erro
 // trip, once more on a fresh connection if need be, and returns the names
 // it freed (not those taken over meanwhile).
 func (c *Client) releaseMany(ctx context.Context, names []string, tokens []int64) (freed []string, err error) {
+	var rows []db.LeaseReleaseManyRow
 	err = c.retry(ctx, true, func(ctx context.Context) (err error) {
-		freed, err = c.q.LeaseReleaseMany(ctx, c.pool, db.LeaseReleaseManyParams{Names: names, Tokens: tokens, Owner: c.cfg.Owner})
+		rows, err = c.q.LeaseReleaseMany(ctx, c.pool, db.LeaseReleaseManyParams{Names: names, Tokens: tokens, Owner: c.cfg.Owner})
 		return err
 	})
+	var wake []string
+	for _, r := range rows {
+		freed = append(freed, r.Name)
+		if r.Waiters {
+			wake = append(wake, r.Name)
+		}
+	}
+	c.notifyWaiters(ctx, wake)
 	return freed, err
+}
+
+// notifyWaiters wakes the waiters of the leases named (and of their
+// groups) once their release has committed. The release reports whether
+// anyone waits; the NOTIFY goes in a statement of its own because a
+// NOTIFY in the release's transaction would hold the server's
+// database-wide notify lock through that commit's flush (see
+// pgbaton.notify_waiters). Best effort: a waiter not woken looks again at
+// the expiry it knows.
+func (c *Client) notifyWaiters(ctx context.Context, names []string) {
+	if len(names) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ReleaseTimeout)
+	defer cancel()
+	if err := c.q.LeaseNotifyWaiters(ctx, c.pool, names); err != nil {
+		c.log.Debug("pgbaton: waking waiters failed; they look again at the expiry they know", "leases", names, "error", err)
+	}
 }
 
 // grants are the names and tokens of leases, as the batch protocol

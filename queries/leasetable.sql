@@ -12,7 +12,13 @@ SELECT r.expires_at::timestamptz AS expires_at
   FROM pgbaton.renew(@name::text, @owner::text, @token::bigint, @ttl_ms::bigint) r;
 
 -- name: LeaseRelease :one
-SELECT pgbaton.release(@name::text, @owner::text, @token::bigint)::boolean AS released;
+SELECT r.released::boolean AS released, r.waiters::boolean AS waiters
+  FROM pgbaton.release(@name::text, @owner::text, @token::bigint) r;
+
+-- name: LeaseNotifyWaiters :exec
+-- Wakes the waiters of leases released (and of their groups), after the
+-- release committed: see pgbaton.notify_waiters.
+SELECT pgbaton.notify_waiters(@names::text[]);
 
 -- name: LeaseWaitFor :exec
 SELECT pgbaton.wait_for(@name::text, @waiter::text, @is_group::boolean);
@@ -70,7 +76,7 @@ SELECT g.enabled::boolean AS enabled, g.active::boolean AS active, g.grace_until
   FROM pgbaton.failover_grace() g;
 
 -- name: LeaseListen :exec
--- pgbaton.release notifies this channel with the released lease's name.
+-- pgbaton.notify_waiters notifies this channel with a released lease's name.
 LISTEN pgbaton_lease;
 
 -- name: LeaseUnlisten :exec
@@ -91,8 +97,10 @@ SELECT pg_notify('pgbaton_lease', @payload::text);
 
 -- name: LeaseReleaseMany :many
 -- Gives back leases of one owner in one round trip, each guarded by its
--- (name, token) like pgbaton.release; returns the names freed.
-SELECT name::text FROM pgbaton.release_many(@names::text[], @tokens::bigint[], @owner::text) AS name;
+-- (name, token) like pgbaton.release; returns the names freed and
+-- whether anyone waits for each.
+SELECT r.name::text AS name, r.waiters::boolean AS waiters
+  FROM pgbaton.release_many(@names::text[], @tokens::bigint[], @owner::text) r;
 
 -- name: LeaseCompleteTx :exec
 -- Completes leases inside the caller's transaction; raises PB001, aborting

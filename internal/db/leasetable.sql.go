@@ -293,7 +293,7 @@ const leaseListen = `-- name: LeaseListen :exec
 LISTEN pgbaton_lease
 `
 
-// pgbaton.release notifies this channel with the released lease's name.
+// pgbaton.notify_waiters notifies this channel with a released lease's name.
 func (q *Queries) LeaseListen(ctx context.Context, db DBTX) error {
 	_, err := db.Exec(ctx, leaseListen)
 	return err
@@ -308,6 +308,17 @@ SELECT pg_notify('pgbaton_lease', $1::text)
 // nobody.
 func (q *Queries) LeaseNotify(ctx context.Context, db DBTX, payload string) error {
 	_, err := db.Exec(ctx, leaseNotify, payload)
+	return err
+}
+
+const leaseNotifyWaiters = `-- name: LeaseNotifyWaiters :exec
+SELECT pgbaton.notify_waiters($1::text[])
+`
+
+// Wakes the waiters of leases released (and of their groups), after the
+// release committed: see pgbaton.notify_waiters.
+func (q *Queries) LeaseNotifyWaiters(ctx context.Context, db DBTX, names []string) error {
+	_, err := db.Exec(ctx, leaseNotifyWaiters, names)
 	return err
 }
 
@@ -328,7 +339,8 @@ func (q *Queries) LeaseRegister(ctx context.Context, db DBTX, arg LeaseRegisterP
 }
 
 const leaseRelease = `-- name: LeaseRelease :one
-SELECT pgbaton.release($1::text, $2::text, $3::bigint)::boolean AS released
+SELECT r.released::boolean AS released, r.waiters::boolean AS waiters
+  FROM pgbaton.release($1::text, $2::text, $3::bigint) r
 `
 
 type LeaseReleaseParams struct {
@@ -337,15 +349,21 @@ type LeaseReleaseParams struct {
 	Token int64  `json:"token"`
 }
 
-func (q *Queries) LeaseRelease(ctx context.Context, db DBTX, arg LeaseReleaseParams) (bool, error) {
+type LeaseReleaseRow struct {
+	Released bool `json:"released"`
+	Waiters  bool `json:"waiters"`
+}
+
+func (q *Queries) LeaseRelease(ctx context.Context, db DBTX, arg LeaseReleaseParams) (LeaseReleaseRow, error) {
 	row := db.QueryRow(ctx, leaseRelease, arg.Name, arg.Owner, arg.Token)
-	var released bool
-	err := row.Scan(&released)
-	return released, err
+	var i LeaseReleaseRow
+	err := row.Scan(&i.Released, &i.Waiters)
+	return i, err
 }
 
 const leaseReleaseMany = `-- name: LeaseReleaseMany :many
-SELECT name::text FROM pgbaton.release_many($1::text[], $2::bigint[], $3::text) AS name
+SELECT r.name::text AS name, r.waiters::boolean AS waiters
+  FROM pgbaton.release_many($1::text[], $2::bigint[], $3::text) r
 `
 
 type LeaseReleaseManyParams struct {
@@ -354,21 +372,27 @@ type LeaseReleaseManyParams struct {
 	Owner  string   `json:"owner"`
 }
 
+type LeaseReleaseManyRow struct {
+	Name    string `json:"name"`
+	Waiters bool   `json:"waiters"`
+}
+
 // Gives back leases of one owner in one round trip, each guarded by its
-// (name, token) like pgbaton.release; returns the names freed.
-func (q *Queries) LeaseReleaseMany(ctx context.Context, db DBTX, arg LeaseReleaseManyParams) ([]string, error) {
+// (name, token) like pgbaton.release; returns the names freed and
+// whether anyone waits for each.
+func (q *Queries) LeaseReleaseMany(ctx context.Context, db DBTX, arg LeaseReleaseManyParams) ([]LeaseReleaseManyRow, error) {
 	rows, err := db.Query(ctx, leaseReleaseMany, arg.Names, arg.Tokens, arg.Owner)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []string{}
+	items := []LeaseReleaseManyRow{}
 	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
+		var i LeaseReleaseManyRow
+		if err := rows.Scan(&i.Name, &i.Waiters); err != nil {
 			return nil, err
 		}
-		items = append(items, name)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

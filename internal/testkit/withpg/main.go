@@ -2,7 +2,7 @@
 // cluster and removes the cluster afterwards:
 //
 //	go run ./internal/testkit/withpg -- sqlc vet
-//	go run ./internal/testkit/withpg -durable -set max_connections=1300 -- ./bench
+//	go run ./internal/testkit/withpg -durable -set max_connections=1600 -- ./bench
 //
 // The command sees the connection URL in PGBATON_DSN and SQLC_DATABASE_URL.
 // withpg exits with the command's exit code.
