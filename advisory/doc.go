@@ -109,12 +109,19 @@
 //   - a server that only looks like PostgreSQL (CockroachDB, whose
 //     pg_advisory_lock locks nothing, and YugabyteDB):
 //     pgbaton.ErrUnsupportedServer;
-//   - a pooler in between: ErrSessionPooling, on every attempt, whatever
-//     the pool size or traffic. Use XactLock or package leasetable behind
-//     a transaction pooler; set Config.SessionPooler for a pooler that runs
-//     in session mode. Through any proxy, a statement that lands on another
-//     backend locks and unlocks nothing there, so two Lockers can never
-//     hold one key through one shared backend;
+//   - a pooler in between, recognised by the cancel key it makes up (a
+//     direct connection's is the backend's own): ErrSessionPooling, on
+//     every attempt, whatever the pool size or traffic. Use XactLock or
+//     package leasetable behind a transaction pooler; set
+//     Config.SessionPooler for a pooler that runs in session mode. A
+//     connection counts as direct only when its cancel key is the
+//     backend's and the server sees this very socket; through anything
+//     else (a TCP proxy, NAT, a declared session pooler) the backend must
+//     hold no advisory locks yet, the session's statements must stay on
+//     one backend, and a second connection must not be served by it. A
+//     statement that still lands on another backend locks and unlocks
+//     nothing there, so two Lockers can never hold one key through one
+//     shared backend;
 //   - a full lock table (SQLSTATE 53200), or more than Config.MaxLocks locks
 //     held by this Locker: ErrLockTableFull.
 //

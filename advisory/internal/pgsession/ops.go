@@ -82,6 +82,15 @@ func FastPathFunctions() []string {
 }
 
 // Fast are the OIDs of the functions a direct session calls.
+//
+// The fast path: on a direct connection, whose backend is its own for
+// life, a session calls pg_try_advisory_lock, pg_advisory_lock,
+// pg_advisory_unlock and their shared and two-key forms by the protocol's
+// fast-path function call: one message per operation, which the backend
+// runs without a parse, a plan, a portal or an executor (a blocking wait
+// sends its try and its lock in one write). Through a pooler or proxy,
+// sessions run the token-guarded prepared statements of
+// queries/advisory.sql instead.
 type Fast [2][numOps]uint32
 
 // NewFast takes the OIDs AdvisoryFastPathFunctions returned for
