@@ -61,12 +61,12 @@
 //			return apply(ctx, tx, batch)
 //		})
 //		switch {
-//		case errors.Is(err, fencedwrite.ErrStaleToken), lease.Err() != nil:
-//			return err // the lease moved on: nothing of this batch was written; never retry with this token
 //		case errors.Is(err, fencedwrite.ErrCommitUnknown):
 //			return err // maybe committed: look at the data before writing the batch again
 //		case err != nil:
-//			return err // nothing written
+//			return err // nothing of this batch was written (ErrStaleToken: never retry with this token)
+//		case lease.Err() != nil:
+//			return lease.Err() // this batch was written, but the lease is gone now: stop
 //		}
 //	}
 //

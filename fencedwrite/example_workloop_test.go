@@ -24,11 +24,15 @@ func syncBatches(ctx context.Context, pool *pgxpool.Pool, lease *leasetable.Leas
 			return err
 		})
 		switch {
-		case errors.Is(err, fencedwrite.ErrStaleToken), lease.Err() != nil:
+		case errors.Is(err, fencedwrite.ErrStaleToken), err != nil && lease.Err() != nil:
 			// The lease moved on (the database said so, or the client
 			// learnt it first and ended lease.Context()): nothing of this
 			// batch was written. Stop; never retry with this token.
 			return fmt.Errorf("batch %d: lease lost, nothing written: %w", batch, errors.Join(err, lease.Err()))
+		case err == nil && lease.Err() != nil:
+			// This batch committed under the lease, which is gone now:
+			// stop before the next.
+			return fmt.Errorf("batch %d written, then the lease was lost: %w", batch, lease.Err())
 		case errors.Is(err, fencedwrite.ErrCommitUnknown):
 			// The connection broke during COMMIT and nobody could tell how
 			// it went: look at the data before writing the batch again.
