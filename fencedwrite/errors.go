@@ -12,11 +12,11 @@ import (
 	"github.com/pgbaton/pgbaton/internal/pgerr"
 )
 
-// SQLState is the SQLSTATE with which the database rejects a stale token:
+// SQLStateStaleToken is the SQLSTATE with which the database rejects a stale token:
 // pgbaton.assert_token, the pgbaton.reject_stale_token trigger and nothing
 // else. Class PB ("pgbaton") is not used by PostgreSQL. Clients in other
 // languages test for this code.
-const SQLState = pgerr.StaleToken // "PB001"
+const SQLStateStaleToken = pgerr.StaleToken // "PB001"
 
 // ErrStaleToken means a write carried a fencing token that is no longer
 // valid: the lease was taken over, released or expired, or a fenced row was
@@ -122,7 +122,7 @@ func (e *StaleTokenError) Unwrap() error { return e.Err }
 // pgbaton.assert_token or write fenced tables.
 func MapError(err error) error {
 	var pgErr *pgconn.PgError
-	if err == nil || errors.Is(err, ErrStaleToken) || !errors.As(err, &pgErr) || pgErr.Code != SQLState {
+	if err == nil || errors.Is(err, ErrStaleToken) || !errors.As(err, &pgErr) || pgErr.Code != SQLStateStaleToken {
 		return err
 	}
 	e := parseDetail(pgErr.Detail)

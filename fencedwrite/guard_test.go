@@ -72,7 +72,7 @@ func TestGuardRejectsStaleTokens(t *testing.T) {
 	require.Contains(t, err.Error(), `stale fencing token for "job:a"`)
 	var pgErr *pgconn.PgError
 	require.ErrorAs(t, err, &pgErr)
-	require.Equal(t, fencedwrite.SQLState, pgErr.Code)
+	require.Equal(t, fencedwrite.SQLStateStaleToken, pgErr.Code)
 	require.ErrorIs(t, fmtWrap(err), fencedwrite.ErrStaleToken, "errors.Is through wrapping")
 }
 

@@ -73,7 +73,7 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte, wait
 		if row.GraceUntil != nil {
 			c.startGrace(ctx)
 		}
-		return nil, &HeldError{Name: name, Holder: row.Holder, Token: row.Token, Expiry: row.ExpiresAt,
+		return nil, &HeldError{Name: name, Holder: row.Holder, Token: row.Token, ExpiresAt: row.ExpiresAt,
 			Grace: row.GraceUntil != nil, remaining: row.ExpiresAt.Sub(row.DbNow)}
 	}
 	return c.track(name, "", row.Token, s, row.ExpiresAt, start, waitStart)

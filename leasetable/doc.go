@@ -130,7 +130,7 @@
 // With asynchronous standbys, a grant acknowledged just before a failover
 // can be lost while its holder works on. So a new timeline grants nothing
 // until the longest TTL in use has passed: the failover grace. During it,
-// TryAcquire returns a *HeldError with Grace set and Expiry the grace's
+// TryAcquire returns a *HeldError with Grace set and ExpiresAt the grace's
 // end, Acquire, Elect, Campaign and Semaphore wait through it, and Claim
 // returns nothing; renewals, keep-alives and releases work. FailoverGraceOf
 // and Client.FailoverGrace show it; an operator turns it off with SELECT

@@ -46,17 +46,17 @@ var (
 
 // HeldError is the error TryAcquire returns when someone else holds the
 // lease, or when nobody does but a failover grace holds every grant back
-// (Grace is true, Holder empty, Expiry the grace's end: a grant the old
+// (Grace is true, Holder empty, ExpiresAt the grace's end: a grant the old
 // primary made may be lost, and its holder may still be working until
 // then). errors.Is(err, ErrHeld) is true for it.
 type HeldError struct {
-	Name   string
-	Holder string    // owner of the live grant
-	Token  int64     // token of the live grant
-	Expiry time.Time // when the grant expires unless renewed, database clock
-	Grace  bool      // not granted for a failover grace, until Expiry
+	Name      string
+	Holder    string    // owner of the live grant
+	Token     int64     // token of the live grant
+	ExpiresAt time.Time // when the grant expires unless renewed, database clock
+	Grace     bool      // not granted for a failover grace, until ExpiresAt
 
-	// remaining is Expiry minus the database clock when it was read, so a
+	// remaining is ExpiresAt minus the database clock when it was read, so a
 	// waiter needs no agreement between clocks.
 	remaining time.Duration
 }
@@ -64,10 +64,10 @@ type HeldError struct {
 func (e *HeldError) Error() string {
 	if e.Grace {
 		return fmt.Sprintf("leasetable: lease %q is not granted before %s: failover grace (a grant the previous primary made may be lost, and its holder working)",
-			e.Name, e.Expiry.Format(time.RFC3339Nano))
+			e.Name, e.ExpiresAt.Format(time.RFC3339Nano))
 	}
 	return fmt.Sprintf("leasetable: lease %q is held by %q (token %d) until %s",
-		e.Name, e.Holder, e.Token, e.Expiry.Format(time.RFC3339Nano))
+		e.Name, e.Holder, e.Token, e.ExpiresAt.Format(time.RFC3339Nano))
 }
 
 // Is makes errors.Is(err, ErrHeld) true.

@@ -36,7 +36,7 @@ func TestTryAcquireHeldAndRelease(t *testing.T) {
 	require.ErrorAs(t, err, &held)
 	assert.Equal(t, "a", held.Holder)
 	assert.Equal(t, la.Token(), held.Token)
-	assert.WithinDuration(t, la.ExpiresAt(), held.Expiry, time.Millisecond)
+	assert.WithinDuration(t, la.ExpiresAt(), held.ExpiresAt, time.Millisecond)
 
 	// The same owner cannot take it twice either: exclusion holds between
 	// goroutines of one client.

@@ -20,7 +20,7 @@ import (
 // ("pgbaton") is not used by PostgreSQL.
 const (
 	// StaleToken rejects a write that carries a stale fencing token
-	// (fencedwrite.SQLState).
+	// (fencedwrite.SQLStateStaleToken).
 	StaleToken = "PB001"
 	// AlreadyProcessed reports a message processed before
 	// (fencedwrite.SQLStateAlreadyProcessed).
