@@ -1071,7 +1071,7 @@ END $$;
 -- register keeps the order of p_names: the first name is claimed first.
 -- When it created rows and anyone waits for the group (wait_for), it wakes
 -- them with one NOTIFY on channel pgbaton_lease, payload: the group's
--- name, however many rows: a NOTIFY serialises commits (see lease_waiter).
+-- name, however many rows (see notify_waiters for what a NOTIFY costs).
 CREATE FUNCTION pgbaton.register(p_group text, p_names text[])
 RETURNS integer
 LANGUAGE plpgsql
