@@ -38,12 +38,14 @@ func (c *Client) startWaiting(ctx context.Context, name string, group bool) (*wa
 	// Known to the listener first, so that a reconnection racing with this
 	// registration makes it again.
 	c.ln.register(id, name, group)
+	w := &waiting{c: c, name: name, id: id, wake: wake, unsubscribe: unsubscribe}
 	if err := c.q.LeaseWaitFor(ctx, c.pool, db.LeaseWaitForParams{Name: name, Waiter: id, IsGroup: group}); err != nil {
-		c.ln.unregister(id)
-		unsubscribe()
+		// The registration may have committed although the call failed
+		// (its context ended while the reply was on its way): remove it.
+		w.stop()
 		return nil, c.dbError("register waiter for "+name, err)
 	}
-	return &waiting{c: c, name: name, id: id, wake: wake, unsubscribe: unsubscribe}, nil
+	return w, nil
 }
 
 // stop unsubscribes and removes the registration in the background: the
