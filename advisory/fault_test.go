@@ -450,3 +450,42 @@ func TestWaitAfterSpareTerminated(t *testing.T) {
 	assert.Equal(t, connects+1, l.Stats().Connects, "one new connection for the wait")
 	assert.Zero(t, l.Stats().LostSessions)
 }
+
+// A deadline that fires while a session is being set up, at whatever step,
+// is reported as the caller's deadline: errors.Is(err,
+// context.DeadlineExceeded) holds, not a bare i/o timeout of the socket.
+// A slow link (25 ms each way) spreads the setup's round trips over
+// hundreds of milliseconds; the deadlines step through the last of them
+// (the session's statements are prepared), which is read on the raw
+// socket.
+func TestSessionSetupDeadlineIsTheCallersError(t *testing.T) {
+	d := env.DB(t)
+	ctx := pgtest.Context(t, time.Minute)
+	proxied, proxy := env.ProxiedPool(t, d)
+	require.NoError(t, proxied.Ping(ctx))
+	proxy.SetLatency(25 * time.Millisecond)
+	tryLock := func(deadline time.Duration) (time.Duration, error) {
+		l, err := advisory.New(proxied, advisory.Config{})
+		require.NoError(t, err)
+		defer func() { require.NoError(t, l.Close(ctx)) }()
+		wctx, cancel := context.WithTimeout(ctx, deadline)
+		defer cancel()
+		start := time.Now()
+		lk, err := l.TryLock(wctx, advisory.Int64(21))
+		took := time.Since(start)
+		if err == nil {
+			require.NoError(t, lk.Unlock(ctx))
+		}
+		return took, err
+	}
+	setup, err := tryLock(time.Minute)
+	require.NoError(t, err)
+	timedOut := 0
+	for deadline := setup - 80*time.Millisecond; deadline <= setup; deadline += 8 * time.Millisecond {
+		if _, err := tryLock(deadline); err != nil {
+			require.ErrorIs(t, err, context.DeadlineExceeded, "deadline %s of a %s setup", deadline, setup)
+			timedOut++
+		}
+	}
+	require.NotZero(t, timedOut, "no deadline fired during the setup")
+}

@@ -23,9 +23,22 @@ import (
 // direct connection, the functions the fast path calls are looked up
 // (see the fast path below). It speaks the protocol through the connection's own
 // pgproto3.Frontend, so pgx's view of the connection stays exact.
-func (s *Conn) ready(ctx context.Context, direct bool) error {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.PingTimeout)
+func (s *Conn) ready(parent context.Context, direct bool) error {
+	ctx, cancel := context.WithTimeout(parent, s.cfg.PingTimeout)
 	defer cancel()
+	// The socket's deadline is the context's: when it fires, the read
+	// fails with a bare i/o timeout, so the caller's own cause is put in
+	// the chain for errors.Is(err, context.DeadlineExceeded) to hold.
+	// The socket's timer can fire before the context's has marked it done.
+	ioFailed := func(err error) error {
+		if d, ok := parent.Deadline(); parent.Err() == nil && ok && !time.Now().Before(d) {
+			return fmt.Errorf("advisory: prepare session: %w (%w)", context.DeadlineExceeded, err)
+		}
+		if parent.Err() != nil {
+			return fmt.Errorf("advisory: prepare session: %w (%w)", context.Cause(parent), err)
+		}
+		return fmt.Errorf("advisory: prepare session: %w", err)
+	}
 	deadline, _ := ctx.Deadline()
 	pc := s.conn.PgConn()
 	nc := pc.Conn()
@@ -52,13 +65,13 @@ func (s *Conn) ready(ctx context.Context, direct bool) error {
 	_ = nc.SetDeadline(deadline)
 	defer func() { _ = nc.SetDeadline(time.Time{}) }()
 	if _, err := nc.Write(buf); err != nil {
-		return fmt.Errorf("advisory: prepare session: %w", err)
+		return ioFailed(err)
 	}
 	var failed *pgconn.PgError
 	for {
 		msg, err := pc.Frontend().Receive()
 		if err != nil {
-			return fmt.Errorf("advisory: prepare session: %w", err)
+			return ioFailed(err)
 		}
 		switch msg := msg.(type) {
 		case *pgproto3.DataRow: // the fast path's functions
