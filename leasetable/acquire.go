@@ -281,7 +281,8 @@ func (c *Client) waitAcquire(ctx context.Context, name string, metadata []byte, 
 			return l, false, err // granted (the common case at once) or failed
 		}
 		c.log.Debug("pgbaton: waiting for lease", "lease", name, "holder", held.Holder, "grace", held.Grace, "expires_in", held.remaining)
-		if err := c.wait(ctx, w.wake, held.remaining); err != nil {
+		w.heldBy(held.Token)
+		if err := w.wait(ctx, held.remaining); err != nil {
 			by := fmt.Sprintf("held by %q", held.Holder)
 			if held.Grace {
 				by = "failover grace"

@@ -133,7 +133,7 @@ func (c *Client) waitClaim(ctx context.Context, group string, n int, start time.
 		}
 		outage.Reset()
 		c.log.Debug("pgbaton: waiting to claim", "group", group, "expiry_in", d)
-		if err := c.wait(ctx, w.wake, d); err != nil {
+		if err := w.wait(ctx, d); err != nil {
 			return nil, true, fmt.Errorf("leasetable: waiting to claim from %q: %w", group, err)
 		}
 	}

@@ -97,7 +97,10 @@
 // is released or items are registered, through one LISTEN connection per
 // Client (application_name "pgbaton lease listener <owner>"), which
 // listens only while the client has waiters, and at the holder's known
-// expiry. Behind a transaction pooler notifications are not delivered:
+// expiry. At most Config.ListenSlots (16) clients of a database listen at
+// once, as every NOTIFY signals every listening backend; the waiters of a
+// client without a slot look again after 50ms, doubling up to
+// PollInterval (and sooner again when the lease changed hands). Behind a transaction pooler notifications are not delivered:
 // the client notices, waiters look again every Config.PollInterval, and
 // Check reports the degraded mode (an error wrapping pgbaton.ErrDegraded).
 // Config.ListenDSN opens the LISTEN connection directly instead;

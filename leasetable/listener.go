@@ -62,7 +62,17 @@ type listener struct {
 	// (pause); quietSince is since when nobody has waited.
 	idle       bool
 	quietSince time.Time
+	// noSlot: the connection is open but does not listen, as every listen
+	// slot of the database was taken (Config.ListenSlots) when slotTried:
+	// waiters poll, and a waiter arriving a slotRetry later makes the
+	// connection try again.
+	noSlot    bool
+	slotTried time.Time
 }
+
+// slotRetry is how often a client without a listen slot tries again for
+// one, at most (when a waiter arrives).
+const slotRetry = time.Second
 
 // registration is one row of pgbaton.lease_waiter.
 type registration struct {
@@ -75,20 +85,45 @@ func newListener(c *Client) *listener {
 		probes: make(map[string]chan struct{}), regs: make(map[string]registration), kick: make(chan struct{}, 1)}
 }
 
+// subscription is how a subscribed waiter learns of releases.
+type subscription int
+
+const (
+	// listening: the LISTEN connection is active, so no release after
+	// subscribe returned can be missed once the waiter is registered.
+	listening subscription = iota
+	// polling: by configuration (NoListen) or because the LISTEN
+	// connection does not deliver (a transaction pooler): every
+	// PollInterval.
+	polling
+	// pollingBackoff: the client holds no listen slot, or its LISTEN
+	// connection was not up within listenReadyWait: from slotlessPoll,
+	// doubling up to PollInterval.
+	pollingBackoff
+)
+
+// listenReadyWait is how long a waiter waits for the LISTEN connection to
+// come up (opened, reopened, listening again) before it polls instead: a
+// server slow to accept connections must not fail waits that polling
+// would serve (a fleet of 200 clients on 2 cores: waits ended with "waiting
+// for the LISTEN connection: context deadline exceeded" after 5 s).
+const listenReadyWait = 250 * time.Millisecond
+
 // subscribe registers a wake-up channel for notifications naming any of
 // names (leases or groups) and returns once the listening connection is
-// active, so no release after it can be missed.
-func (ln *listener) subscribe(ctx context.Context, names ...string) (<-chan struct{}, func(), error) {
+// active, so no release after it can be missed, or once it is clear the
+// waiter must poll (see subscription).
+func (ln *listener) subscribe(ctx context.Context, names ...string) (<-chan struct{}, func(), subscription, error) {
 	ch := make(chan struct{}, 1)
 	ln.mu.Lock()
 	if ln.closed {
 		ln.mu.Unlock()
-		return nil, nil, pgbaton.ErrClosed
+		return nil, nil, 0, pgbaton.ErrClosed
 	}
 	if ln.c.cfg.NoListen {
 		// Waiters poll; nothing will wake them early.
 		ln.mu.Unlock()
-		return ch, func() {}, nil
+		return ch, func() {}, polling, nil
 	}
 	for _, n := range names {
 		set := ln.waiters[n]
@@ -97,6 +132,12 @@ func (ln *listener) subscribe(ctx context.Context, names ...string) (<-chan stru
 			ln.waiters[n] = set
 		}
 		set[ch] = struct{}{}
+	}
+	if ln.noSlot && time.Since(ln.slotTried) >= slotRetry {
+		select {
+		case ln.kick <- struct{}{}:
+		default: // already kicked
+		}
 	}
 	if !ln.started {
 		ln.started = true
@@ -121,35 +162,50 @@ func (ln *listener) subscribe(ctx context.Context, names ...string) (<-chan stru
 	}
 	select {
 	case <-ready:
-		return ch, unsubscribe, nil
+		return ch, unsubscribe, ln.mode(), nil
 	default:
 		select {
 		case ln.kick <- struct{}{}:
 		default: // already kicked
 		}
 	}
+	t := time.NewTimer(listenReadyWait)
+	defer t.Stop()
 	select {
 	case <-ready:
-		return ch, unsubscribe, nil
+		return ch, unsubscribe, ln.mode(), nil
+	case <-t.C:
+		return ch, unsubscribe, pollingBackoff, nil
 	case <-ctx.Done():
 		unsubscribe()
-		return nil, nil, fmt.Errorf("leasetable: waiting for the LISTEN connection: %w", context.Cause(ctx))
+		return nil, nil, 0, fmt.Errorf("leasetable: waiting for the LISTEN connection: %w", context.Cause(ctx))
 	case <-ln.c.bg.Done():
 		unsubscribe()
-		return nil, nil, pgbaton.ErrClosed
+		return nil, nil, 0, pgbaton.ErrClosed
 	}
 }
 
 // polling reports whether waiters poll rather than wait for
-// notifications: by configuration (NoListen) or because the LISTEN
-// connection does not deliver them.
-func (ln *listener) polling() bool {
+// notifications: by configuration (NoListen), because the LISTEN
+// connection does not deliver them, or because the client holds no listen
+// slot.
+func (ln *listener) polling() bool { return ln.mode() != listening }
+
+// mode is how a waiter subscribing now learns of releases, once the
+// LISTEN connection is ready.
+func (ln *listener) mode() subscription {
 	if ln.c.cfg.NoListen {
-		return true
+		return polling
 	}
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
-	return ln.undelivered != nil
+	switch {
+	case ln.undelivered != nil:
+		return polling
+	case ln.noSlot:
+		return pollingBackoff
+	}
+	return listening
 }
 
 // reconnecting reports whether the LISTEN connection is down and being
@@ -252,10 +308,14 @@ func (ln *listener) listen(ctx context.Context) error {
 	if err := ln.probe(ctx, conn); err != nil {
 		return err
 	}
+	listening, err := ln.c.q.LeaseListenStart(ctx, conn, int32(ln.c.cfg.ListenSlots))
+	if err != nil {
+		return err
+	}
 	ln.mu.Lock()
 	missed := ln.connected
 	ln.mu.Unlock()
-	if missed {
+	if missed && listening {
 		// The server may have lost the registrations (a crash, a
 		// failover): make them again, now that LISTEN is active.
 		if err := ln.reregister(ctx); err != nil {
@@ -264,6 +324,7 @@ func (ln *listener) listen(ctx context.Context) error {
 	}
 	ln.mu.Lock()
 	close(ln.ready)
+	ln.noSlot, ln.slotTried = !listening, time.Now()
 	ln.connected = true
 	downFor := time.Since(ln.down)
 	ln.down = time.Time{}
@@ -277,10 +338,25 @@ func (ln *listener) listen(ctx context.Context) error {
 	defer func() {
 		ln.mu.Lock()
 		ln.ready = make(chan struct{})
-		ln.idle = false
+		ln.idle, ln.noSlot = false, false
 		ln.mu.Unlock()
 	}()
 	for {
+		ln.mu.Lock()
+		noSlot := ln.noSlot
+		ln.mu.Unlock()
+		if noSlot {
+			// Nothing to receive: wait for a waiter to ask for a slot.
+			select {
+			case <-ln.kick:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			if err := ln.start(ctx, conn); err != nil {
+				return err
+			}
+			continue
+		}
 		// Woken at least every listenLinger to see whether anyone still
 		// waits. A deadline, not a cancel request: the connection stays
 		// usable (pgconn keeps it open on a timeout).
@@ -306,7 +382,8 @@ func (ln *listener) listen(ctx context.Context) error {
 // to its client: a fleet of clients that all listened all the time spent
 // the server's CPU on deliveries nobody waited for (with 200 clients,
 // acquire p50 578 ms against 3 ms without LISTEN). Listening only while
-// waiting keeps the signalled backends to the clients that wait.
+// waiting keeps the signalled backends to the clients that wait, and the
+// listen slots (Config.ListenSlots) to a bounded number of those.
 const listenLinger = 100 * time.Millisecond
 
 // pause stops listening when nobody has waited for listenLinger, and
@@ -332,7 +409,7 @@ func (ln *listener) pause(ctx context.Context, conn *pgx.Conn) error {
 	ln.idle = true
 	ln.quietSince = time.Time{}
 	ln.mu.Unlock()
-	if err := ln.c.q.LeaseUnlisten(ctx, conn); err != nil {
+	if err := ln.c.q.LeaseListenStop(ctx, conn); err != nil {
 		return err
 	}
 	select {
@@ -340,21 +417,41 @@ func (ln *listener) pause(ctx context.Context, conn *pgx.Conn) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	if err := ln.c.q.LeaseListen(ctx, conn); err != nil {
+	return ln.start(ctx, conn)
+}
+
+// start takes a listen slot and listens again, or, with every slot taken,
+// leaves the connection silent and makes waiters poll. Either way
+// subscribers stop waiting for ready.
+func (ln *listener) start(ctx context.Context, conn *pgx.Conn) error {
+	listening, err := ln.c.q.LeaseListenStart(ctx, conn, int32(ln.c.cfg.ListenSlots))
+	if err != nil {
 		return err
 	}
 	ln.mu.Lock()
-	close(ln.ready)
+	defer ln.mu.Unlock()
 	ln.idle = false
-	ln.mu.Unlock()
+	ln.noSlot, ln.slotTried = !listening, time.Now()
+	select {
+	case <-ln.ready:
+	default:
+		close(ln.ready)
+	}
 	return nil
 }
 
-// connect opens the LISTEN connection: to Config.ListenDSN, or taken out
-// of the pool for good (a pooled connection would be reused by others
-// while subscribed, or closed by pool lifetime limits). Either way it
-// names pgbaton and the owner in application_name, so pg_stat_activity
-// shows whose it is.
+// connect opens the LISTEN connection: to Config.ListenDSN, or with the
+// pool's connection settings (its BeforeConnect and AfterConnect hooks
+// run, as for the pool's own connections: credentials that are made per
+// connection work). It is a connection of its own rather than one taken
+// out of the pool: the pool keeps its connections, whose backends have
+// compiled pgbaton's functions and cached their plans, instead of
+// replacing one with a cold backend (a fleet of 100 clients whose first
+// waits all came within a few seconds spent the server on it: 197
+// acquires/s against 556 without LISTEN). A pooled connection would not
+// do either: others would use it while subscribed, and pool lifetime
+// limits would close it. Either way it names pgbaton and the owner in
+// application_name, so pg_stat_activity shows whose it is.
 func (ln *listener) connect(ctx context.Context) (*pgx.Conn, error) {
 	app := appname.Of("lease listener", ln.c.cfg.Owner)
 	if dsn := ln.c.cfg.ListenDSN; dsn != "" {
@@ -373,14 +470,26 @@ func (ln *listener) connect(ctx context.Context) (*pgx.Conn, error) {
 		}
 		return conn, nil
 	}
-	pc, err := ln.c.pool.Acquire(ctx)
+	pcfg := ln.c.pool.Config() // a copy, ConnConfig included
+	cfg := pcfg.ConnConfig
+	if pcfg.BeforeConnect != nil {
+		if err := pcfg.BeforeConnect(ctx, cfg); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = make(map[string]string)
+	}
+	cfg.RuntimeParams["application_name"] = app
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	conn := pc.Hijack()
-	if _, err := conn.Exec(ctx, "SELECT set_config('application_name', $1, false)", app); err != nil {
-		_ = conn.Close(context.Background())
-		return nil, err
+	if pcfg.AfterConnect != nil {
+		if err := pcfg.AfterConnect(ctx, conn); err != nil {
+			_ = conn.Close(context.Background())
+			return nil, err
+		}
 	}
 	return conn, nil
 }
@@ -473,8 +582,9 @@ func (ln *listener) check(ctx context.Context, payload string) error {
 		return fmt.Errorf("%w: %w; waiters poll every %s (set Config.ListenDSN to a direct connection)",
 			pgbaton.ErrDegraded, ln.undelivered, ln.c.cfg.PollInterval)
 	}
-	if ln.idle {
-		// Nobody waits, so nothing listens: nothing to check.
+	if ln.idle || ln.noSlot {
+		// Nobody waits, or no slot was free: nothing listens, nothing to
+		// check.
 		ln.mu.Unlock()
 		return nil
 	}

@@ -248,7 +248,7 @@ func TestWaitersSurviveListenConnectionLoss(t *testing.T) {
 	// may be reconnecting. The waiter must still get the lease long before
 	// the minute-long TTL.
 	var pid uint32
-	require.NoError(t, pool.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE query LIKE '%LISTEN pgbaton_lease%' AND pid <> pg_backend_pid() AND datname = current_database()").Scan(&pid))
+	require.NoError(t, pool.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'pgbaton lease listener %' AND pid <> pg_backend_pid() AND datname = current_database()").Scan(&pid))
 	env.Terminate(t, pid)
 	require.NoError(t, l.Release(ctx))
 	select {
@@ -259,7 +259,7 @@ func TestWaitersSurviveListenConnectionLoss(t *testing.T) {
 	}
 	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
 		var n int
-		err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%LISTEN pgbaton_lease%' AND pid <> pg_backend_pid() AND datname = current_database()").Scan(&n)
+		err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'pgbaton lease listener %' AND pid <> pg_backend_pid() AND datname = current_database()").Scan(&n)
 		return n == 1, err
 	}, "listener did not reconnect")
 }

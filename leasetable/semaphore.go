@@ -76,7 +76,7 @@ func (c *Client) waitSemaphore(ctx context.Context, name string, names []string,
 			return nil, false, err
 		}
 		c.log.Debug("pgbaton: waiting for semaphore", "semaphore", name, "slots", len(names))
-		if err := c.wait(ctx, w.wake, next); err != nil {
+		if err := w.wait(ctx, next); err != nil {
 			return nil, true, fmt.Errorf("leasetable: waiting for semaphore %q: %w", name, err)
 		}
 	}

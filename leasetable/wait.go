@@ -18,6 +18,12 @@ type waiting struct {
 	name, id    string
 	wake        <-chan struct{}
 	unsubscribe func()
+	// poll paces a waiter whose client holds no listen slot
+	// (Config.ListenSlots) or whose LISTEN connection was not up in time:
+	// nil for the others. lastToken is the grant it
+	// last found in its way.
+	poll      *backoff.Backoff
+	lastToken int64
 }
 
 // startWaiting subscribes to notifications for name, then registers as a
@@ -25,14 +31,18 @@ type waiting struct {
 // The order matters: by the time a release can see the registration, the
 // LISTEN is active.
 func (c *Client) startWaiting(ctx context.Context, name string, group bool) (*waiting, error) {
-	wake, unsubscribe, err := c.ln.subscribe(ctx, name)
+	wake, unsubscribe, mode, err := c.ln.subscribe(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	if c.ln.polling() {
+	if mode != listening {
 		// Nobody listens: a registration would only make releases notify
 		// for nothing.
-		return &waiting{c: c, name: name, wake: wake, unsubscribe: unsubscribe}, nil
+		w := &waiting{c: c, name: name, wake: wake, unsubscribe: unsubscribe}
+		if mode == pollingBackoff {
+			w.poll = &backoff.Backoff{Min: slotlessPoll, Max: c.cfg.PollInterval}
+		}
+		return w, nil
 	}
 	id := c.waiterPrefix + strconv.FormatInt(c.waiterSeq.Add(1), 10)
 	// Known to the listener first, so that a reconnection racing with this
@@ -63,6 +73,34 @@ func (w *waiting) stop() {
 			w.c.log.Debug("pgbaton: removing waiter registration failed", "lease", w.name, "error", err)
 		}
 	})
+}
+
+// slotlessPoll is how soon a waiter of a client without a listen slot
+// looks again the first time; the delay doubles up to PollInterval. A
+// lease held briefly, the common case in a fleet, is found free within
+// tens of milliseconds; a waiter behind a long hold settles at one look
+// per PollInterval.
+const slotlessPoll = 50 * time.Millisecond
+
+// wait is Client.wait for this waiter, paced by poll when its client holds
+// no listen slot.
+func (w *waiting) wait(ctx context.Context, d time.Duration) error {
+	if w.poll != nil {
+		d = min(d, w.poll.Next())
+	}
+	return w.c.wait(ctx, w.wake, d)
+}
+
+// heldBy tells a waiter for a lease which grant it found in its way: a
+// lease that changed hands since the last look is passed around quickly,
+// so a waiter without a listen slot looks again soon rather than at its
+// backed-off pace, which would leave it behind the waiters that are woken
+// or look more often.
+func (w *waiting) heldBy(token int64) {
+	if w.poll != nil && token != w.lastToken {
+		w.poll.Reset()
+	}
+	w.lastToken = token
 }
 
 // wait blocks until a wake-up, until the known expiry (d from now, or

@@ -7,6 +7,8 @@ DROP FUNCTION pgbaton.settle_many(text[],bigint[],text);
 DROP FUNCTION pgbaton.release_many(text[],bigint[],text);
 DROP FUNCTION pgbaton.release_ref(text,bigint,uuid);
 DROP FUNCTION pgbaton.release(text,text,bigint);
+DROP FUNCTION pgbaton.listen_stop();
+DROP FUNCTION pgbaton.listen_start(integer);
 DROP FUNCTION pgbaton.notify_waiters(text[]);
 DROP FUNCTION pgbaton.stop_waiting(text,text);
 DROP FUNCTION pgbaton.wait_for(text,text,boolean);

@@ -79,10 +79,14 @@ SELECT g.enabled::boolean AS enabled, g.active::boolean AS active, g.grace_until
 -- pgbaton.notify_waiters notifies this channel with a released lease's name.
 LISTEN pgbaton_lease;
 
--- name: LeaseUnlisten :exec
--- The client has no waiters: its backend stops being signalled for every
--- NOTIFY in the database.
-UNLISTEN pgbaton_lease;
+-- name: LeaseListenStart :one
+-- Takes one of @slots listen slots and LISTENs; false (and not listening)
+-- when every slot is taken: the client's waiters poll.
+SELECT pgbaton.listen_start(@slots::integer)::boolean AS listening;
+
+-- name: LeaseListenStop :exec
+-- The client has no waiters: it stops listening and frees its slot.
+SELECT pgbaton.listen_stop();
 
 -- name: LeaseCompleteMany :many
 -- Deletes the rows of finished work items in one round trip, each guarded

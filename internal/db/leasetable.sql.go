@@ -299,6 +299,29 @@ func (q *Queries) LeaseListen(ctx context.Context, db DBTX) error {
 	return err
 }
 
+const leaseListenStart = `-- name: LeaseListenStart :one
+SELECT pgbaton.listen_start($1::integer)::boolean AS listening
+`
+
+// Takes one of @slots listen slots and LISTENs; false (and not listening)
+// when every slot is taken: the client's waiters poll.
+func (q *Queries) LeaseListenStart(ctx context.Context, db DBTX, slots int32) (bool, error) {
+	row := db.QueryRow(ctx, leaseListenStart, slots)
+	var listening bool
+	err := row.Scan(&listening)
+	return listening, err
+}
+
+const leaseListenStop = `-- name: LeaseListenStop :exec
+SELECT pgbaton.listen_stop()
+`
+
+// The client has no waiters: it stops listening and frees its slot.
+func (q *Queries) LeaseListenStop(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, leaseListenStop)
+	return err
+}
+
 const leaseNotify = `-- name: LeaseNotify :exec
 SELECT pg_notify('pgbaton_lease', $1::text)
 `
@@ -547,17 +570,6 @@ DELETE FROM pgbaton.lease_waiter WHERE starts_with(waiter, $1::text || '/')
 // its owner and a slash).
 func (q *Queries) LeaseStopWaitingAll(ctx context.Context, db DBTX, owner string) error {
 	_, err := db.Exec(ctx, leaseStopWaitingAll, owner)
-	return err
-}
-
-const leaseUnlisten = `-- name: LeaseUnlisten :exec
-UNLISTEN pgbaton_lease
-`
-
-// The client has no waiters: its backend stops being signalled for every
-// NOTIFY in the database.
-func (q *Queries) LeaseUnlisten(ctx context.Context, db DBTX) error {
-	_, err := db.Exec(ctx, leaseUnlisten)
 	return err
 }
 
