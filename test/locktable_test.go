@@ -94,6 +94,9 @@ func TestLockTableFilledByAnotherClient(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []int64{again.Token()}, rows, "only the write after recovery landed")
 	require.NoError(t, locker.Close(ctx))
+	// The lease client too: while it listens it holds a listen slot, a
+	// session advisory lock of its own (leasetable.Config.ListenSlots).
+	require.NoError(t, leases.Close(ctx))
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").Scan(&n))
 	assert.Zero(t, n, "no advisory lock left")
