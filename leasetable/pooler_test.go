@@ -63,7 +63,7 @@ func TestLeasesBehindTransactionPooler(t *testing.T) {
 		pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
 			err = b.Check(ctx)
 			return errors.Is(err, pgbaton.ErrDegraded), nil
-		}, "Check does not report the degraded mode: %v", err)
+		}, "Check does not report the degraded mode")
 		assert.Contains(t, err.Error(), "ListenDSN")
 	})
 	t.Run("ListenDSN", func(t *testing.T) {

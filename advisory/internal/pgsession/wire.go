@@ -31,11 +31,12 @@ func (s *Conn) ready(parent context.Context, direct bool) error {
 	// the chain for errors.Is(err, context.DeadlineExceeded) to hold.
 	// The socket's timer can fire before the context's has marked it done.
 	ioFailed := func(err error) error {
-		if d, ok := parent.Deadline(); parent.Err() == nil && ok && !time.Now().Before(d) {
-			return fmt.Errorf("advisory: prepare session: %w (%w)", context.DeadlineExceeded, err)
+		cause := context.Cause(parent)
+		if d, ok := parent.Deadline(); cause == nil && ok && !time.Now().Before(d) {
+			cause = context.DeadlineExceeded
 		}
-		if parent.Err() != nil {
-			return fmt.Errorf("advisory: prepare session: %w (%w)", context.Cause(parent), err)
+		if cause != nil {
+			return fmt.Errorf("advisory: prepare session: %w (%w)", cause, err)
 		}
 		return fmt.Errorf("advisory: prepare session: %w", err)
 	}
