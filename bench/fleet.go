@@ -50,9 +50,10 @@ func (e *env) fleetScenario(clients int) *scenario {
 			"seen at once (pg_stat_activity sampled every %s, pool and LISTEN connections by client) ÷ clients, and the most "+
 			"any one client had. Server CPU: the cluster's processes, in %% of one core; client CPU: this process, all "+
 			"clients. NoListen: the documented fleet setting, no LISTEN connection; a waiter looks again at the holder's "+
-			"known expiry, at most every PollInterval. Default: one LISTEN connection per client, opened with its pool's settings at "+
-			"its first wait (up to MaxConns + 1 connections), listening only while the client waits and holds one of 16 "+
-			"listen slots (the waiters of the others poll, from 50ms up to PollInterval); skipped when %s "+
+			"known expiry, at most every PollInterval. Default: a LISTEN connection per client while it holds one of the "+
+			"database's 16 listen slots, opened with its pool's settings at a wait when a slot is free (up to MaxConns + 1 "+
+			"connections), listening only while the client waits, closed 30s after its last wait (the waiters of the "+
+			"others poll, from 50ms up to PollInterval); skipped when %s "+
 			"clients × %d connections would not fit the server's max_connections. raw pgx: the same loop calling the same "+
 			"SQL functions (try_acquire, renew, release, register, claim, complete_many) on each client's pool, a waiter "+
 			"trying again every PollInterval, no lifeline: what pgbaton's client adds is the difference.",

@@ -93,10 +93,13 @@ type Config struct {
 	// default 16; give every client the same value. Every NOTIFY signals
 	// every listening backend of the database, so a fleet whose clients
 	// all listened would spend the server on signals (a fleet of 100
-	// clients on 2 cores: a third of the throughput). A client listens
-	// while its waiters wait and it holds a slot (a session advisory lock
-	// on its LISTEN connection); a waiter of a client without one looks
-	// again after 50ms, doubling up to PollInterval.
+	// clients on 2 cores: a third of the throughput). A slot is a session
+	// advisory lock on the client's LISTEN connection, which the client
+	// opens only when a slot is free (it asks on the pool, at most once a
+	// second while its waiters wait); it listens while its waiters wait and
+	// keeps the slot and the connection for 30s after the last one left. A
+	// waiter of a client without a slot looks again after 50ms, doubling
+	// up to PollInterval.
 	ListenSlots int
 
 	// Retention says how long the rows of leasetable's tables that pile

@@ -95,12 +95,14 @@
 //
 // Waiters (Acquire, ClaimWait, Keep, Semaphore, Elect) wake when the lease
 // is released or items are registered, through one LISTEN connection per
-// Client (application_name "pgbaton lease listener <owner>"), which
-// listens only while the client has waiters, and at the holder's known
-// expiry. At most Config.ListenSlots (16) clients of a database listen at
-// once, as every NOTIFY signals every listening backend; the waiters of a
-// client without a slot look again after 50ms, doubling up to
-// PollInterval (and sooner again when the lease changed hands). Behind a transaction pooler notifications are not delivered:
+// Client (application_name "pgbaton lease listener <owner>"), and at the
+// holder's known expiry. At most Config.ListenSlots (16) clients of a
+// database listen at once, as every NOTIFY signals every listening
+// backend: a client opens its LISTEN connection only when a slot is free,
+// listens only while it has waiters, and closes the connection 30s after
+// its last waiter left. The waiters of a client without a slot look
+// again after 50ms, doubling up to PollInterval (and sooner again when
+// the lease changed hands). Behind a transaction pooler notifications are not delivered:
 // the client notices, waiters look again every Config.PollInterval, and
 // Check reports the degraded mode (an error wrapping pgbaton.ErrDegraded).
 // Config.ListenDSN opens the LISTEN connection directly instead;
@@ -258,8 +260,9 @@ package leasetable
 //
 // # Goroutines
 //
-//   - Per Client: the LISTEN connection's loop, started by the first
-//     waiter (never with Config.NoListen), until Close; the retention
+//   - Per Client: the LISTEN connection's loop, started by a waiter when
+//     a listen slot is free (never with Config.NoListen), until Close or
+//     30s without waiters; the retention
 //     loop (unless Config.Retention.Disabled), until Close; a settle loop
 //     while completions in callers' transactions (CompleteTx) wait to
 //     learn how those ended, until none is left or Close.

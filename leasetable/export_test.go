@@ -1,5 +1,18 @@
 package leasetable
 
+import (
+	"testing"
+	"time"
+)
+
+// SetSlotKeep makes the clients that t creates from now on keep their
+// listen slot for d after their last waiter left, until t ends.
+func SetSlotKeep(t testing.TB, d time.Duration) {
+	old := slotKeep
+	slotKeep = d
+	t.Cleanup(func() { slotKeep = old })
+}
+
 // ListenerWaiters counts the wake-up channels subscribed to c's listener,
 // for tests that check a wait leaves none behind.
 func ListenerWaiters(c *Client) int {

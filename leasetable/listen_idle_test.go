@@ -15,9 +15,9 @@ import (
 // each of them sends the notification to its client: with one LISTEN per
 // client a fleet of 200 spent its server CPU on deliveries nobody waited
 // for (bench/RESULTS.md, "Fleet: 200 clients"). Once its last waiter has
-// gone, the client's LISTEN backend stops listening (UNLISTEN) and frees
-// its listen slot, and the next wait listens again before it looks at the
-// lease, so no release is missed.
+// gone, the client's LISTEN backend stops listening (UNLISTEN) but keeps
+// its listen slot and connection, so the next wait listens again on the
+// same backend, before it looks at the lease, and no release is missed.
 func TestListenerStopsListeningWithoutWaiters(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
@@ -25,19 +25,18 @@ func TestListenerStopsListeningWithoutWaiters(t *testing.T) {
 	holder := newClient(t, pool, leasetable.Config{Owner: "holder", TTL: time.Minute})
 	// Only a notification can wake the waiter in time.
 	c := newClient(t, pool, leasetable.Config{Owner: "idle-waiter", TTL: time.Hour, PollInterval: time.Hour})
-	listening := func() bool { return listenSlotsHeld(t, pool, "idle-waiter") > 0 }
+	listener := func() (pid int, unlistened bool) {
+		_ = pool.QueryRow(ctx, `SELECT pid, query LIKE '%UNLISTEN%' FROM pg_stat_activity
+			WHERE application_name = 'pgbaton lease listener idle-waiter'`).Scan(&pid, &unlistened)
+		return pid, unlistened
+	}
+	var pids []int
 	for round := range 2 {
 		l, err := holder.TryAcquire(ctx, "x")
 		require.NoError(t, err)
-		got := make(chan error, 1)
-		go func() {
-			l2, err := c.Acquire(ctx, "x")
-			if err == nil {
-				err = l2.Release(ctx)
-			}
-			got <- err
-		}()
-		pgtest.Eventually(t, 10*time.Second, func() (bool, error) { return listening(), nil }, "round %d: the waiter's client does not listen", round)
+		got := acquireThenRelease(ctx, c, "x")
+		pgtest.Eventually(t, 10*time.Second, func() (bool, error) { return listenSlotsHeld(t, pool, "idle-waiter") == 1, nil },
+			"round %d: the waiter's client does not listen", round)
 		require.NoError(t, l.Release(ctx))
 		select {
 		case err := <-got:
@@ -45,7 +44,34 @@ func TestListenerStopsListeningWithoutWaiters(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("round %d: the waiter was not woken by the release", round)
 		}
-		pgtest.Eventually(t, 10*time.Second, func() (bool, error) { return !listening(), nil },
+		pgtest.Eventually(t, 10*time.Second, func() (bool, error) { _, un := listener(); return un, nil },
 			"round %d: the client still listens with no waiter", round)
+		pid, _ := listener()
+		pids = append(pids, pid)
+		require.Equal(t, 1, listenSlotsHeld(t, pool, "idle-waiter"), "round %d: the slot is kept between waits", round)
 	}
+	require.Equal(t, pids[0], pids[1], "the second wait listens on the first wait's connection")
+}
+
+// A client frees its listen slot, and closes the LISTEN connection that
+// holds it, once nobody has waited for slotKeep: clients that stopped
+// waiting leave the slots to those that wait.
+func TestListenSlotFreedAfterWaitsStop(t *testing.T) {
+	leasetable.SetSlotKeep(t, 500*time.Millisecond)
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := pgtest.Context(t, time.Minute)
+	holder := newClient(t, pool, leasetable.Config{Owner: "keep-holder", TTL: time.Minute})
+	c := newClient(t, pool, leasetable.Config{Owner: "keep-waiter", TTL: time.Hour, PollInterval: time.Hour})
+	l, err := holder.TryAcquire(ctx, "keep")
+	require.NoError(t, err)
+	got := acquireThenRelease(ctx, c, "keep")
+	pgtest.Eventually(t, 10*time.Second, func() (bool, error) { return listenSlotsHeld(t, pool, "keep-waiter") == 1, nil },
+		"the waiter's client does not listen")
+	require.NoError(t, l.Release(ctx))
+	require.NoError(t, <-got)
+	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
+		return pgtest.Count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgbaton lease listener keep-waiter'`) == 0, nil
+	}, "the LISTEN connection is still open with no waiter for longer than slotKeep")
+	require.Zero(t, listenSlotsHeld(t, pool, "keep-waiter"))
 }

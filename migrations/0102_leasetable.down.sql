@@ -9,6 +9,7 @@ DROP FUNCTION pgbaton.release_ref(text,bigint,uuid);
 DROP FUNCTION pgbaton.release(text,text,bigint);
 DROP FUNCTION pgbaton.listen_stop();
 DROP FUNCTION pgbaton.listen_start(integer);
+DROP FUNCTION pgbaton.listen_slot_free(integer);
 DROP FUNCTION pgbaton.notify_waiters(text[]);
 DROP FUNCTION pgbaton.stop_waiting(text,text);
 DROP FUNCTION pgbaton.wait_for(text,text,boolean);

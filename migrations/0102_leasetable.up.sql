@@ -914,6 +914,28 @@ BEGIN
     RETURN true;
 END $$;
 
+-- listen_slot_free reports whether some slot of 0 .. p_slots - 1 is free,
+-- without taking one. A client asks it on its pool before it opens a
+-- LISTEN connection, and opens none while every slot is taken: a fleet
+-- whose clients each opened a connection only to learn that spent the
+-- server on backend starts while the fleet ran. A shared try-lock fails on
+-- a slot a listener holds and conflicts with no other check; it ends with
+-- the transaction.
+CREATE FUNCTION pgbaton.listen_slot_free(p_slots integer)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_slots IS NULL OR p_slots < 1 OR p_slots > 10000 THEN
+        RAISE EXCEPTION 'pgbaton: listen slots must be 1 to 10000, got %', p_slots USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR i IN 0 .. p_slots - 1 LOOP
+        IF pg_try_advisory_xact_lock_shared(1885495924, i) THEN
+            RETURN true;
+        END IF;
+    END LOOP;
+    RETURN false;
+END $$;
+
 -- listen_stop UNLISTENs and frees the session's slot, if it holds one.
 CREATE FUNCTION pgbaton.listen_stop()
 RETURNS void

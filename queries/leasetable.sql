@@ -84,6 +84,16 @@ LISTEN pgbaton_lease;
 -- when every slot is taken: the client's waiters poll.
 SELECT pgbaton.listen_start(@slots::integer)::boolean AS listening;
 
+-- name: LeaseListenSlotFree :one
+-- Whether one of @slots listen slots is free, asked on the pool before a
+-- LISTEN connection is opened.
+SELECT pgbaton.listen_slot_free(@slots::integer)::boolean AS free;
+
+-- name: LeaseUnlisten :exec
+-- Nobody waits for a while: the client stops listening (and so stops being
+-- signalled for every release) but keeps its slot.
+UNLISTEN pgbaton_lease;
+
 -- name: LeaseListenStop :exec
 -- The client has no waiters: it stops listening and frees its slot.
 SELECT pgbaton.listen_stop();

@@ -299,6 +299,19 @@ func (q *Queries) LeaseListen(ctx context.Context, db DBTX) error {
 	return err
 }
 
+const leaseListenSlotFree = `-- name: LeaseListenSlotFree :one
+SELECT pgbaton.listen_slot_free($1::integer)::boolean AS free
+`
+
+// Whether one of @slots listen slots is free, asked on the pool before a
+// LISTEN connection is opened.
+func (q *Queries) LeaseListenSlotFree(ctx context.Context, db DBTX, slots int32) (bool, error) {
+	row := db.QueryRow(ctx, leaseListenSlotFree, slots)
+	var free bool
+	err := row.Scan(&free)
+	return free, err
+}
+
 const leaseListenStart = `-- name: LeaseListenStart :one
 SELECT pgbaton.listen_start($1::integer)::boolean AS listening
 `
@@ -570,6 +583,17 @@ DELETE FROM pgbaton.lease_waiter WHERE starts_with(waiter, $1::text || '/')
 // its owner and a slash).
 func (q *Queries) LeaseStopWaitingAll(ctx context.Context, db DBTX, owner string) error {
 	_, err := db.Exec(ctx, leaseStopWaitingAll, owner)
+	return err
+}
+
+const leaseUnlisten = `-- name: LeaseUnlisten :exec
+UNLISTEN pgbaton_lease
+`
+
+// Nobody waits for a while: the client stops listening (and so stops being
+// signalled for every release) but keeps its slot.
+func (q *Queries) LeaseUnlisten(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, leaseUnlisten)
 	return err
 }
 
