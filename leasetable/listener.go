@@ -282,7 +282,10 @@ func (ln *listener) run(ctx context.Context) {
 		}
 		if errors.Is(err, errNoSlot) || errors.Is(err, errIdle) {
 			ln.mu.Lock()
-			ln.started, ln.connected, ln.down, ln.lastErr = false, false, time.Time{}, nil
+			ln.started, ln.down, ln.lastErr = false, time.Time{}, nil
+			// Registrations made on an earlier connection are made again
+			// by the next one (connected marks that there are some).
+			ln.connected = len(ln.regs) > 0
 			if errors.Is(err, errNoSlot) {
 				ln.slotTried = time.Now()
 			}
@@ -396,11 +399,13 @@ func (ln *listener) listen(ctx context.Context) error {
 	ln.mu.Lock()
 	close(ln.ready)
 	ln.connected = true
-	downFor := time.Since(ln.down)
+	wasDown, downFor := !ln.down.IsZero(), time.Since(ln.down)
 	ln.down = time.Time{}
 	ln.mu.Unlock()
 	if missed {
-		ln.c.log.Info("pgbaton: lease LISTEN connection re-established; waiters look again", "down_for", downFor)
+		if wasDown {
+			ln.c.log.Info("pgbaton: lease LISTEN connection re-established; waiters look again", "down_for", downFor)
+		}
 		// Releases while no connection listened were missed: everyone
 		// looks again.
 		ln.wake("", true)
@@ -651,8 +656,8 @@ func (ln *listener) check(ctx context.Context, payload string) error {
 			pgbaton.ErrDegraded, ln.undelivered, ln.c.cfg.PollInterval)
 	}
 	if ln.idle {
-		// Nobody waits, or no slot was free: nothing listens, nothing to
-		// check.
+		// Nobody waits: nothing listens, nothing to check (and a client
+		// that found no listen slot free has no connection: !started).
 		ln.mu.Unlock()
 		return nil
 	}
