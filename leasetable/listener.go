@@ -212,8 +212,9 @@ func (ln *listener) subscribe(ctx context.Context, names ...string) (<-chan stru
 
 // polling reports whether waiters poll rather than wait for
 // notifications: by configuration (NoListen), because the LISTEN
-// connection does not deliver them, or because the client holds no listen
-// slot.
+// connection does not deliver them, because the client holds no listen
+// slot, or because its connection is not listening now (connecting, or
+// down and reconnecting).
 func (ln *listener) polling() bool { return ln.mode() != listening }
 
 // mode is how a waiter subscribing now learns of releases, once the
@@ -239,15 +240,6 @@ func (ln *listener) mode() subscription {
 		// before must not count on notifications.
 		return pollingBackoff
 	}
-}
-
-// reconnecting reports whether the LISTEN connection is down and being
-// reconnected: a release meanwhile wakes nobody, so waiters poll until it
-// is back (which wakes them all).
-func (ln *listener) reconnecting() bool {
-	ln.mu.Lock()
-	defer ln.mu.Unlock()
-	return !ln.down.IsZero()
 }
 
 // wake signals the waiters of name, or of every name when all is set.

@@ -107,9 +107,10 @@ func (w *waiting) heldBy(token int64) {
 // PollInterval when notifications are not used) plus jitter, or until ctx
 // or the client ends.
 func (c *Client) wait(ctx context.Context, wake <-chan struct{}, d time.Duration) error {
-	if c.ln.polling() || c.ln.reconnecting() {
+	if c.ln.polling() {
 		// No notification will come (or none while the LISTEN connection
-		// is being reconnected): look again by PollInterval at the latest.
+		// is down and reconnected: it is not ready then, so mode says so):
+		// look again by PollInterval at the latest.
 		d = min(d, c.cfg.PollInterval)
 	}
 	t := time.NewTimer(max(d, 0) + jitter(c.cfg.TTL))
