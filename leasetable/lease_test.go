@@ -3,6 +3,7 @@ package leasetable_test
 import (
 	"context"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -275,20 +276,30 @@ func TestContendedAttemptWritesNoWAL(t *testing.T) {
 	l, err := a.TryAcquire(ctx, "w")
 	require.NoError(t, err)
 	defer l.Release(ctx)
-	const attempts = 200
-	var before, after string
-	require.NoError(t, pool.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&before))
-	for range attempts {
-		_, err := b.TryAcquire(ctx, "w")
-		require.ErrorIs(t, err, leasetable.ErrHeld)
+	// The WAL position is the whole cluster's, and the cluster is shared
+	// with tests running in parallel, whose writes land in the same window.
+	// Their WAL only adds, so the least of a few rounds is this client's
+	// own; a row lock or xid per attempt would be 50+ bytes each in every
+	// round.
+	const attempts, rounds = 200, 5
+	least := math.Inf(1)
+	for range rounds {
+		var before, after string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&before))
+		for range attempts {
+			_, err := b.TryAcquire(ctx, "w")
+			require.ErrorIs(t, err, leasetable.ErrHeld)
+		}
+		require.NoError(t, pool.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&after))
+		var bytes float64
+		require.NoError(t, pool.QueryRow(ctx, "SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)", after, before).Scan(&bytes))
+		t.Logf("WAL per failed attempt: %.2f bytes (%d attempts, whole cluster)", bytes/attempts, attempts)
+		least = min(least, bytes/attempts)
+		if least < 10 {
+			break
+		}
 	}
-	require.NoError(t, pool.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&after))
-	var bytes float64
-	require.NoError(t, pool.QueryRow(ctx, "SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)", after, before).Scan(&bytes))
-	t.Logf("WAL per failed attempt: %.2f bytes (%d attempts, whole cluster)", bytes/attempts, attempts)
-	// The cluster is shared with other tests, so allow a little noise; a
-	// row lock or xid per attempt would be 50+ bytes each.
-	assert.Less(t, bytes/attempts, 10.0)
+	assert.Less(t, least, 10.0)
 }
 
 func TestWaiterWakesOnRelease(t *testing.T) {
