@@ -276,7 +276,9 @@ package leasetable
 //   - Short tasks, each bounded by a timeout and cancelled by Close:
 //     giving back a lost lease, grants by request id, or releases that
 //     failed; ending force-released leases; removing a waiter
-//     registration; deleting an idle lifeline; each Lease.OnRenew hook
+//     registration when no LISTEN connection is up to remove it (the
+//     LISTEN connection's loop removes those of its own waiters, off the
+//     pool); deleting an idle lifeline; each Lease.OnRenew hook
 //     after a keep-alive (bounded by RenewInterval).
 //   - Per lifeline: no goroutine, two timers (the keep-alive every
 //     RenewInterval and the local deadline); Close stops them and waits

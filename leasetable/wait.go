@@ -58,19 +58,35 @@ func (c *Client) startWaiting(ctx context.Context, name string, group bool) (*wa
 	return w, nil
 }
 
-// stop unsubscribes and removes the registration in the background: the
-// waiter's id is unique, so no later registration can be removed by it.
+// stop unsubscribes and has the registration removed, by the LISTEN
+// connection or else on the pool in the background: either way not on
+// the caller's goroutine, which goes on at once. The waiter's id is
+// unique, so no later registration can be removed by it.
 func (w *waiting) stop() {
 	w.c.ln.unregister(w.id)
 	w.unsubscribe()
 	if w.id == "" {
 		return // not registered (polling)
 	}
-	w.c.goBackground(func(ctx context.Context) {
-		ctx, cancel := context.WithTimeout(ctx, w.c.cfg.TTL)
+	if !w.c.ln.deferStop(w.name, w.id) {
+		w.c.stopWaitingOnPool([]waiterRef{{name: w.name, id: w.id}})
+	}
+}
+
+// stopWaitingOnPool removes waiter registrations on the pool, in the
+// background.
+func (c *Client) stopWaitingOnPool(refs []waiterRef) {
+	if len(refs) == 0 {
+		return
+	}
+	c.goBackground(func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, c.cfg.TTL)
 		defer cancel()
-		if err := w.c.q.LeaseStopWaiting(ctx, w.c.pool, db.LeaseStopWaitingParams{Name: w.name, Waiter: w.id}); err != nil {
-			w.c.log.Debug("pgbaton: removing waiter registration failed", "lease", w.name, "error", err)
+		for _, w := range refs {
+			if err := c.q.LeaseStopWaiting(ctx, c.pool, db.LeaseStopWaitingParams{Name: w.name, Waiter: w.id}); err != nil {
+				c.log.Debug("pgbaton: removing waiter registration failed", "lease", w.name, "error", err)
+				return
+			}
 		}
 	})
 }
