@@ -48,7 +48,9 @@ func (e *env) fleetScenario(clients int) *scenario {
 			"(mean %s). After a warm-up of %s, a window of %s is measured. ops/s: the library calls that succeeded ÷ the "+
 			"window. Acquire latency: call to return, waits included. Connections: the most server connections of the fleet "+
 			"seen at once (pg_stat_activity sampled every %s, pool and LISTEN connections by client) ÷ clients, and the most "+
-			"any one client had. Server CPU: the cluster's processes, in %% of one core; client CPU: this process, all "+
+			"any one client had. Conns opened: the connections the clients' pools opened during the window ÷ clients "+
+			"(pgxpool's NewConnsCount; a pool opens one when a call finds its connections busy, so this counts the "+
+			"client's own calls that overlapped; the LISTEN connection is not counted). Server CPU: the cluster's processes, in %% of one core; client CPU: this process, all "+
 			"clients. NoListen: the documented fleet setting, no LISTEN connection; a waiter looks again at the holder's "+
 			"known expiry, at most every PollInterval. Default: a LISTEN connection per client while it holds one of the "+
 			"database's 16 listen slots, opened with its pool's settings at a wait when a slot is free (up to MaxConns + 1 "+
@@ -66,6 +68,7 @@ func (e *env) fleetScenario(clients int) *scenario {
 			{name: "acquire p99 ms", format: "%.1f"},
 			{name: "conns/client", format: "%.2f"},
 			{name: "max conns/client"},
+			{name: "conns opened/client", format: "%.2f"},
 			{name: "server CPU %"},
 			{name: "client CPU %"},
 			{name: "errors"},
@@ -287,6 +290,7 @@ func (e *env) fleetRunWith(ctx context.Context, clients int, newMember func(pool
 		wg.Wait()
 		return nil, ctx.Err()
 	}
+	opened0 := fleetNewConns(fleet)
 	a, err := mon.sample(ctx)
 	if err != nil {
 		stop()
@@ -297,6 +301,7 @@ func (e *env) fleetRunWith(ctx context.Context, clients int, newMember func(pool
 	sampled := make(chan error, 1)
 	go func() { sampled <- sampleFleetConns(ctx, wctx.Done(), mon, prefix, &peakTotal, &peakOne) }()
 	<-wctx.Done()
+	opened := fleetNewConns(fleet) - opened0
 	b, err := mon.sample(ctx)
 	wg.Wait()
 	if serr := <-sampled; err == nil {
@@ -330,7 +335,17 @@ func (e *env) fleetRunWith(ctx context.Context, clients int, newMember func(pool
 	p50, p99 := percentiles(lat)
 	return sample{"ops/s": float64(ops) / e.fleetWindow.Seconds(), "acquire p50 ms": p50, "acquire p99 ms": p99,
 		"conns/client": float64(peakTotal) / float64(clients), "max conns/client": float64(peakOne),
-		"server CPU %": u.serverCPU, "client CPU %": u.clientCPU, "errors": float64(errs)}, nil
+		"conns opened/client": float64(opened) / float64(clients),
+		"server CPU %":        u.serverCPU, "client CPU %": u.clientCPU, "errors": float64(errs)}, nil
+}
+
+// fleetNewConns is how many connections the fleet's pools have opened.
+func fleetNewConns(fleet []*fleetClient) int64 {
+	var n int64
+	for _, f := range fleet {
+		n += f.pool.Stat().NewConnsCount()
+	}
+	return n
 }
 
 // fleetWarmup is how long the fleet runs before the window: every
