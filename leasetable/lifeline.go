@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -206,22 +205,13 @@ func (s *lifeline) keepalive() {
 	s.inflight.Store(true)
 	s.mu.Unlock()
 
-	conn := c.idleConn(ctx, min(c.cfg.RenewInterval, time.Until(s.until()))/4)
+	c.awaitIdle(ctx, min(c.cfg.RenewInterval, time.Until(s.until()))/4)
 	start := time.Now()
 	var row db.SessionKeepaliveRow
 	err := c.retry(ctx, true, func(ctx context.Context) (err error) {
-		var q db.DBTX = c.pool
-		if conn != nil {
-			// The first try only: a retry takes a connection the usual way.
-			q = conn
-			defer func() { conn.Release(); conn = nil }()
-		}
-		row, err = c.q.SessionKeepalive(ctx, q, db.SessionKeepaliveParams{ID: s.id, TtlMs: c.ttlMs})
+		row, err = c.q.SessionKeepalive(ctx, c.pool, db.SessionKeepaliveParams{ID: s.id, TtlMs: c.ttlMs})
 		return err
 	})
-	if conn != nil {
-		conn.Release() // ctx ended before the first try
-	}
 	replied := time.Now()
 	cancel()
 	if err != nil {
@@ -293,44 +283,40 @@ func (s *lifeline) keepalive() {
 	}
 }
 
-// idleConn returns one of the pool's connections that nobody uses,
-// waiting up to d for one; nil when the pool has none open, when d passes
-// or ctx ends, and the keep-alive then takes one the usual way. The
-// keep-alive runs on a timer, beside whatever the client's callers send:
-// taken the usual way while every connection was busy, it made the pool
+// awaitIdle waits, up to d, until one of the pool's connections is idle
+// (or the pool has none open), so that the keep-alive sent next takes that
+// one. The keep-alive runs on a timer, beside whatever the client's
+// callers send: sent while every connection was busy, it made the pool
 // open one more, for good (500 clients with pools of 2 on 2 cores: 0.9
 // connections opened per client in a 10s run, most of them beside a
 // keep-alive, and each backend start slowed every other call). A client's
 // callers are idle most of the time, so waiting for that costs the
 // keep-alive a few milliseconds; the wait is bounded to leave the
-// lifeline's deadline its slack for retries.
-func (c *Client) idleConn(ctx context.Context, d time.Duration) *pgxpool.Conn {
+// lifeline's deadline its slack for retries. It only looks at the pool's
+// counts: taking the idle connections (AcquireAllIdle) would skip the
+// pool's checks of a stale connection and, releasing the others, keep
+// them from ever ageing out (MaxConnIdleTime).
+func (c *Client) awaitIdle(ctx context.Context, d time.Duration) {
 	until := time.Now().Add(d)
 	for {
-		if conns := c.pool.AcquireAllIdle(ctx); len(conns) > 0 {
-			for _, other := range conns[1:] {
-				other.Release()
-			}
-			return conns[0]
-		}
-		if c.pool.Stat().TotalConns() == 0 || ctx.Err() != nil {
-			return nil
+		if st := c.pool.Stat(); st.IdleConns() > 0 || st.TotalConns() == 0 {
+			return
 		}
 		wait := min(idlePoll, time.Until(until))
 		if wait <= 0 {
-			return nil
+			return
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return nil
+			return
 		}
 	}
 }
 
-// idlePoll is how often idleConn looks for an idle connection.
+// idlePoll is how often awaitIdle looks for an idle connection.
 const idlePoll = 5 * time.Millisecond
 
 // clockStep returns how much further the database's clock moved than the
