@@ -50,7 +50,7 @@ type Config struct {
 	// MaxSessionsUnderLoad is how many session connections with room a
 	// Locker spreads concurrent lock calls over. Requests on one session
 	// are pipelined (a new one is sent while earlier ones are on the wire),
-	// but its backend runs them one after another; when a session has 16
+	// but its backend runs them one after another; when a session has 3
 	// or more requests queued or on the wire, new lock calls go to another
 	// session, which opens (in the background) up to this many. Idle
 	// sessions are kept up to this many until Close (or until lost), so

@@ -452,11 +452,13 @@ func (l *Locker) roomySession() *session {
 }
 
 // spreadDepth is how many requests queued or on the wire make a session
-// busy enough to spread new ones to another. Measured on 2 cores with 8
-// goroutines looping TryLock+Unlock: one pipelined session did 1.30–1.34×
-// eight raw pgx connections, two sessions 1.09–1.22× (smaller batches, two
-// backends contending with the client for the cores).
-const spreadDepth = 16
+// busy enough to spread new ones to another. One backend runs its
+// requests one after another, on one server core; past a few callers at
+// once it is the limit. Measured on 2 cores with 8 goroutines looping
+// TryLock+Unlock (bench, uncontended scenario, 3 runs each, two rounds
+// interleaved): one session (depth 16) did 17.7k and 25.2k ops/s, two
+// sessions 30.7k and 29.7k at depth 3, 25.6k and 28.3k at depth 2.
+const spreadDepth = 3
 
 // spreadLocked opens one more shared session in the background, unless
 // a session is opening already or the last such attempt failed less than
