@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,13 @@ import (
 // claimWorkers is how many goroutines claim concurrently in every
 // implementation (River: MaxWorkers = claimWorkers × batch).
 const claimWorkers = 4
+
+// newRef is a request id for a claim: random bytes, which pgx sends as a
+// uuid.
+func newRef() (ref [16]byte) {
+	_, _ = rand.Read(ref[:])
+	return ref
+}
 
 // deepCap bounds a run on the deep queue.
 const deepCap = 20 * time.Second
@@ -94,7 +102,8 @@ func (e *env) claimScenario(batch, backlog int, deep *backlogs) *scenario {
 			"items/s = items completed ÷ time taken. ", backlog, e.rows, claimWorkers, e.rows, deepCap)
 	}
 	sc.note += fmt.Sprintf("pgbaton: Register, Claim(group, %d), then CompleteAndClaim: the finished batch and the next claim in one "+
-		"round trip and one commit. raw pgx: the same, as one pipelined batch of pgbaton.complete per item and pgbaton.claim. River: a client with "+
+		"round trip and one commit. raw pgx: the SQL pgbaton sends, with the same arguments, as one pipelined batch: pgbaton.complete_many "+
+		"and pgbaton.claim bound to a lease session and a request id. River: a client with "+
 		"MaxWorkers %d and a no-op worker, FetchCooldown 1 ms, FetchPollInterval 10 ms; ends at the %d-th "+
 		"JobCompleted event. gue: a WorkerPool of %d (one job per transaction, batch does not apply), "+
 		"poll interval 1 ms.", batch, claimWorkers*batch, e.rows, claimWorkers)
@@ -226,30 +235,41 @@ func (e *env) claimScenario(batch, backlog int, deep *backlogs) *scenario {
 			err := parallel(claimWorkers, func(w int) error {
 				owner := fmt.Sprintf("bench-raw-claimer-%d", w)
 				return pool.AcquireFunc(ctx, func(c *pgxpool.Conn) error {
-					type item struct {
-						name  string
-						token int64
+					// What pgbaton's client sends: its claims bound to a
+					// lease session (the lifeline, opened once and kept
+					// here past the run) and to a request id, so that a
+					// claim is safe to retry and to give back; completions
+					// as one complete_many.
+					var session int64
+					if err := c.QueryRow(ctx, "SELECT id FROM pgbaton.session_open($1, $2)", owner, 600000).Scan(&session); err != nil {
+						return err
 					}
-					const claimSQL = "SELECT name, token FROM pgbaton.claim($1, $2, $3, $4)"
-					scan := func(rows pgx.Rows) ([]item, error) {
-						return pgx.CollectRows(rows, func(r pgx.CollectableRow) (it item, err error) {
-							err = r.Scan(&it.name, &it.token)
-							return it, err
+					defer func() { _, _ = c.Exec(context.WithoutCancel(ctx), "SELECT pgbaton.session_close($1)", session) }()
+					const claimSQL = "SELECT name, token FROM pgbaton.claim($1, $2, $3, $4, $5, $6, false)"
+					type claimed struct {
+						names  []string
+						tokens []int64
+					}
+					scan := func(rows pgx.Rows) (cl claimed, err error) {
+						var name string
+						var token int64
+						_, err = pgx.ForEachRow(rows, []any{&name, &token}, func() error {
+							cl.names, cl.tokens = append(cl.names, name), append(cl.tokens, token)
+							return nil
 						})
+						return cl, err
 					}
-					rows, _ := c.Query(ctx, claimSQL, group, owner, batch, 30000)
+					rows, _ := c.Query(ctx, claimSQL, group, owner, batch, 30000, session, newRef())
 					items, err := scan(rows)
-					for err == nil && len(items) > 0 {
-						last := done.Add(int64(len(items))) >= int64(e.rows) || !time.Now().Before(stopAt)
+					for err == nil && len(items.names) > 0 {
+						last := done.Add(int64(len(items.names))) >= int64(e.rows) || !time.Now().Before(stopAt)
 						// The finished items and the next claim in one
 						// pipelined batch: one round trip, one commit.
 						b := &pgx.Batch{}
-						for _, it := range items {
-							b.Queue("SELECT pgbaton.complete($1, $2, $3)", it.name, owner, it.token)
-						}
-						var next []item
+						b.Queue("SELECT name FROM pgbaton.complete_many($1, $2, $3) AS name", items.names, items.tokens, owner)
+						var next claimed
 						if !last {
-							b.Queue(claimSQL, group, owner, batch, 30000).Query(func(rows pgx.Rows) (err error) {
+							b.Queue(claimSQL, group, owner, batch, 30000, session, newRef()).Query(func(rows pgx.Rows) (err error) {
 								next, err = scan(rows)
 								return err
 							})
