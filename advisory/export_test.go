@@ -2,9 +2,12 @@ package advisory
 
 import (
 	"context"
+	"io"
+	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // SessionSettingsForTest reads the TCP settings from the Locker's first
@@ -49,4 +52,19 @@ func firstSession(t testing.TB, l *Locker) *session {
 	}
 	s.Unclaim() // no request goes through the queue
 	return s
+}
+
+// TraceSparesForTest writes what the server sends to each of the
+// Locker's idle spare sessions to w (pgproto3's trace), and returns how
+// many spares there are.
+func TraceSparesForTest(l *Locker, w io.Writer) int {
+	l.mu.Lock()
+	spares := slices.Clone(l.spares)
+	l.mu.Unlock()
+	for _, s := range spares {
+		s.WithConn(func(conn *pgx.Conn) {
+			conn.PgConn().Frontend().Trace(w, pgproto3.TracerOptions{SuppressTimestamps: true})
+		})
+	}
+	return len(spares)
 }

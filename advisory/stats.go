@@ -22,7 +22,10 @@ type Stats struct {
 	// connection.
 	Pipelined int64
 	// Contended counts lock calls that found the key held: ErrLocked, or a
-	// wait.
+	// wait. A Lock or RLock that waits on an idle session of the Locker's
+	// sends the blocking call alone on a direct connection, and counts as
+	// contended when its grant took longer than twice the session's last
+	// round trip plus a millisecond; a quicker handover is not counted.
 	Contended int64
 	// LostSessions counts sessions lost (not closed), each taking its
 	// locks with it.

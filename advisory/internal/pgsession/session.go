@@ -55,6 +55,7 @@ type Conn struct {
 	cause  error         // why the connection ended; set before dead is closed
 
 	lastOK  atomic.Int64 // since() when the last answered batch was sent
+	rtt     atomic.Int64 // how long the last answered batch took (see waitedAfter)
 	pending atomic.Int32 // requests queued or on the wire: the pipeline is busy
 	dirty   atomic.Bool  // an unlock found nothing held: clear the backend before reuse
 }
@@ -447,6 +448,7 @@ func (s *Conn) receive(b *batch) error {
 		return s.withBatch(b.reqs, lost)
 	}
 	s.lastOK.Store(int64(b.sent))
+	s.rtt.Store(int64(s.since() - b.sent))
 	for i, r := range b.reqs {
 		pgErr, retry := out.answer(i)
 		switch {
@@ -516,16 +518,12 @@ func (s *Conn) control(c *control, queue []*request) ([]*request, bool) {
 	}
 	switch c.kind {
 	case controlWait:
-		rep, goOn, owed := s.runWait(c)
+		rep, goOn := s.runWait(c)
 		if !goOn {
 			// Given up or failed: the backend was cleared (or is gone).
 			s.finish(fmt.Errorf("%w: %w", ErrLockLost, pgbaton.ErrClosed), queue, nil)
 		}
 		c.reply <- rep
-		if owed != nil {
-			// Sent before any unlock of the caller's can be.
-			queue = append([]*request{owed}, queue...)
-		}
 		return queue, !goOn
 	case controlFunc:
 		c.fn(s.conn)
@@ -698,15 +696,14 @@ func (s *Conn) releaseAll(ctx context.Context) error {
 // runWait blocks in pg_advisory_lock on the session's connection, from
 // its goroutine, with nothing else on the wire. It reports whether the
 // session goes on: only when the lock was granted to a caller still
-// waiting for it; and an unlock owed when the backend took the key twice
-// (fastWait), for the session to send before anything else.
+// waiting for it.
 //
 // The statement runs under its own context: cancelling it through pgx
 // would close the connection, and the server would release a lock granted
 // in the meantime only when it notices, some time later. Instead, when the
 // caller gives up (or Close is called), a cancel request stops the wait on
 // the server and the backend is cleared before the session ends.
-func (s *Conn) runWait(c *control) (_ controlReply, goOn bool, owed *request) {
+func (s *Conn) runWait(c *control) (_ controlReply, goOn bool) {
 	pingTimeout := s.cfg.PingTimeout
 	wctx, wcancel := context.WithCancelCause(c.ctx)
 	defer wcancel(nil)
@@ -725,35 +722,27 @@ func (s *Conn) runWait(c *control) (_ controlReply, goOn bool, owed *request) {
 		// landed, the server is unreachable: drop the connection.
 		kill = time.AfterFunc(pingTimeout, qcancel)
 	})
-	waited, extra, err := s.blockingLock(qctx, c.id, c.sharedLock)
+	waited, err := s.blockingLock(qctx, c.id, c.sharedLock)
 	if !stop() {
 		// Given up. Postgres may have granted the lock just as the cancel
 		// arrived (err == nil), so clear the backend either way.
 		<-cancelled
 		kill.Stop()
 		s.clearBackend()
-		return controlReply{err: context.Cause(wctx), waited: waited || err != nil}, false, nil
+		return controlReply{err: context.Cause(wctx), waited: waited || err != nil}, false
 	}
 	if err != nil {
 		// A connection that failed (or that the server ended: FATAL)
 		// took nothing with it: another one can wait instead.
-		return controlReply{err: MapError("wait for lock", err), stale: s.conn.IsClosed()}, false, nil
+		return controlReply{err: MapError("wait for lock", err), stale: s.conn.IsClosed()}, false
 	}
 	s.lastOK.Store(int64(s.since()))
-	if extra {
-		op := Unlock
-		if c.sharedLock {
-			op = UnlockShared
-		}
-		owed = &request{op: op, id: c.id, result: make(chan result, 1)}
-	}
-	return controlReply{waited: waited}, true, owed
+	return controlReply{waited: waited}, true
 }
 
 // blockingLock takes the lock, waiting as long as it takes; waited says
-// whether the key was held when the wait began, extra that the backend
-// holds it twice (fastWait).
-func (s *Conn) blockingLock(ctx context.Context, id Key, shared bool) (waited, extra bool, err error) {
+// whether the key was held when the wait began.
+func (s *Conn) blockingLock(ctx context.Context, id Key, shared bool) (waited bool, err error) {
 	if s.fast != nil {
 		return s.fastWait(ctx, id, shared)
 	}
@@ -769,9 +758,9 @@ func (s *Conn) blockingLock(ctx context.Context, id Key, shared bool) (waited, e
 		waited, err = q.AdvisoryLock(ctx, s.conn, db.AdvisoryLockParams{Key: id.ID, Token: s.token})
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
-		return false, false, fmt.Errorf("%w (wait ran on another backend than %d)", ErrSessionPooling, s.pid)
+		return false, fmt.Errorf("%w (wait ran on another backend than %d)", ErrSessionPooling, s.pid)
 	}
-	return waited, false, err
+	return waited, err
 }
 
 // clearBackend releases whatever advisory locks the session's backend
@@ -787,6 +776,16 @@ func (s *Conn) clearBackend() {
 	if err != nil {
 		s.cfg.Logger.Warn("advisory: clearing an abandoned wait failed; the server releases its locks when it notices the closed connection", "error", err)
 	}
+}
+
+// waitedAfter is how long a grant by fastWait may take and still count
+// as granted at once, the key free: twice the session's last round trip,
+// plus a millisecond for the scheduler of a busy machine. A grant that
+// took longer waited for a holder, or for a server or network so slow
+// that the difference does not matter: waited only feeds Stats.Contended
+// and the held/failed split of a wait that failed.
+func (s *Conn) waitedAfter() time.Duration {
+	return 2*time.Duration(s.rtt.Load()) + time.Millisecond
 }
 
 // WaitResult is how a Wait ended.
