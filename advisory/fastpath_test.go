@@ -1,9 +1,7 @@
 package advisory_test
 
 import (
-	"bytes"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -48,18 +46,7 @@ func TestFastPathAndStatementsAgree(t *testing.T) {
 				// Contended: other holds the key while l waits.
 				held, err := other.TryLock(ctx, v.key)
 				require.NoError(t, err)
-				got := make(chan *advisory.Lock, 1)
-				go func() {
-					lk, err := lock(ctx, v.key)
-					if err != nil {
-						t.Error(err)
-					}
-					got <- lk
-				}()
-				eventuallyWaiting(t, admin, d, 1)
-				require.NoError(t, held.Unlock(ctx))
-				lk := <-got
-				require.NotNil(t, lk)
+				lk := handOver(t, admin, d, held, lock, v.key)
 				require.Equal(t, v.shared, lk.Shared())
 				_, err = other.TryLock(ctx, v.key)
 				require.ErrorIs(t, err, advisory.ErrLocked, v.key.String())
@@ -107,44 +94,13 @@ func TestWaitOnSpareSendsOneCall(t *testing.T) {
 		t.Helper()
 		held, err := other.TryLock(ctx, key)
 		require.NoError(t, err)
-		got := make(chan *advisory.Lock, 1)
-		go func() {
-			lk, err := l.Lock(ctx, key)
-			if err != nil {
-				t.Error(err)
-			}
-			got <- lk
-		}()
-		eventuallyWaiting(t, admin, d, 1)
-		require.NoError(t, held.Unlock(ctx))
-		lk := <-got
-		require.NotNil(t, lk)
-		require.NoError(t, lk.Unlock(ctx))
+		require.NoError(t, handOver(t, admin, d, held, l.Lock, key).Unlock(ctx))
 	}
 	// The first wait opens a session, parked as a spare once unlocked.
 	contendedLock(advisory.Int64(1))
-	var trace syncBuffer
+	var trace pgtest.Log
 	require.Equal(t, 1, advisory.TraceSparesForTest(l, &trace))
 	contendedLock(advisory.Int64(2))
 	calls := strings.Count(trace.String(), "FunctionCallResponse")
 	require.Equal(t, 2, calls, "the wait's call and the unlock's:\n%s", trace.String())
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader on
-// different goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -553,24 +553,11 @@ func TestWaitVariants(t *testing.T) {
 	} {
 		held, err := holder.TryLock(ctx, c.key)
 		require.NoError(t, err)
-		got := make(chan *advisory.Lock, 1)
-		go func() {
-			var lk *advisory.Lock
-			var err error
-			if c.shared {
-				lk, err = waiter.RLock(ctx, c.key)
-			} else {
-				lk, err = waiter.Lock(ctx, c.key)
-			}
-			if err != nil {
-				t.Error(err)
-			}
-			got <- lk
-		}()
-		eventuallyWaiting(t, admin, d, 1)
-		require.NoError(t, held.Unlock(ctx))
-		lk := <-got
-		require.NotNil(t, lk)
+		lock := waiter.Lock
+		if c.shared {
+			lock = waiter.RLock
+		}
+		lk := handOver(t, admin, d, held, lock, c.key)
 		require.Equal(t, c.key, lk.Key())
 		require.Equal(t, c.shared, lk.Shared())
 		_, err = holder.TryLock(ctx, c.key)
@@ -600,18 +587,7 @@ func TestWaitsReuseConnections(t *testing.T) {
 		if i%2 == 1 {
 			waiter = a
 		}
-		got := make(chan *advisory.Lock, 1)
-		go func() {
-			lk, err := waiter.Lock(ctx, key)
-			if err != nil {
-				t.Error(err)
-			}
-			got <- lk
-		}()
-		eventuallyWaiting(t, admin, d, 1)
-		require.NoError(t, held.Unlock(ctx))
-		held = <-got
-		require.NotNil(t, held)
+		held = handOver(t, admin, d, held, waiter.Lock, key)
 	}
 	require.NoError(t, held.Unlock(ctx))
 	for _, l := range []*advisory.Locker{a, b} {

@@ -167,6 +167,27 @@ func eventuallyWaiting(t testing.TB, admin *pgxpool.Pool, d *pgtest.DB, n int) {
 	}, "%d waiting advisory lock requests", n)
 }
 
+// handOver starts lock (a Locker's Lock or RLock) on key in a goroutine,
+// waits until the server shows it waiting, unlocks held, and returns the
+// lock the waiter was granted.
+func handOver(t testing.TB, admin *pgxpool.Pool, d *pgtest.DB, held *advisory.Lock, lock func(context.Context, advisory.Key) (*advisory.Lock, error), key advisory.Key) *advisory.Lock {
+	t.Helper()
+	ctx := pgtest.Context(t, time.Minute)
+	got := make(chan *advisory.Lock, 1)
+	go func() {
+		lk, err := lock(ctx, key)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- lk
+	}()
+	eventuallyWaiting(t, admin, d, 1)
+	require.NoError(t, held.Unlock(ctx))
+	lk := <-got
+	require.NotNil(t, lk)
+	return lk
+}
+
 // databaseURL is a fresh migrated database for an example. The
 // environment drops it at the end.
 func databaseURL() string { return env.DB(exampleTB{}).URL }

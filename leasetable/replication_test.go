@@ -1,10 +1,7 @@
 package leasetable_test
 
 import (
-	"bytes"
 	"log/slog"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,24 +15,6 @@ import (
 	"github.com/pgbaton/pgbaton/leasetable"
 	"github.com/pgbaton/pgbaton/migrations"
 )
-
-// lockedLog is a text log that tests read while clients write to it.
-type lockedLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedLog) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.buf.String(), s)
-}
 
 // A primary with an asynchronous standby: New logs a warning once, Check
 // does not fail for it nor log it again, and Replication says why; once
@@ -62,13 +41,13 @@ func TestReplicationWarning(t *testing.T) {
 	assert.Equal(t, 0, rs.SyncStandbys)
 	require.ErrorIs(t, rs.Err(), leasetable.ErrNoSyncStandby)
 
-	var log lockedLog
+	var log pgtest.Log
 	const warning = "acknowledged grants can be lost in a failover"
 	c := newClient(t, pool, leasetable.Config{Logger: slog.New(slog.NewTextHandler(&log, nil))})
-	assert.Equal(t, 1, log.count(warning), "New logs the warning")
+	assert.Equal(t, 1, log.Count(warning), "New logs the warning")
 	require.NoError(t, c.Check(ctx), "asynchronous standbys do not fail Check")
 	require.NoError(t, c.Check(ctx))
-	assert.Equal(t, 1, log.count(warning), "Check logs the warning only when it changes")
+	assert.Equal(t, 1, log.Count(warning), "Check logs the warning only when it changes")
 	got, err := c.Replication(ctx)
 	require.NoError(t, err)
 	require.ErrorIs(t, got.Err(), leasetable.ErrNoSyncStandby)
@@ -83,7 +62,7 @@ func TestReplicationWarning(t *testing.T) {
 	}, "the standby did not become synchronous")
 	require.NoError(t, rs.Err())
 	require.NoError(t, c.Check(ctx))
-	assert.Equal(t, 1, log.count("a synchronous standby protects acknowledged grants again"))
+	assert.Equal(t, 1, log.Count("a synchronous standby protects acknowledged grants again"))
 
 	// Sessions that do not wait for the synchronous standby.
 	local := pgtest.Pool(t, primary.URL("postgres"), func(cfg *pgxpool.Config) {
