@@ -81,8 +81,8 @@ func TestFastPathAndStatementsAgree(t *testing.T) {
 
 // A Lock that waits on a spare session sends the blocking call alone:
 // a try first would cost the server a call (its own transaction) per
-// acquisition of a contended key, a fifth of the throughput of eight
-// clients taking turns on one key (bench, contended scenario).
+// acquisition of a contended key (bench, contended scenario: about 8 %
+// of the throughput of eight clients taking turns on one key).
 func TestWaitOnSpareSendsOneCall(t *testing.T) {
 	d := env.DB(t)
 	admin := adminPool(t)
