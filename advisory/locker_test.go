@@ -617,18 +617,7 @@ func TestApplicationNameShowsOwner(t *testing.T) {
 
 	// A lock granted after a wait is on the wait's connection: named too.
 	def := newLocker(t, pool, advisory.Config{})
-	got := make(chan *advisory.Lock, 1)
-	go func() {
-		lk, err := def.Lock(ctx, advisory.Int64(61))
-		if err != nil {
-			t.Error(err)
-		}
-		got <- lk
-	}()
-	eventuallyWaiting(t, admin, d, 1)
-	require.NoError(t, lk.Unlock(ctx))
-	waited := <-got
-	require.NotNil(t, waited)
+	waited := handOver(t, admin, d, lk, def.Lock, advisory.Int64(61))
 	host, err := os.Hostname()
 	require.NoError(t, err)
 	require.Equal(t, fmt.Sprintf("pgbaton advisory %s:%d", host, os.Getpid()), appName(holderPID(t, admin, d, 61)))

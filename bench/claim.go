@@ -236,10 +236,10 @@ func (e *env) claimScenario(batch, backlog int, deep *backlogs) *scenario {
 				owner := fmt.Sprintf("bench-raw-claimer-%d", w)
 				return pool.AcquireFunc(ctx, func(c *pgxpool.Conn) error {
 					// What pgbaton's client sends: its claims bound to a
-					// lease session (the lifeline, opened once and kept
-					// here past the run) and to a request id, so that a
-					// claim is safe to retry and to give back; completions
-					// as one complete_many.
+					// lease session (its lifeline; here one per worker for
+					// the run, closed at its end) and to a request id, so
+					// that a claim is safe to retry and to give back;
+					// completions as one complete_many.
 					var session int64
 					if err := c.QueryRow(ctx, "SELECT id FROM pgbaton.session_open($1, $2)", owner, 600000).Scan(&session); err != nil {
 						return err
