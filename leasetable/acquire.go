@@ -125,6 +125,13 @@ func (c *Client) untrack(l *Lease) {
 // from the reply. A ctx that can never end (Done is nil) cannot be given
 // up: then the statement runs on the caller's goroutine. Either way Close
 // waits for it.
+//
+// The statements a wait sends between its looks (the waiter's
+// registration, the listen-slot question, a group's next expiry, a lease
+// session's opening) go through here too, with abandoned nil when a reply
+// nobody reads needs no cleanup: a wait normally ends by its context, and
+// each one given up mid-statement would otherwise cost the pool a
+// connection (TestWaitsGivenUpCloseNoPoolConnection).
 func inFlight[T any](c *Client, ctx context.Context, send func(context.Context) (T, error), abandoned func(context.Context, T, error)) (T, error) {
 	var zero T
 	if ctx.Err() != nil {
@@ -157,6 +164,9 @@ func inFlight[T any](c *Client, ctx context.Context, send func(context.Context) 
 			return
 		}
 		mu.Unlock()
+		if abandoned == nil {
+			return
+		}
 		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ReleaseTimeout)
 		defer cancel()
 		abandoned(gctx, v, err)

@@ -38,6 +38,10 @@ func (c *Client) Register(ctx context.Context, group string, names ...string) (i
 	if err := c.checkOpen(); err != nil {
 		return 0, err
 	}
+	return c.register(ctx, group, names)
+}
+
+func (c *Client) register(ctx context.Context, group string, names []string) (int, error) {
 	var n int32
 	err := c.retry(ctx, false, func(ctx context.Context) (err error) {
 		n, err = c.q.LeaseRegister(ctx, c.pool, db.LeaseRegisterParams{LeaseGroup: group, Names: names})
@@ -144,14 +148,26 @@ func (c *Client) waitClaim(ctx context.Context, group string, n int, start time.
 // would wake the waiter, and a LISTEN connection that died without a word
 // is noticed late (a read that fails), so it looks again after a TTL.
 func (c *Client) nextClaimable(ctx context.Context, group string) (time.Duration, error) {
-	next, err := c.q.LeaseGroupNextExpiry(ctx, c.pool, db.LeaseGroupNextExpiryParams{LeaseGroup: group, Owner: c.cfg.Owner})
+	next, err := c.groupNextExpiry(ctx, group)
 	if err != nil {
-		return 0, c.dbError("next expiry in "+group, err)
+		return 0, err
 	}
 	if !next.Held {
 		return c.cfg.TTL, nil
 	}
 	return min(next.NextExpiry.Sub(next.DbNow), c.cfg.TTL), nil
+}
+
+// groupNextExpiry asks when the first lease of group held by another
+// owner expires, for a wait between its looks.
+func (c *Client) groupNextExpiry(ctx context.Context, group string) (db.LeaseGroupNextExpiryRow, error) {
+	next, err := inFlight(c, ctx, func(ctx context.Context) (db.LeaseGroupNextExpiryRow, error) {
+		return c.q.LeaseGroupNextExpiry(ctx, c.pool, db.LeaseGroupNextExpiryParams{LeaseGroup: group, Owner: c.cfg.Owner})
+	}, nil)
+	if err != nil {
+		return next, c.dbError("next expiry in "+group, err)
+	}
+	return next, nil
 }
 
 // checkClaim checks the arguments of a claim and that c is open.

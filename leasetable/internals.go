@@ -7,7 +7,8 @@ package leasetable
 //
 //  1. Client.lineSem  serialises opening a lifeline (lifelineFor): a
 //     one-slot channel, so a grant waiting for it honours its context;
-//     held across the session_open round trip, takes Client.mu under it.
+//     held across the session_open round trip (until it ends, even when
+//     the grant that started it gave up), takes Client.mu under it.
 //  2. Lease.mu        a lease's state and its fields (state, err,
 //     finishedAs, releaseErr, own, expiresAt, deadlineT, onLifeline,
 //     afterRenew, grantedAt, recorded). Under it the lease binds to and

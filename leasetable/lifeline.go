@@ -92,13 +92,28 @@ func (c *Client) lifelineFor(ctx context.Context) (*lifeline, error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	defer func() { <-c.lineSem }()
 	c.mu.Lock()
 	s := c.line
 	c.mu.Unlock()
 	if s != nil && !s.dead() && time.Now().Before(s.until()) {
+		<-c.lineSem
 		return s, nil
 	}
+	// Opened to the end even when the caller gives up (inFlight): the
+	// next grant binds to it, and the pool keeps its connection. The
+	// semaphore is held until then.
+	var once sync.Once
+	unlock := func() { once.Do(func() { <-c.lineSem }) }
+	defer unlock()
+	return inFlight(c, ctx, func(ctx context.Context) (*lifeline, error) {
+		defer unlock()
+		return c.openLifeline(ctx)
+	}, nil)
+}
+
+// openLifeline opens a lease session and makes it the one new grants bind
+// to.
+func (c *Client) openLifeline(ctx context.Context) (*lifeline, error) {
 	start := time.Now()
 	// A repeat after a broken connection may leave an unused lifeline
 	// behind; it expires at its TTL.
@@ -110,7 +125,7 @@ func (c *Client) lifelineFor(ctx context.Context) (*lifeline, error) {
 	if err != nil {
 		return nil, c.dbError("open lease session", err)
 	}
-	s = &lifeline{c: c, id: row.ID, epoch: row.Epoch, base: start, expiresAt: row.ExpiresAt, renewedAt: start,
+	s := &lifeline{c: c, id: row.ID, epoch: row.Epoch, base: start, expiresAt: row.ExpiresAt, renewedAt: start,
 		sentAt: start, dbAt: row.ExpiresAt.Add(-time.Duration(c.ttlMs) * time.Millisecond),
 		idleSince: start, leases: make(map[*Lease]struct{})}
 	s.deadline.Store(int64(c.cfg.TTL - c.cfg.SafetyMargin))

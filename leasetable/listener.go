@@ -347,10 +347,10 @@ func (ln *listener) run(ctx context.Context) {
 }
 
 // slotFree reports whether the client may open a LISTEN connection: a
-// listen slot is free, asked on the pool on the subscribing waiter's own
-// goroutine (it is about to wait, so the question takes no second pool
-// connection), at most once a slotRetry. An error counts as no: the
-// waiter polls, and its own looks meet the error.
+// listen slot is free, asked on the pool for the subscribing waiter (it
+// is about to wait, so the question takes no second pool connection), at
+// most once a slotRetry. An error counts as no: the waiter polls, and its
+// own looks meet the error.
 func (ln *listener) slotFree(ctx context.Context) bool {
 	ln.mu.Lock()
 	if time.Since(ln.slotTried) < slotRetry {
@@ -360,7 +360,9 @@ func (ln *listener) slotFree(ctx context.Context) bool {
 	// Set before asking: the client's other waiters poll meanwhile.
 	ln.slotTried = time.Now()
 	ln.mu.Unlock()
-	free, err := ln.c.q.LeaseListenSlotFree(ctx, ln.c.pool, int32(ln.c.cfg.ListenSlots))
+	free, err := inFlight(ln.c, ctx, func(ctx context.Context) (bool, error) {
+		return ln.c.q.LeaseListenSlotFree(ctx, ln.c.pool, int32(ln.c.cfg.ListenSlots))
+	}, nil)
 	return err == nil && free
 }
 

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-
-	"github.com/pgbaton/pgbaton/internal/db"
 )
 
 // MaxSlots bounds Semaphore's slot count.
@@ -89,18 +87,26 @@ func (c *Client) registerSemaphore(ctx context.Context, name string, names []str
 	if known == len(names) {
 		return nil
 	}
-	// Count before registering, so a wrong count changes nothing.
-	n, err := c.q.LeaseGroupCount(ctx, c.pool, name)
+	// Count before registering, so a wrong count changes nothing. Sent
+	// as a wait's statements are (inFlight), so a caller that gives up
+	// costs the pool no connection.
+	n, err := inFlight(c, ctx, func(ctx context.Context) (int32, error) {
+		n, err := c.q.LeaseGroupCount(ctx, c.pool, name)
+		if err != nil {
+			return 0, c.dbError("semaphore "+name, err)
+		}
+		if n == 0 {
+			if _, err := c.register(ctx, name, names); err != nil {
+				return 0, err
+			}
+			if n, err = c.q.LeaseGroupCount(ctx, c.pool, name); err != nil {
+				return 0, c.dbError("semaphore "+name, err)
+			}
+		}
+		return n, nil
+	}, nil)
 	if err != nil {
-		return c.dbError("semaphore "+name, err)
-	}
-	if n == 0 {
-		if _, err := c.Register(ctx, name, names...); err != nil {
-			return err
-		}
-		if n, err = c.q.LeaseGroupCount(ctx, c.pool, name); err != nil {
-			return c.dbError("semaphore "+name, err)
-		}
+		return err
 	}
 	if int(n) != len(names) {
 		return invalid("semaphore %q has %d slots, not %d: every caller must pass the same count", name, n, len(names))
@@ -114,9 +120,9 @@ func (c *Client) registerSemaphore(ctx context.Context, name string, names []str
 // nextExpiry is how long until the first lease of group held by another
 // owner expires (0 if none is).
 func (c *Client) nextExpiry(ctx context.Context, group string) (time.Duration, error) {
-	next, err := c.q.LeaseGroupNextExpiry(ctx, c.pool, db.LeaseGroupNextExpiryParams{LeaseGroup: group, Owner: c.cfg.Owner})
+	next, err := c.groupNextExpiry(ctx, group)
 	if err != nil {
-		return 0, c.dbError("next expiry in "+group, err)
+		return 0, err
 	}
 	return next.NextExpiry.Sub(next.DbNow), nil
 }

@@ -49,9 +49,17 @@ func (c *Client) startWaiting(ctx context.Context, name string, group bool) (*wa
 	// registration makes it again.
 	c.ln.register(id, name, group)
 	w := &waiting{c: c, name: name, id: id, wake: wake, unsubscribe: unsubscribe}
-	if err := c.q.LeaseWaitFor(ctx, c.pool, db.LeaseWaitForParams{Name: name, Waiter: id, IsGroup: group}); err != nil {
+	p := db.LeaseWaitForParams{Name: name, Waiter: id, IsGroup: group}
+	_, err = inFlight(c, ctx, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, c.q.LeaseWaitFor(ctx, c.pool, p)
+	}, func(ctx context.Context, _ struct{}, _ error) {
+		// Given up: the caller's stop below may run before the
+		// registration commits, so it is removed again after it.
+		_ = c.q.LeaseStopWaiting(ctx, c.pool, db.LeaseStopWaitingParams{Name: name, Waiter: id})
+	})
+	if err != nil {
 		// The registration may have committed although the call failed
-		// (its context ended while the reply was on its way): remove it.
+		// (its reply was lost): remove it.
 		w.stop()
 		return nil, c.dbError("register waiter for "+name, err)
 	}
