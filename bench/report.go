@@ -201,6 +201,7 @@ func writeTable(w io.Writer, sc *scenario, results []*result, runs int) {
 			ours = r.median(p.name)
 		}
 	}
+	var failed []string // implementations that failed after some runs
 	for _, r := range results {
 		row := []string{r.impl.name}
 		switch {
@@ -215,6 +216,10 @@ func writeTable(w io.Writer, sc *scenario, results []*result, runs int) {
 				row = append(row, "")
 			}
 		default:
+			if r.err != nil {
+				failed = append(failed, fmt.Sprintf("%s: %d of %d runs, then failed: %s",
+					r.impl.name, len(r.values[p.name]), runs, r.err))
+			}
 			for _, m := range sc.metrics {
 				lo, hi := r.minmax(m.name)
 				cell := fmtv(m, r.median(m.name))
@@ -231,6 +236,9 @@ func writeTable(w io.Writer, sc *scenario, results []*result, runs int) {
 		fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
 	}
 	fmt.Fprintln(w)
+	for _, f := range failed {
+		fmt.Fprintf(w, "**%s** (its row is the median of those runs; no target is judged on it)\n\n", f)
+	}
 }
 
 // durationsMs converts latencies to milliseconds and returns p50 and p99.

@@ -11,9 +11,15 @@ import (
 // prefixes.
 type figures map[string][]*result
 
+// median is NaN ("not measured") for an implementation that failed in any
+// run: a median of the runs before the failure would judge a target on
+// fewer runs than the report says, and its table tells the failure.
 func (f figures) median(title, implPrefix, metric string) float64 {
 	for _, r := range f[title] {
 		if strings.HasPrefix(r.impl.name, implPrefix) {
+			if r.err != nil {
+				return math.NaN()
+			}
 			return r.median(metric)
 		}
 	}

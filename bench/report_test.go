@@ -1,0 +1,46 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+)
+
+// TestFailedRunsAreReported: an implementation that fails after some runs
+// keeps its row (the median of the runs it made) but the report says how
+// many runs it made and why it stopped, and no target is judged on it. A
+// row of one run used to look like a median of five.
+func TestFailedRunsAreReported(t *testing.T) {
+	n := 0
+	sc := &scenario{
+		title:    "Work items: a scenario",
+		metrics:  []metric{{name: "items/s", higherBetter: true}},
+		noWarmup: true,
+		impls: []*impl{
+			{name: "pgbaton leasetable Claim", run: func(context.Context) (sample, error) {
+				if n++; n > 2 {
+					return nil, errors.New("claim: connection reset")
+				}
+				return sample{"items/s": 100}, nil
+			}},
+			{name: "raw pgx (same SQL functions)", run: func(context.Context) (sample, error) {
+				return sample{"items/s": 110}, nil
+			}},
+		},
+	}
+	results := runScenario(context.Background(), sc, 5, func(string, ...any) {})
+	var b strings.Builder
+	writeTable(&b, sc, results, 5)
+	if want := "**pgbaton leasetable Claim: 2 of 5 runs, then failed: claim: connection reset**"; !strings.Contains(b.String(), want) {
+		t.Errorf("the table does not say %q:\n%s", want, b.String())
+	}
+	f := figures{sc.title: results}
+	if v := f.median(sc.title, "pgbaton", "items/s"); !math.IsNaN(v) {
+		t.Errorf("a target is judged on the failed implementation's %v items/s", v)
+	}
+	if v := f.median(sc.title, "raw pgx", "items/s"); v != 110 {
+		t.Errorf("raw pgx's median is %v, not 110", v)
+	}
+}
