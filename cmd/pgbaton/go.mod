@@ -1,6 +1,6 @@
 module github.com/pgbaton/pgbaton/cmd/pgbaton
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/jackc/pgerrcode v0.0.0-20220416144525-469b46aa5efa
