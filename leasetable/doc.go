@@ -267,12 +267,15 @@ package leasetable
 //     while completions in callers' transactions (CompleteTx) wait to
 //     learn how those ended, until none is left or Close.
 //   - Per call that may grant leases (TryAcquire, each look of Acquire and
-//     Semaphore, Claim, CompleteAndClaim, Keep's claims): one goroutine
-//     sends the statement, so that the caller can return when its context
-//     ends while the reply, when it comes, gives back what was granted
-//     (none when the context can never end, such as context.Background:
-//     the statement runs on the caller's goroutine). It lasts as long as
-//     the statement, at most TTL; Close waits for it.
+//     Semaphore, Claim, CompleteAndClaim, Keep's claims), and per statement
+//     a wait sends between its looks (the waiter's registration, the
+//     listen-slot question, a group's next expiry, a semaphore's count, a
+//     lease session's opening): one goroutine sends the statement, so that
+//     the caller can return when its context ends while the reply, when it
+//     comes, gives back what was granted and the pool keeps the
+//     connection (none when the context can never end, such as
+//     context.Background: the statement runs on the caller's goroutine).
+//     It lasts as long as the statement, at most TTL; Close waits for it.
 //   - Short tasks, each bounded by a timeout and cancelled by Close:
 //     giving back a lost lease, grants by request id, or releases that
 //     failed; ending force-released leases; removing a waiter
