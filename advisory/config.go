@@ -43,15 +43,14 @@ type Config struct {
 
 	// MaxLocksPerSession caps the locks held on one session connection;
 	// beyond it the Locker opens another session. Every statement on a
-	// connection gets slower with the number of locks it holds (SELECT 1
-	// goes from about 56 µs to 305 µs at 5,000 locks). Default 500.
+	// connection gets slower with the number of locks it holds, so many
+	// locks are better spread. Default 500.
 	MaxLocksPerSession int
 
 	// MaxSessionsUnderLoad is how many session connections with room a
 	// Locker spreads concurrent lock calls over. Requests on one session
-	// are pipelined (a new one is sent while earlier ones are on the wire),
-	// but its backend runs them one after another; when a session has 3
-	// or more requests queued or on the wire, new lock calls go to another
+	// are pipelined, but its backend runs them one after another; when a
+	// session has several requests pending, new lock calls go to another
 	// session, which opens (in the background) up to this many. Idle
 	// sessions are kept up to this many until Close (or until lost), so
 	// that a lull does not close a session the next burst reopens. Locks
@@ -85,8 +84,8 @@ type Config struct {
 	// sessions opened and closed (Debug). Default: silent.
 	Logger *slog.Logger
 
-	// MeterProvider receives the Locker's OpenTelemetry metrics (see
-	// doc.go): acquire attempts by result, wait and hold durations, locks
+	// MeterProvider receives the Locker's OpenTelemetry metrics (listed
+	// in the package documentation): acquire attempts by result, wait and hold durations, locks
 	// lost by cause, failed pings, sessions and locks per session.
 	// Default: none; then, as with OpenTelemetry's no-op provider,
 	// nothing is recorded and the lock path does no extra work.

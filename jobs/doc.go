@@ -22,17 +22,8 @@
 // over. ClaimSlot is true for exactly one caller per (job, scheduled time),
 // however skewed the nodes' tickers.
 //
-// # Layering
-//
-// jobs is built on two layers and belongs to neither: it imports
-// leasetable (the job's lease) and fencedwrite (the checkpoints), and
-// neither of them imports it (the module's deps_test.go checks that
-// imports only go down). It takes the *leasetable.Client the caller
-// already has, so a job's lease, its lifeline and its owner are the
-// client's; it uses only what leasetable exports for packages built on
-// it: Client.Pool, Lease.OnRenew (the run's heartbeat moves with every
-// keep-alive) and Lease.Do (the function runs under the held lease). Its
-// statements are in queries/jobs.sql.
+// Every call takes the *leasetable.Client the caller already has, so a
+// job's lease, its lifeline and its owner are the client's.
 //
 // Rows of pgbaton.job_run and pgbaton.cron_slot pile up with use; package
 // retention prunes them (a job's newest run is always kept).
@@ -44,3 +35,11 @@
 // [Cron jobs]: https://github.com/pgbaton/pgbaton/blob/main/docs/cron-jobs.md
 // [Work queues]: https://github.com/pgbaton/pgbaton/blob/main/docs/work-queues.md
 package jobs
+
+// Layering, for maintainers: jobs is built on two layers and belongs to
+// neither. It imports leasetable (the job's lease) and fencedwrite (the
+// checkpoints), and neither of them imports it (the module's deps_test.go
+// checks that imports only go down). It uses only what leasetable exports
+// for packages built on it: Client.Pool, Lease.OnRenew (the run's
+// heartbeat moves with every keep-alive) and Lease.Do (the function runs
+// under the held lease). Its statements are in queries/jobs.sql.

@@ -92,8 +92,7 @@ type Config struct {
 	// ListenSlots is how many clients of the database may listen at once,
 	// default 16; give every client the same value. Every NOTIFY signals
 	// every listening backend of the database, so a fleet whose clients
-	// all listened would spend the server on signals (a fleet of 100
-	// clients on 2 cores: a third of the throughput). A slot is a session
+	// all listened would spend the server on signals. A slot is a session
 	// advisory lock on the client's LISTEN connection, which the client
 	// opens only when a slot is free (it asks on the pool, at most once a
 	// second while its waiters wait); it listens while its waiters wait and
