@@ -57,7 +57,7 @@ const (
 	// DefaultPruneBatch is how many records one pruning statement deletes
 	// by default.
 	DefaultPruneBatch = 1000
-	// MaxPruneBatch is the largest BatchSize.
+	// MaxPruneBatch is the largest PruneConfig.Batch.
 	MaxPruneBatch = 100000
 )
 
@@ -69,30 +69,30 @@ type PruneConfig struct {
 	// (broker retention, retries, replays). Default DefaultRetention (7
 	// days).
 	Retention time.Duration
-	// BatchSize is how many records each statement deletes, oldest first:
+	// Batch is how many records each statement deletes, oldest first:
 	// small batches keep every transaction, and its locks, short. Default
 	// DefaultPruneBatch (1000), at most MaxPruneBatch.
-	BatchSize int
+	Batch int
 }
 
 func (c PruneConfig) withDefaults() (PruneConfig, error) {
 	if c.Retention == 0 {
 		c.Retention = DefaultRetention
 	}
-	if c.BatchSize == 0 {
-		c.BatchSize = DefaultPruneBatch
+	if c.Batch == 0 {
+		c.Batch = DefaultPruneBatch
 	}
 	switch {
 	case c.Retention < time.Microsecond:
 		return c, fmt.Errorf("%w: retention must be positive, got %s", pgbaton.ErrInvalidArgument, c.Retention)
-	case c.BatchSize < 1 || c.BatchSize > MaxPruneBatch:
-		return c, fmt.Errorf("%w: batch size must be 1 to %d, got %d", pgbaton.ErrInvalidArgument, MaxPruneBatch, c.BatchSize)
+	case c.Batch < 1 || c.Batch > MaxPruneBatch:
+		return c, fmt.Errorf("%w: batch size must be 1 to %d, got %d", pgbaton.ErrInvalidArgument, MaxPruneBatch, c.Batch)
 	}
 	return c, nil
 }
 
 // PruneProcessed deletes the processed-message records older than
-// cfg.Retention, cfg.BatchSize at a time, until none is left or ctx ends,
+// cfg.Retention, cfg.Batch at a time, until none is left or ctx ends,
 // and returns how many it deleted (also when it returns an error). With a
 // pool each batch is a transaction of its own; inside a transaction q all
 // batches are part of it. Concurrent calls (one per node) skip each
@@ -106,7 +106,7 @@ func PruneProcessed(ctx context.Context, q Querier, cfg PruneConfig) (int64, err
 	if err != nil {
 		return 0, err
 	}
-	params := db.ProcessedPruneParams{OlderThanSeconds: cfg.Retention.Seconds(), Batch: int32(cfg.BatchSize)}
+	params := db.ProcessedPruneParams{OlderThanSeconds: cfg.Retention.Seconds(), Batch: int32(cfg.Batch)}
 	var total int64
 	for {
 		n, err := db.New().ProcessedPrune(ctx, q, params)
@@ -114,7 +114,7 @@ func PruneProcessed(ctx context.Context, q Querier, cfg PruneConfig) (int64, err
 			return total, fmt.Errorf("fencedwrite: prune processed messages: %w", standbyError(ctx, q, notMigrated(err)))
 		}
 		total += int64(n)
-		if int(n) < cfg.BatchSize {
+		if int(n) < cfg.Batch {
 			return total, nil
 		}
 	}

@@ -187,7 +187,7 @@ func TestPruneProcessed(t *testing.T) {
 		return ids
 	}
 
-	n, err := fencedwrite.PruneProcessed(ctx, pool, fencedwrite.PruneConfig{BatchSize: 2}) // default retention: 7 days
+	n, err := fencedwrite.PruneProcessed(ctx, pool, fencedwrite.PruneConfig{Batch: 2}) // default retention: 7 days
 	require.NoError(t, err)
 	require.Equal(t, int64(5), n)
 	require.Equal(t, []string{"m5", "m6", "m7"}, remaining())
@@ -228,7 +228,7 @@ func TestProcessedBadInput(t *testing.T) {
 	require.NoError(t, fencedwrite.MarkProcessed(ctx, tx, "c", "m"), "bad input left the transaction usable")
 
 	for _, cfg := range []fencedwrite.PruneConfig{
-		{Retention: -time.Second}, {BatchSize: -1}, {BatchSize: 100001},
+		{Retention: -time.Second}, {Batch: -1}, {Batch: 100001},
 	} {
 		_, err := fencedwrite.PruneProcessed(ctx, pool, cfg)
 		require.ErrorIs(t, err, pgbaton.ErrInvalidArgument, "%+v", cfg)
