@@ -47,6 +47,11 @@
 // PostgreSQL's read-only error (SQLSTATE 25006) without
 // pgbaton.ErrStandby; the guards ask the server in their own statement
 // and report ErrStandby as with pgx.
+//
+// [Fenced writes] shows fencedwrite.InSQLTx and Wrap in use, in its
+// section "database/sql".
+//
+// [Fenced writes]: https://github.com/pgbaton/pgbaton/blob/main/docs/fenced-writes.md
 package databasesql
 
 import (

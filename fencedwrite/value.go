@@ -18,10 +18,10 @@ import (
 // whose token is not older than the last writer's may change it, so a
 // paused former holder cannot move a checkpoint back.
 type Value struct {
-	Key       string
-	Token     int64 // token of the last writer
-	Data      json.RawMessage
-	UpdatedAt time.Time // by the database clock
+	Key       string          // the key it is stored under in pgbaton.fenced_value
+	Token     int64           // token of the last writer
+	Data      json.RawMessage // the JSON document, as jsonb gives it back (not byte for byte what was put)
+	UpdatedAt time.Time       // by the database clock
 }
 
 // retries bounds the loops that re-read a value to explain a refused

@@ -11,6 +11,13 @@
 // reports only a degraded mode (an error wrapping pgbaton.ErrDegraded, such
 // as lease waiters polling behind a transaction pooler) keeps the answer
 // 200, with status "degraded" and the reason in the body.
+//
+// [Operating] says what makes the probe fail, and [Running in production]
+// why asynchronous replication does not (wrap leasetable's
+// Client.Replication in a CheckerFunc to make it).
+//
+// [Operating]: https://github.com/pgbaton/pgbaton/blob/main/docs/operating.md
+// [Running in production]: https://github.com/pgbaton/pgbaton/blob/main/docs/production.md
 package health
 
 import (

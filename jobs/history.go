@@ -19,16 +19,16 @@ const (
 
 // RunInfo is a row of pgbaton.job_run.
 type RunInfo struct {
-	ID          int64
-	Job         string
-	Owner       string
-	Token       int64
-	Status      string // Started, Succeeded, Failed, Cancelled or Lost
-	StartedAt   time.Time
-	FinishedAt  *time.Time
-	HeartbeatAt time.Time
-	Error       string
-	Checkpoint  []byte
+	ID          int64      // the run's id in pgbaton.job_run, as Run.ID
+	Job         string     // the job's name, which is also its lease's name
+	Owner       string     // the Owner of the leasetable.Client that ran it
+	Token       int64      // the job lease's token the run started under; its checkpoints are fenced by it
+	Status      string     // Started, Succeeded, Failed, Cancelled or Lost
+	StartedAt   time.Time  // database clock
+	FinishedAt  *time.Time // database clock; nil while Status is Started
+	HeartbeatAt time.Time  // database clock: the run's start, then its last keep-alive or checkpoint
+	Error       string     // the error Do's fn returned, as text; empty when it returned nil or the run never recorded its end
+	Checkpoint  []byte     // the JSON the run last stored with Run.Checkpoint; nil when it stored none
 }
 
 // Runs lists the newest runs of job, newest first, at most limit.

@@ -50,7 +50,7 @@ var (
 // primary made may be lost, and its holder may still be working until
 // then). errors.Is(err, ErrHeld) is true for it.
 type HeldError struct {
-	Name      string
+	Name      string    // the lease asked for
 	Holder    string    // owner of the live grant
 	Token     int64     // token of the live grant
 	ExpiresAt time.Time // when the grant expires unless renewed, database clock

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pgbaton/pgbaton/fencedwrite"
 	"github.com/pgbaton/pgbaton/leasetable"
+	"github.com/pgbaton/pgbaton/migrations"
 )
 
 // nightlyReport is README.md's leasetable snippet.
@@ -55,6 +56,24 @@ func enqueue(ctx context.Context, client *leasetable.Client, mailIDs ...string) 
 	return err
 }
 
+// startMailer is docs/work-queues.md's setup of a worker process.
+func startMailer(ctx context.Context, databaseURL string) (*pgxpool.Pool, *leasetable.Client, error) {
+	pool, err := pgxpool.New(ctx, databaseURL) // the pool the worker's own transactions use too
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := migrations.Up(ctx, pool); err != nil { // installs or upgrades the pgbaton schema; safe from many processes at once
+		pool.Close()
+		return nil, nil, err
+	}
+	client, err := leasetable.New(ctx, pool, leasetable.Config{}) // one Client per process; the default Owner, hostname:pid:random, is unique to it
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, client, nil
+}
+
 // sendMail is docs/work-queues.md's exactly-once worker loop.
 func sendMail(ctx context.Context, pool *pgxpool.Pool, client *leasetable.Client) error {
 	for {
@@ -80,16 +99,17 @@ func sendMail(ctx context.Context, pool *pgxpool.Pool, client *leasetable.Client
 // A worker sends each registered mail exactly once, then waits for more
 // until it is stopped.
 func Example_workQueue() {
-	pool, done := examplePool()
+	db, done := examplePool()
 	defer done()
 	ctx := context.Background()
-	if _, err := pool.Exec(ctx, "CREATE TABLE sent (mail text PRIMARY KEY)"); err != nil {
+	if _, err := db.Exec(ctx, "CREATE TABLE sent (mail text PRIMARY KEY)"); err != nil {
 		log.Fatal(err)
 	}
-	client, err := leasetable.New(ctx, pool, leasetable.Config{Owner: "mailer-1"})
+	pool, client, err := startMailer(ctx, db.Config().ConnString())
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer pool.Close()
 	defer client.Close(ctx)
 
 	wctx, stop := context.WithCancel(ctx)

@@ -30,9 +30,12 @@ type FailoverGrace struct {
 	// refused until it is; Until is then where the grace would end if it
 	// began now).
 	StartedAt time.Time `json:"started_at"`
-	// FromTimeline and ToTimeline are the timeline change that imposed it.
+	// FromTimeline is the PostgreSQL timeline before the change that
+	// imposed it; 0 when no timeline change ever did.
 	FromTimeline int64 `json:"from_timeline"`
-	ToTimeline   int64 `json:"to_timeline"`
+	// ToTimeline is the timeline after that change: the one pgbaton has
+	// stored, or the server's current one while that is not stored yet.
+	ToTimeline int64 `json:"to_timeline"`
 	// LongestTTL is the longest TTL in use, the length of a grace.
 	LongestTTL time.Duration `json:"longest_ttl_ns"`
 	// Remaining is Until minus the database clock while Active, else 0.

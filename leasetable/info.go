@@ -33,12 +33,12 @@ func (c *Client) Info(ctx context.Context, name string) (Info, error) {
 
 // Info is a lease row as Client.Info read it.
 type Info struct {
-	Name      string
-	Group     string
+	Name      string        // the lease's name, also when it was never used
+	Group     string        // the work-item group (Register); empty for a lease of no group
 	Held      bool          // a live grant exists
 	Owner     string        // owner of the last grant if not released
 	Token     int64         // last token granted (0: never granted)
 	ExpiresAt time.Time     // database clock; zero when released
 	Remaining time.Duration // ExpiresAt minus the database clock at the read
-	Metadata  []byte
+	Metadata  []byte        // JSON from the last grant that set any (Elect: {"value": ...}), else {}; nil for a name never used
 }

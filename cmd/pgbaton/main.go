@@ -16,6 +16,11 @@
 // parse numbers as doubles (JavaScript, jq) do not round them.
 //
 // Exit codes: 0 ok, 1 error, 2 usage, 3 not found / not held.
+//
+// [Operating] quotes every command's help, shows examples of its output
+// and says how to release a stuck lock safely.
+//
+// [Operating]: https://github.com/pgbaton/pgbaton/blob/main/docs/operating.md
 package main
 
 import (
