@@ -117,14 +117,14 @@ func (c *Client) untrack(l *Lease) {
 //
 // Why send runs on a goroutine of its own: the caller must be able to
 // return the instant ctx ends, and the statement must still run to its
-// reply, which says what it granted (and, for CompleteAndClaim, which
-// items it completed). Sending on ctx instead would have pgx interrupt the
-// statement and close its connection: whether it committed would be
-// unknown, so every call given up would cost a connection and a give-back
-// by request id, and CompleteAndClaim's completions could not be settled
-// from the reply. A ctx that can never end (Done is nil) cannot be given
-// up: then the statement runs on the caller's goroutine. Either way Close
-// waits for it.
+// reply, which says what it granted. Sending on ctx instead would have
+// pgx interrupt the statement and close its connection: whether it
+// committed would be unknown, so every call given up would cost a
+// connection and a give-back by request id. A ctx that can never end (Done
+// is nil) cannot be given up: then the statement runs on the caller's
+// goroutine. Either way Close waits for it. (CompleteAndClaim's round
+// trips run on a sender of their own for the same reasons, and settle
+// completions from the reply: combine.go.)
 //
 // The statements a wait sends between its looks (the waiter's
 // registration, the listen-slot question, a group's next expiry, a lease

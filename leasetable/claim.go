@@ -287,6 +287,13 @@ func (c *Client) Complete(ctx context.Context, leases ...*Lease) error {
 // ErrNotHeld and the claimed leases are returned all the same: they are
 // held and must be completed or released.
 //
+// Concurrent calls of one Client on the same group are sent together:
+// the finished leases of all of them complete, and the sum of their counts
+// is claimed, in one round trip and one commit, each caller getting its
+// own leases, up to its n. A call that finds none of them in flight is
+// sent at once; while one round trip is in flight, the calls that arrive
+// go together in the next. A failed round trip fails every call in it.
+//
 // The effects of done were committed before this call: a worker killed
 // between that commit and this one has its items done again by another
 // worker. For exactly-once effects complete each item in the transaction
@@ -305,48 +312,28 @@ func (c *Client) CompleteAndClaim(ctx context.Context, group string, n int, done
 		return leases, errors.Join(doneErr, err)
 	}
 	if ctx.Err() != nil {
-		// Nothing is sent (inFlight would not): done stay uncompleted.
+		// Nothing is sent: done stay uncompleted.
 		return nil, cb.finish(nil, ctxErr(ctx))
 	}
 	start := time.Now()
-	s, err := c.lifelineFor(ctx)
-	if err != nil {
-		return nil, cb.finish(nil, err)
-	}
-	p := cb.params(c)
-	ref := newRef()
-	r, err := inFlight(c, ctx, func(ctx context.Context) (r completeAndClaimReply, err error) {
-		err = c.retry(ctx, false, func(ctx context.Context) error {
-			r, err = c.completeAndClaim(ctx, p, group, n, s, ref)
-			return err
-		})
-		return r, err
-	}, func(ctx context.Context, r completeAndClaimReply, err error) {
-		if err != nil {
-			_ = cb.finish(nil, c.dbError("complete and claim from "+group, err))
-			c.releaseRef(ctx, s, ref)
-			return
-		}
-		_ = cb.finish(r.deleted, nil)
-		if len(r.claimed) > 0 {
-			c.releaseRef(ctx, s, ref) // as in Claim
-		}
-	})
-	if err != nil {
-		err = c.dbError("complete and claim from "+group, err)
+	// Sent together with the calls of the client's other workers on group
+	// (combine.go).
+	call := &combined{cb: cb, n: n, done: make(chan combinedReply, 1)}
+	c.completeAndClaimCombined(group, call)
+	r, ok := awaitCombined(ctx, call)
+	if !ok {
+		// Given up: the reply, when it comes, settles done and gives back
+		// this call's share of the claim.
+		err := c.dbError("complete and claim from "+group, ctxErr(ctx))
 		c.attemptFailed(ctx, group, err, start)
-		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-			if f, _ := classify(context.Background(), err); f == ambiguous {
-				// The claim may have landed: give it back by its request id.
-				c.goBackground(func(ctx context.Context) { c.releaseRef(ctx, s, ref) })
-			}
-			return nil, cb.finish(nil, err)
-		}
-		// Abandoned in flight: the reply, when it comes, settles done.
 		return nil, err
 	}
+	if r.err != nil {
+		c.attemptFailed(ctx, group, r.err, start)
+		return nil, cb.finish(nil, r.err)
+	}
 	doneErr := cb.finish(r.deleted, nil)
-	leases, err := c.trackClaimed(ctx, group, r.claimed, s, start, start)
+	leases, err := c.trackClaimed(ctx, group, r.claimed, r.s, start, start)
 	if err != nil {
 		return nil, errors.Join(doneErr, err)
 	}

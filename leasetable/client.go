@@ -64,6 +64,10 @@ type Client struct {
 	// last one died); lineSem serialises opening one (internals.go).
 	line    *lifeline
 	lineSem chan struct{}
+
+	// cc queues concurrent CompleteAndClaim calls per group, sent
+	// together (combine.go).
+	cc combiner
 }
 
 // New returns a client for the pgbaton schema behind pool. It refuses a

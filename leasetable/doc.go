@@ -267,7 +267,7 @@ package leasetable
 //     while completions in callers' transactions (CompleteTx) wait to
 //     learn how those ended, until none is left or Close.
 //   - Per call that may grant leases (TryAcquire, each look of Acquire and
-//     Semaphore, Claim, CompleteAndClaim, Keep's claims), and per statement
+//     Semaphore, Claim, Keep's claims), and per statement
 //     a wait sends between its looks (the waiter's registration, the
 //     listen-slot question, a group's next expiry, a semaphore's count, a
 //     lease session's opening): one goroutine sends the statement, so that
@@ -276,6 +276,9 @@ package leasetable
 //     connection (none when the context can never end, such as
 //     context.Background: the statement runs on the caller's goroutine).
 //     It lasts as long as the statement, at most TTL; Close waits for it.
+//   - Per group with CompleteAndClaim calls queued: one sender, which
+//     sends them a round trip at a time (combine.go) until none is left;
+//     each round trip is bounded by the TTL, and Close waits for it.
 //   - Short tasks, each bounded by a timeout and cancelled by Close:
 //     giving back a lost lease, grants by request id, or releases that
 //     failed; ending force-released leases; removing a waiter

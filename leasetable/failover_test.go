@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -98,14 +96,8 @@ func TestBrokenConnectionMidGrantIsReplayed(t *testing.T) {
 	if env.Cluster() == nil {
 		t.Skip("needs the throwaway cluster") // only with PGBATON_TEST_DSN
 	}
-	d := env.DB(t)
-	direct := d.Pool(t)
 	ctx := pgtest.Context(t, time.Minute)
-	reg := newClient(t, direct, leasetable.Config{Owner: "reg"})
-	_, err := reg.Register(ctx, "items", "i1", "i2", "i3")
-	require.NoError(t, err)
-	pool, proxy := env.ProxiedPool(t, d, func(cfg *pgxpool.Config) { cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec })
-	c := newClient(t, pool, leasetable.Config{Owner: "cut", TTL: time.Minute})
+	direct, c, pool, proxy := slowLinkWorker(t, ctx, "cut", "i1", "i2", "i3")
 	warm, err := c.TryAcquire(ctx, "warm") // opens the lease session
 	require.NoError(t, err)
 	require.NoError(t, warm.Release(ctx))

@@ -27,8 +27,10 @@ package leasetable
 //     taken under it.
 //
 // Leaves that nest with nothing: listener.mu (the LISTEN connection's
-// waiters, registrations, probes and state) and replicationLog.mu (the
-// last replication warning logged). The sync.Mutex local to each inFlight
+// waiters, registrations, probes and state), replicationLog.mu (the
+// last replication warning logged), combiner.mu (CompleteAndClaim calls
+// queued per group) and combined.mu (whether a queued call's caller gave
+// up). The sync.Mutex local to each inFlight
 // call orders its reply with the caller giving up.
 //
 // Atomics, read without a lock:

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgbaton/pgbaton/internal/testkit/faultproxy"
 	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 	"github.com/pgbaton/pgbaton/leasetable"
 )
@@ -51,6 +52,21 @@ func newClient(t testing.TB, pool *pgxpool.Pool, cfg leasetable.Config) *leaseta
 		require.NoError(t, c.Close(ctx))
 	})
 	return c
+}
+
+// slowLinkWorker registers items in the group "items" of a new database
+// and returns a pool on it and a client named owner (TTL one minute) whose
+// pool goes through a fault proxy, sending one round trip per statement
+// (no separate prepare): with latency set, a request is on the server
+// before a caller that gives up midway returns.
+func slowLinkWorker(t *testing.T, ctx context.Context, owner string, items ...string) (direct *pgxpool.Pool, c *leasetable.Client, pool *pgxpool.Pool, proxy *faultproxy.Proxy) {
+	t.Helper()
+	d := env.DB(t)
+	direct = d.Pool(t)
+	_, err := newClient(t, direct, leasetable.Config{Owner: "registrar"}).Register(ctx, "items", items...)
+	require.NoError(t, err)
+	pool, proxy = env.ProxiedPool(t, d, func(cfg *pgxpool.Config) { cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec })
+	return direct, newClient(t, pool, leasetable.Config{Owner: owner, TTL: time.Minute}), pool, proxy
 }
 
 // childClient opens a pool and client in a child process.

@@ -42,16 +42,8 @@ func TestCancelledGrantIsGivenBack(t *testing.T) {
 	if env.Cluster() == nil {
 		t.Skip("needs the throwaway cluster") // only with PGBATON_TEST_DSN
 	}
-	d := env.DB(t)
-	direct := d.Pool(t)
 	ctx := pgtest.Context(t, time.Minute)
-	other := newClient(t, direct, leasetable.Config{Owner: "other"})
-	_, err := other.Register(ctx, "items", "item-1", "item-2")
-	require.NoError(t, err)
-	// One round trip per statement (no separate prepare), so that the
-	// request is on the server before the caller gives up.
-	pool, proxy := env.ProxiedPool(t, d, func(cfg *pgxpool.Config) { cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec })
-	victim := newClient(t, pool, leasetable.Config{Owner: "victim", TTL: time.Minute})
+	direct, victim, pool, proxy := slowLinkWorker(t, ctx, "victim", "item-1", "item-2")
 	sem, err := victim.Semaphore(ctx, "sem", 2) // registers the semaphore's slots
 	require.NoError(t, err)
 	require.NoError(t, sem.Release(ctx))

@@ -1,0 +1,130 @@
+package leasetable_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
+	"github.com/pgbaton/pgbaton/leasetable"
+)
+
+// completeManyCounter counts the round trips that complete items
+// (CompleteAndClaim's batch, Complete's statement) on a pool.
+type completeManyCounter struct{ n *atomic.Int64 }
+
+func (t completeManyCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(d.SQL, "pgbaton.complete_many(") {
+		t.n.Add(1)
+	}
+	return ctx
+}
+func (completeManyCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (completeManyCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+func (t completeManyCounter) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	if strings.Contains(d.SQL, "pgbaton.complete_many(") {
+		t.n.Add(1)
+	}
+}
+func (completeManyCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// TestConcurrentCompleteAndClaimShareARoundTrip: workers of one Client
+// calling CompleteAndClaim on one group at the same time are sent
+// together, one round trip and one commit for all of them, as River's
+// completer commits many workers' completions at once; each still gets
+// its own leases, and every item is handed out once and completed once.
+// Sent one call per round trip, 4 workers at batch 1 paid a commit per
+// item, which on a server whose commits are slow made them slower than
+// River.
+func TestConcurrentCompleteAndClaimShareARoundTrip(t *testing.T) {
+	ctx := pgtest.Context(t, 2*time.Minute)
+	var sent atomic.Int64
+	pool := env.DB(t).Pool(t, func(cfg *pgxpool.Config) {
+		cfg.MaxConns = 8
+		cfg.ConnConfig.Tracer = completeManyCounter{&sent}
+	})
+	c := newClient(t, pool, leasetable.Config{Owner: "worker"})
+	const items, workers = 400, 4
+	names := make([]string, items)
+	for i := range names {
+		names[i] = fmt.Sprintf("item-%03d", i)
+	}
+	_, err := c.Register(ctx, "q", names...)
+	require.NoError(t, err)
+
+	var mu sync.Mutex
+	handed := map[string]int{}
+	var calls atomic.Int64
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			ls, err := c.Claim(ctx, "q", 1)
+			for err == nil && len(ls) > 0 {
+				mu.Lock()
+				for _, l := range ls {
+					handed[l.Name()]++
+				}
+				mu.Unlock()
+				calls.Add(1)
+				ls, err = c.CompleteAndClaim(ctx, "q", 1, ls...)
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	for range workers {
+		require.NoError(t, <-errs)
+	}
+	require.Len(t, handed, items)
+	for name, n := range handed {
+		require.Equal(t, 1, n, "%s handed out %d times", name, n)
+	}
+	var left int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pgbaton.lease WHERE lease_group = 'q'").Scan(&left))
+	require.Zero(t, left, "items not completed")
+	t.Logf("%d calls, %d round trips", calls.Load(), sent.Load())
+	require.Less(t, sent.Load(), calls.Load()*3/4,
+		"%d CompleteAndClaim calls of %d concurrent workers took %d round trips", calls.Load(), workers, sent.Load())
+}
+
+// TestCompleteAndClaimGivenUpSettles: a CompleteAndClaim whose caller
+// gives up while its round trip is on the wire returns at once; the reply,
+// when it comes, completes the finished lease and gives back the claimed
+// one, so nothing stays held by the worker.
+func TestCompleteAndClaimGivenUpSettles(t *testing.T) {
+	ctx := pgtest.Context(t, time.Minute)
+	direct, victim, _, proxy := slowLinkWorker(t, ctx, "victim", "item-1", "item-2", "item-3")
+	done, err := victim.Claim(ctx, "items", 1)
+	require.NoError(t, err)
+	require.Len(t, done, 1)
+
+	const latency = 150 * time.Millisecond // each way
+	proxy.SetLatency(latency)
+	// The request reaches the server at 150ms and is granted; the reply
+	// would be back at 300ms; the caller gives up at 220ms.
+	cctx, cancel := context.WithTimeout(ctx, 220*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = victim.CompleteAndClaim(cctx, "items", 1, done...)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Less(t, time.Since(start), 2*latency, "the caller returns when its context ends, not when the reply does")
+	proxy.SetLatency(0)
+	pgtest.Eventually(t, 5*time.Second, func() (bool, error) {
+		return len(heldBy(t, direct, "victim")) == 0, nil
+	}, "rows still held by a caller that gave up: %v", heldBy(t, direct, "victim"))
+	var left []string
+	require.NoError(t, direct.QueryRow(ctx, "SELECT array_agg(name ORDER BY name) FROM pgbaton.lease WHERE lease_group = 'items'").Scan(&left))
+	require.NotContains(t, left, done[0].Name(), "the finished item was not completed")
+	require.Len(t, left, 2)
+}
