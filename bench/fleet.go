@@ -50,7 +50,9 @@ func (e *env) fleetScenario(clients int) *scenario {
 			"seen at once (pg_stat_activity sampled every %s, pool and LISTEN connections by client) ÷ clients, and the most "+
 			"any one client had. Conns opened: the connections the clients' pools opened during the window ÷ clients "+
 			"(pgxpool's NewConnsCount; a pool opens one when a call finds its connections busy, so this counts the "+
-			"client's own calls that overlapped; the LISTEN connection is not counted). Server CPU: the cluster's processes, in %% of one core; client CPU: this process, all "+
+			"client's own calls that overlapped; the LISTEN connection is not counted). Commits/call and writes/call: the database's committed transactions "+
+			"(pg_stat_database) and the transaction ids assigned (write transactions) in the window ÷ the calls that "+
+			"succeeded: what the server did per call, failed attempts, waits and keep-alives included. Server CPU: the cluster's processes, in %% of one core; client CPU: this process, all "+
 			"clients. NoListen: the documented fleet setting, no LISTEN connection; a waiter looks again at the holder's "+
 			"known expiry, at most every PollInterval. Default: a LISTEN connection per client while it holds one of the "+
 			"database's 16 listen slots, opened with its pool's settings at a wait when a slot is free (up to MaxConns + 1 "+
@@ -69,6 +71,8 @@ func (e *env) fleetScenario(clients int) *scenario {
 			{name: "conns/client", format: "%.2f"},
 			{name: "max conns/client"},
 			{name: "conns opened/client", format: "%.2f"},
+			{name: "commits/call", format: "%.2f"},
+			{name: "writes/call", format: "%.2f"},
 			{name: "server CPU %"},
 			{name: "client CPU %"},
 			{name: "errors"},
@@ -336,7 +340,8 @@ func (e *env) fleetRunWith(ctx context.Context, clients int, newMember func(pool
 	return sample{"ops/s": float64(ops) / e.fleetWindow.Seconds(), "acquire p50 ms": p50, "acquire p99 ms": p99,
 		"conns/client": float64(peakTotal) / float64(clients), "max conns/client": float64(peakOne),
 		"conns opened/client": float64(opened) / float64(clients),
-		"server CPU %":        u.serverCPU, "client CPU %": u.clientCPU, "errors": float64(errs)}, nil
+		"commits/call":        float64(u.commits) / float64(ops), "writes/call": float64(u.xids) / float64(ops),
+		"server CPU %": u.serverCPU, "client CPU %": u.clientCPU, "errors": float64(errs)}, nil
 }
 
 // fleetNewConns is how many connections the fleet's pools have opened.
