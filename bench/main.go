@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -154,7 +155,9 @@ func benchmark(ctx context.Context, dsn string, o options, log io.Writer) (strin
 		"Ratios are what to read: absolute numbers depend on the machine. The deep claim scenarios time 10k items " +
 		"of a 1M-row queue rather than draining 1M rows: at 1–3k items/s (batch 1, gue) 5 runs × 4 implementations " +
 		"would take hours, and what a deep queue changes is the cost of each claim, which the slice shows.\n\n")
-	if l := load1(); l > 0.5 {
+	// Busy: other work used more than half of the CPUs on average over
+	// the last minute.
+	if l := load1(); l > float64(runtime.NumCPU())/2 {
 		fmt.Fprintf(&b, "**The machine was busy when this run started (load %.2f): expect wider min–max ranges.**\n\n", l)
 	}
 	var tables strings.Builder
