@@ -1,6 +1,10 @@
 package leasetable
 
-import "testing"
+import (
+	"errors"
+	"fmt"
+	"testing"
+)
 
 // The lease's life only moves forward: no state is entered twice, and
 // released and lost are final.
@@ -21,5 +25,17 @@ func TestLeaseTransitions(t *testing.T) {
 		if final := from == leaseReleased || from == leaseLost; from.ended() != final {
 			t.Errorf("%s ended: %v, want %v", from, from.ended(), final)
 		}
+	}
+}
+
+// TestReleasedErrorReadsAsBefore: the lazily formatted cause of a released
+// lease says what fmt.Errorf said, and is ErrReleased.
+func TestReleasedErrorReadsAsBefore(t *testing.T) {
+	err := error(&releasedError{"job \"a\"", 42})
+	if want := fmt.Errorf("%w: %q token %d", ErrReleased, "job \"a\"", 42).Error(); err.Error() != want {
+		t.Fatalf("got %q, want %q", err.Error(), want)
+	}
+	if !errors.Is(err, ErrReleased) {
+		t.Fatal("not ErrReleased")
 	}
 }
