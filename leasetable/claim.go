@@ -319,7 +319,7 @@ func (c *Client) CompleteAndClaim(ctx context.Context, group string, n int, done
 	// Sent together with the calls of the client's other workers on group
 	// (combine.go).
 	call := &combined{cb: cb, n: n, done: make(chan combinedReply, 1)}
-	c.completeAndClaimCombined(group, call)
+	c.completeAndClaimCombined(ctx, group, call)
 	r, ok := awaitCombined(ctx, call)
 	if !ok {
 		// Given up: the reply, when it comes, settles done and gives back

@@ -49,9 +49,12 @@ type combiner struct {
 }
 
 // completeAndClaimCombined queues call for group and starts a sender if
-// none runs for it. Once the client is closed, the calls queued get
-// pgbaton.ErrClosed.
-func (c *Client) completeAndClaimCombined(group string, call *combined) {
+// none runs for it. A caller whose ctx can never end (Done is nil) cannot
+// give up, so when it finds no sender it sends its own round trip on its
+// goroutine, sparing the hand-off, as inFlight does; the calls that came
+// meanwhile go on a sender. Once the client is closed, the calls queued
+// get pgbaton.ErrClosed.
+func (c *Client) completeAndClaimCombined(ctx context.Context, group string, call *combined) {
 	cc := &c.cc
 	cc.mu.Lock()
 	if cc.pending == nil {
@@ -61,6 +64,11 @@ func (c *Client) completeAndClaimCombined(group string, call *combined) {
 	start := !cc.sending[group]
 	cc.sending[group] = true
 	cc.mu.Unlock()
+	if start && ctx.Done() == nil && c.enter() {
+		c.sendCalls(group, c.takeCombined(group)) // call is first in line
+		c.background.Done()
+		start = c.moreCombined(group)
+	}
 	if !start || c.spawn(func() { c.sendCombined(group) }) {
 		return
 	}
@@ -78,12 +86,10 @@ func (c *Client) takeCombined(group string) []*combined {
 	cc := &c.cc
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
-	q := cc.pending[group]
-	if len(q) == 0 {
-		delete(cc.pending, group)
-		delete(cc.sending, group)
+	if cc.idleLocked(group) {
 		return nil
 	}
+	q := cc.pending[group]
 	k, sum := 0, 0
 	for k < len(q) && sum+q[k].n <= maxClaim {
 		sum += q[k].n
@@ -96,6 +102,25 @@ func (c *Client) takeCombined(group string) []*combined {
 		cc.pending[group] = q[k:]
 	}
 	return take
+}
+
+// moreCombined reports whether calls are queued for group, and marks the
+// group idle when none is.
+func (c *Client) moreCombined(group string) bool {
+	c.cc.mu.Lock()
+	defer c.cc.mu.Unlock()
+	return !c.cc.idleLocked(group)
+}
+
+// idleLocked marks group idle, and reports true, when no call is queued
+// for it. cc.mu is held.
+func (cc *combiner) idleLocked(group string) bool {
+	if len(cc.pending[group]) > 0 {
+		return false
+	}
+	delete(cc.pending, group)
+	delete(cc.sending, group)
+	return true
 }
 
 // sendCombined sends the queued calls of group, a round trip at a time,

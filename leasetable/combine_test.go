@@ -45,8 +45,14 @@ func (completeManyCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBa
 // its own leases, and every item is handed out once and completed once.
 // Sent one call per round trip, 4 workers at batch 1 paid a commit per
 // item, which on a server whose commits are slow made them slower than
-// River.
+// River. With context.Background the caller that finds nothing in flight
+// sends on its own goroutine, and the others still go together.
 func TestConcurrentCompleteAndClaimShareARoundTrip(t *testing.T) {
+	t.Run("cancellable", func(t *testing.T) { shareARoundTrip(t, pgtest.Context(t, 2*time.Minute)) })
+	t.Run("background", func(t *testing.T) { shareARoundTrip(t, context.Background()) })
+}
+
+func shareARoundTrip(t *testing.T, wctx context.Context) {
 	ctx := pgtest.Context(t, 2*time.Minute)
 	var sent atomic.Int64
 	pool := env.DB(t).Pool(t, func(cfg *pgxpool.Config) {
@@ -77,7 +83,7 @@ func TestConcurrentCompleteAndClaimShareARoundTrip(t *testing.T) {
 				}
 				mu.Unlock()
 				calls.Add(1)
-				ls, err = c.CompleteAndClaim(ctx, "q", 1, ls...)
+				ls, err = c.CompleteAndClaim(wctx, "q", 1, ls...)
 			}
 			errs <- err
 		})

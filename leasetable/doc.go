@@ -278,7 +278,9 @@ package leasetable
 //     It lasts as long as the statement, at most TTL; Close waits for it.
 //   - Per group with CompleteAndClaim calls queued: one sender, which
 //     sends them a round trip at a time (combine.go) until none is left;
-//     each round trip is bounded by the TTL, and Close waits for it.
+//     each round trip is bounded by the TTL, and Close waits for it. A
+//     caller whose context can never end, finding no sender, sends its own
+//     round trip on its goroutine instead.
 //   - Short tasks, each bounded by a timeout and cancelled by Close:
 //     giving back a lost lease, grants by request id, or releases that
 //     failed; ending force-released leases; removing a waiter
