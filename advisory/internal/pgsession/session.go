@@ -24,16 +24,31 @@ const (
 )
 
 // Conn is one connection a Locker owns, holding many locks. One
-// goroutine (run) owns the connection for its whole life: it takes
+// goroutine (run) keeps the connection for its whole life: it takes
 // requests from callers over a channel, sends whatever is queued as one
 // batch, keeps up to maxInflight batches on the wire so that the server
 // always has the next one, reads the answers in order and hands each
 // caller its own, pings when the connection was idle for a PingInterval,
 // and on any failure answers everything pending with the cause and ends,
-// which closes Done: every lock on it is lost. Callers never touch the
-// connection; what else must run on it (a blocking wait, releasing
-// everything, closing it) is a control request the goroutine runs
-// between batches.
+// which closes Done: every lock on it is lost. What else must run on it
+// (releasing everything, closing it) is a control request the goroutine
+// runs between batches.
+//
+// While it has nothing to do, the goroutine lends the socket: a caller
+// alone on the session that finds it free (free holds the token) sends
+// its request and reads the answer on its own goroutine, as raw pgx
+// does, and gives the token back; a wait takes the socket the same way,
+// borrowing it from the goroutine if need be, and blocks on it until the
+// grant. Handing each request to the goroutine and each answer back
+// wakes a goroutine twice per round trip, on the critical path of every
+// handover of a contended key. Callers that are not alone, or find the
+// socket taken, queue their requests, and the goroutine, once it has the
+// token back, pipelines them as above: a caller on the socket holds the
+// others back for its round trip, where the goroutine would have put
+// theirs on the wire behind it. The goroutine keeps the token while
+// it has work, and while it watches the idle socket (idleWatch). Only
+// direct connections (the fast path) lend: behind a pooler a statement
+// may fail in ways only the goroutine handles (leavePooler).
 type Conn struct {
 	cfg   *Config
 	conn  *pgx.Conn
@@ -46,6 +61,7 @@ type Conn struct {
 
 	reqs     chan *request
 	ctl      chan *control
+	free     chan struct{} // holds the token while the socket is lent: take it to use the socket
 	kill     chan struct{} // closed by Abort
 	killOnce sync.Once
 	killErr  error // why Abort was called; set before kill is closed
@@ -79,19 +95,13 @@ type batch struct {
 	deadline time.Time     // the answer must have come by then
 }
 
-// control is work the goroutine does with the connection to itself,
-// between batches.
+// control is work the goroutine does with the connection, between
+// batches.
 type control struct {
 	kind  controlKind
 	ctx   context.Context
 	fn    func(*pgx.Conn) // controlFunc
 	reply chan controlReply
-
-	// controlWait: the lock to wait for, and the Locker's context (its
-	// end gives the wait up, like ctx's).
-	id         Key
-	sharedLock bool
-	stop       context.Context
 }
 
 type controlKind int
@@ -100,15 +110,14 @@ const (
 	controlShutdown controlKind = iota // release everything, close
 	controlRetire                      // stop and close: an idle spare, holding nothing
 	controlFunc                        // run fn with the connection (Clear, tests)
-	controlWait                        // block until the lock is granted (see runWait)
+	controlLend                        // give the socket to the caller until it gives it back (a wait)
 )
 
 type controlReply struct {
 	err error
-
-	// controlWait: the key was held when the wait began; the connection
-	// had failed before the wait could run (a spare gone stale).
-	waited, stale bool
+	// controlLend: the connection had failed before it could be lent (a
+	// spare gone stale); the socket was not lent.
+	stale bool
 }
 
 // start starts the connection's goroutine.
@@ -116,6 +125,7 @@ func (s *Conn) start() {
 	s.w = newWire(s)
 	s.reqs = make(chan *request, maxBatch)
 	s.ctl = make(chan *control)
+	s.free = make(chan struct{}, 1)
 	s.kill = make(chan struct{})
 	s.dead = make(chan struct{})
 	s.exited = make(chan struct{})
@@ -187,6 +197,13 @@ func (s *Conn) Do(op Op, id Key) (bool, error) {
 func (s *Conn) DoClaimed(op Op, id Key) (bool, error) {
 	defer s.pending.Add(-1)
 	r := &request{op: op, id: id, result: make(chan result, 1)}
+	if s.pending.Load() == 1 && s.take() {
+		s.direct(r)
+		s.give()
+		if res := <-r.result; !res.retry {
+			return res.ok, res.err
+		}
+	}
 	for {
 		select {
 		case s.reqs <- r:
@@ -208,6 +225,44 @@ func (s *Conn) DoClaimed(op Op, id Key) (bool, error) {
 		if !res.retry {
 			return res.ok, res.err
 		}
+	}
+}
+
+// take takes the socket if the goroutine lent it and nobody uses it.
+func (s *Conn) take() bool {
+	if s.fast == nil {
+		return false
+	}
+	select {
+	case <-s.free:
+		return true
+	default:
+		return false
+	}
+}
+
+// give gives the socket back, to the goroutine if it waits for it. The
+// taker must not wait for the goroutine before it gives.
+func (s *Conn) give() { s.free <- struct{}{} }
+
+// direct sends r alone and reads its answer, on the caller's goroutine,
+// which holds the socket (take); r is answered. A failure ends the
+// session as it would on the goroutine: Abort closes the socket and the
+// goroutine finishes with the cause.
+func (s *Conn) direct(r *request) {
+	select {
+	case <-s.dead:
+		r.result <- result{err: s.cause}
+		return
+	default:
+	}
+	one := []*request{r}
+	b, err := s.send(one)
+	if err == nil {
+		err = s.receive(b)
+	}
+	if err != nil {
+		s.Abort(err)
 	}
 }
 
@@ -250,8 +305,39 @@ func (s *Conn) run() {
 		queue    []*request // taken from callers, not sent yet
 		inflight []*batch   // sent, oldest first
 		pending  *control   // taken, waiting for the wire to drain
+		lent     bool       // the token is in free (or with a caller)
+		armed    bool       // watchT runs
 	)
+	// reclaim takes the socket back from callers, waiting for one that
+	// uses it: at most a round trip, or a wait (which has the session to
+	// itself); Abort closes the socket, which ends either at once.
+	reclaim := func() {
+		if lent {
+			<-s.free
+			lent = false
+		}
+	}
+	// tryReclaim takes the socket back unless a caller uses it.
+	tryReclaim := func() bool {
+		if lent {
+			select {
+			case <-s.free:
+				lent = false
+			default:
+				return false
+			}
+		}
+		return true
+	}
 	for {
+		if pending != nil && len(inflight) == 0 && pending.kind == controlLend && len(queue) == 0 && !s.Expired() {
+			// The caller has the socket now; it gives the token back
+			// to free when its wait is over, as if the socket had been
+			// lent while idle, and can use it again at once.
+			pending.reply <- controlReply{}
+			pending, lent = nil, true
+			continue
+		}
 		if pending != nil && len(inflight) == 0 {
 			var over bool
 			if queue, over = s.control(pending, queue); over {
@@ -260,12 +346,17 @@ func (s *Conn) run() {
 			pending = nil
 			continue
 		}
-		if pending == nil && len(queue) == 0 && len(inflight) == 0 {
+		if pending == nil && len(queue) == 0 && len(inflight) == 0 && !lent {
 			queue = s.linger(queue)
 		}
 		if pending == nil && len(queue) == 0 && len(inflight) == 0 {
-			if watchable && watch == nil {
+			if watchable && watch == nil && !armed {
 				watchT.Reset(idleWatchAfter)
+				armed = true
+			}
+			if s.fast != nil && watch == nil && !lent {
+				s.give()
+				lent = true
 			}
 			var readable <-chan struct{}
 			if watch != nil {
@@ -273,6 +364,19 @@ func (s *Conn) run() {
 			}
 			select {
 			case <-watchT.C:
+				// Callers that used the lent socket since count as
+				// activity; one using it now keeps it a while more.
+				armed = false
+				if idle := s.since() - time.Duration(s.lastOK.Load()); idle < idleWatchAfter {
+					watchT.Reset(idleWatchAfter - idle)
+					armed = true
+					continue
+				}
+				if !tryReclaim() {
+					watchT.Reset(idleWatchRetry)
+					armed = true
+					continue
+				}
 				watch = startIdleWatch(s.w.nc)
 				continue
 			case <-readable:
@@ -284,17 +388,27 @@ func (s *Conn) run() {
 				queue = append(queue, &request{op: Ping, result: make(chan result, 1)})
 				continue
 			case r := <-s.reqs:
+				reclaim()
 				queue = append(queue, r)
 			case <-ping.C:
 				idle := s.since() - time.Duration(s.lastOK.Load())
-				if idle >= cfg.PingInterval {
-					queue = append(queue, &request{op: Ping, result: make(chan result, 1)})
-					idle = 0
+				if idle < cfg.PingInterval {
+					ping.Reset(cfg.PingInterval - idle)
+					continue
 				}
-				ping.Reset(max(cfg.PingInterval-idle, time.Millisecond))
+				if !tryReclaim() {
+					// A caller has the socket: its answer, or the grant
+					// of its wait, says more than a ping.
+					ping.Reset(idleWatchRetry)
+					continue
+				}
+				queue = append(queue, &request{op: Ping, result: make(chan result, 1)})
+				ping.Reset(cfg.PingInterval)
 			case c := <-s.ctl:
+				reclaim()
 				pending = c
 			case <-s.kill:
+				reclaim()
 				if watch != nil {
 					watch.stop() // before finish: nothing outlives the session
 					watch = nil
@@ -304,6 +418,7 @@ func (s *Conn) run() {
 			}
 			// Busy again: the socket is the goroutine's alone.
 			watchT.Stop()
+			armed = false
 			if watch != nil {
 				watch.stop()
 				watch = nil
@@ -353,6 +468,12 @@ func (s *Conn) run() {
 		}
 	}
 }
+
+// idleWatchRetry is how soon the goroutine looks again when it would
+// watch the idle socket or ping, and a caller has the socket (a wait,
+// most likely): once the wait is granted and the lock held, the watch
+// starts within about this long.
+const idleWatchRetry = 10 * time.Millisecond
 
 // linger yields the processor a few times before the goroutine blocks
 // for work: the callers just answered run first, and the next request of
@@ -517,14 +638,12 @@ func (s *Conn) control(c *control, queue []*request) ([]*request, bool) {
 		return nil, true
 	}
 	switch c.kind {
-	case controlWait:
-		rep, goOn := s.runWait(c)
-		if !goOn {
-			// Given up or failed: the backend was cleared (or is gone).
-			s.finish(fmt.Errorf("%w: %w", ErrLockLost, pgbaton.ErrClosed), queue, nil)
-		}
-		c.reply <- rep
-		return queue, !goOn
+	case controlLend:
+		// With requests queued (run lends at once otherwise), the
+		// caller has the socket until it gives it back, and they wait.
+		c.reply <- controlReply{}
+		<-s.free
+		return queue, false
 	case controlFunc:
 		c.fn(s.conn)
 		c.reply <- controlReply{}
@@ -557,11 +676,7 @@ func (s *Conn) dropControl(c *control) {
 	if c == nil {
 		return
 	}
-	rep := controlReply{stale: true}
-	if c.kind == controlWait {
-		rep.err = s.cause
-	}
-	c.reply <- rep
+	c.reply <- controlReply{err: s.cause, stale: true}
 }
 
 // finish ends the session: every request taken is answered with cause,
@@ -693,27 +808,28 @@ func (s *Conn) releaseAll(ctx context.Context) error {
 	return fmt.Errorf("%w: could not reach backend %d again to release its locks; they stay until the pooler closes that server connection", ErrSessionPooling, s.pid)
 }
 
-// runWait blocks in pg_advisory_lock on the session's connection, from
-// its goroutine, with nothing else on the wire. It reports whether the
+// runWait blocks in pg_advisory_lock on the session's connection, on the
+// caller's goroutine, which holds the socket. It reports whether the
 // session goes on: only when the lock was granted to a caller still
 // waiting for it.
 //
 // The statement runs under its own context: cancelling it through pgx
 // would close the connection, and the server would release a lock granted
 // in the meantime only when it notices, some time later. Instead, when the
-// caller gives up (or Close is called), a cancel request stops the wait on
-// the server and the backend is cleared before the session ends.
-func (s *Conn) runWait(c *control) (_ controlReply, goOn bool) {
+// caller gives up (ctx) or the Locker closes (stop), a cancel request
+// stops the wait on the server and the backend is cleared before the
+// session ends.
+func (s *Conn) runWait(ctx, stop context.Context, id Key, shared bool) (_ WaitResult, goOn bool) {
 	pingTimeout := s.cfg.PingTimeout
-	wctx, wcancel := context.WithCancelCause(c.ctx)
+	wctx, wcancel := context.WithCancelCause(ctx)
 	defer wcancel(nil)
-	stopClose := context.AfterFunc(c.stop, func() { wcancel(pgbaton.ErrClosed) })
+	stopClose := context.AfterFunc(stop, func() { wcancel(pgbaton.ErrClosed) })
 	defer stopClose()
 	qctx, qcancel := context.WithCancel(context.Background())
 	defer qcancel()
 	cancelled := make(chan struct{})
 	var kill *time.Timer // written before cancelled is closed
-	stop := context.AfterFunc(wctx, func() {
+	stopWait := context.AfterFunc(wctx, func() {
 		defer close(cancelled)
 		cctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
 		defer cancel()
@@ -722,22 +838,22 @@ func (s *Conn) runWait(c *control) (_ controlReply, goOn bool) {
 		// landed, the server is unreachable: drop the connection.
 		kill = time.AfterFunc(pingTimeout, qcancel)
 	})
-	waited, err := s.blockingLock(qctx, c.id, c.sharedLock)
-	if !stop() {
+	waited, err := s.blockingLock(qctx, id, shared)
+	if !stopWait() {
 		// Given up. Postgres may have granted the lock just as the cancel
 		// arrived (err == nil), so clear the backend either way.
 		<-cancelled
 		kill.Stop()
 		s.clearBackend()
-		return controlReply{err: context.Cause(wctx), waited: waited || err != nil}, false
+		return WaitResult{Err: context.Cause(wctx), Waited: waited || err != nil}, false
 	}
 	if err != nil {
 		// A connection that failed (or that the server ended: FATAL)
 		// took nothing with it: another one can wait instead.
-		return controlReply{err: MapError("wait for lock", err), stale: s.conn.IsClosed()}, false
+		return WaitResult{Err: MapError("wait for lock", err), Stale: s.conn.IsClosed()}, false
 	}
 	s.lastOK.Store(int64(s.since()))
-	return controlReply{waited: waited}, true
+	return WaitResult{Waited: waited}, true
 }
 
 // blockingLock takes the lock, waiting as long as it takes; waited says
@@ -795,12 +911,46 @@ type WaitResult struct {
 	Err    error // not granted
 }
 
-// Wait blocks until k is granted on the connection, between batches,
-// or until ctx or stop (the Locker's context: its end means closed) ends.
-// Only a granted wait leaves the connection going on, holding k; given
-// up or failed, it ends, its backend cleared. ok is false if the
-// connection had ended before (Cause).
+// Wait blocks until k is granted on the connection, or until ctx or stop
+// (the Locker's context: its end means closed) ends. The wait runs on the
+// caller's goroutine, with the socket taken from the session's goroutine
+// (lent, or borrowed between batches), so the grant reaches the caller
+// with no hand-off. Only a granted wait leaves the connection going on,
+// holding k; given up or failed, it ends, its backend cleared, before
+// Wait returns. ok is false if the connection had ended before (Cause).
 func (s *Conn) Wait(ctx, stop context.Context, k Key, shared bool) (_ WaitResult, ok bool) {
-	rep, ok := s.sendControl(&control{kind: controlWait, ctx: ctx, stop: stop, id: k, sharedLock: shared})
-	return WaitResult{Waited: rep.waited, Stale: rep.stale, Err: rep.err}, ok
+	if !s.take() {
+		rep, ok := s.sendControl(&control{kind: controlLend, ctx: ctx})
+		switch {
+		case !ok:
+			return WaitResult{}, false
+		case rep.stale:
+			<-s.exited
+			return WaitResult{Err: rep.err, Stale: true}, true
+		}
+	}
+	select {
+	case <-s.dead:
+		s.give()
+		return WaitResult{}, false
+	default:
+	}
+	if s.Expired() {
+		// As at a send: the locks of a session that went silent for that
+		// long may have been reported lost already.
+		err := s.LostErr()
+		s.Abort(err)
+		s.give()
+		<-s.exited
+		return WaitResult{Err: err, Stale: true}, true
+	}
+	rep, goOn := s.runWait(ctx, stop, k, shared)
+	if !goOn {
+		s.Abort(fmt.Errorf("%w: %w", ErrLockLost, pgbaton.ErrClosed))
+	}
+	s.give()
+	if !goOn {
+		<-s.exited
+	}
+	return rep, true
 }

@@ -311,8 +311,7 @@ func (w *wire) readCalls(batch []*request, out batchOutcome) (batchOutcome, erro
 // lock handed between clients on one key moves faster than between raw
 // pgx clients running SELECT pg_advisory_lock($1): measured on a 2-vCPU
 // machine with eight clients on one key (bench: contended scenario), the
-// server spends about a sixth less CPU per handover, which pays for the
-// session goroutine's hand-offs on the client.
+// server spends about a sixth less CPU per handover.
 //
 // The session statements' token guard (queries/advisory.sql) has no place
 // in a function call. It is not needed there: on a direct connection the
