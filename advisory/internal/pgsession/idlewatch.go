@@ -10,8 +10,13 @@ import (
 // socket. Loops that lock and unlock in a row never pay for the watch;
 // a holder that keeps a lock learns of a server that ended its session
 // (a shutdown, a switchover, pg_terminate_backend) within about this
-// long, instead of at the next ping.
-const idleWatchAfter = time.Millisecond
+// long, instead of at the next ping. It was a millisecond; but waits on
+// a contended key often last one, and a watch timer firing in every
+// wait woke the session's goroutine once per handover, a thread woken
+// on a busy machine that raw pgx does not pay. Against a switchover,
+// whose new primary takes a second or more to grant anything, 10ms is as
+// good.
+const idleWatchAfter = 10 * time.Millisecond
 
 // idleWatch waits, on a goroutine of its own, until an idle session's
 // socket becomes readable. While a session is idle the server sends
