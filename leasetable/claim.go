@@ -362,10 +362,26 @@ func (c *Client) completeAndClaim(ctx context.Context, p db.LeaseCompleteManyPar
 	})
 	b.Queue(db.LeaseClaimSQL, group, c.cfg.Owner, int32(n), c.ttlMs, s.param(), ref, false).Query(func(rows pgx.Rows) error {
 		var err error
-		r.claimed, err = pgx.CollectRows(rows, pgx.RowToStructByPos[db.LeaseClaimRow])
+		r.claimed, err = scanClaimed(rows, n)
 		return err
 	})
 	return r, c.pool.SendBatch(ctx, b).Close()
+}
+
+// scanClaimed reads the rows of pgbaton.claim as the generated LeaseClaim
+// does. Not pgx.RowToStructByPos: its reflection per row took about a
+// tenth of the client's CPU at batch 100 (bench profile, claim scenario).
+func scanClaimed(rows pgx.Rows, n int) ([]db.LeaseClaimRow, error) {
+	defer rows.Close()
+	out := make([]db.LeaseClaimRow, 0, min(n, 256))
+	for rows.Next() {
+		var r db.LeaseClaimRow
+		if err := rows.Scan(&r.Name, &r.Token, &r.ExpiresAt); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
 }
 
 // CompleteTx completes leases inside tx, the caller's transaction that
