@@ -17,10 +17,10 @@ import (
 )
 
 // BenchmarkCompleteAndClaimClientPath measures where pgbaton's client
-// time goes on the work-queue loop: one worker, batch 1, CompleteAndClaim
-// against raw pgx sending the same two statements with the same
-// arguments (complete_many, and claim bound to a lease session and a
-// request id) on a connection of its own. It reports, per call, the
+// time goes on the work-queue loop: one worker, batch 1 and batch 100,
+// CompleteAndClaim against raw pgx sending the same two statements with
+// the same arguments (complete_many, and claim bound to a lease session
+// and a request id) on a connection of its own. It reports, per call, the
 // process's CPU time and the wall time, medians of interleaved rounds:
 //
 //	lib:  a context that can end (the usual case): the statement is sent
@@ -32,11 +32,17 @@ import (
 func BenchmarkCompleteAndClaimClientPath(b *testing.B) {
 	pool := durablePool(b, 4)
 	c := benchClient(b, pool, leasetable.Config{Owner: "lib", TTL: time.Minute})
+	for _, n := range []int{1, 100} {
+		b.Run(fmt.Sprint("batch=", n), func(b *testing.B) { completeAndClaimClientPath(b, pool, c, n) })
+	}
+}
+
+func completeAndClaimClientPath(b *testing.B, pool *pgxpool.Pool, c *leasetable.Client, n int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	const calls = 2000
+	calls := 2000 / n
 	register := func(group string) {
-		names := make([]string, calls+1)
+		names := make([]string, (calls+1)*n)
 		for i := range names {
 			names[i] = fmt.Sprint(group, "/", i)
 		}
@@ -45,9 +51,9 @@ func BenchmarkCompleteAndClaimClientPath(b *testing.B) {
 		}
 	}
 	lib := func(group string, cctx context.Context) {
-		ls, err := c.Claim(ctx, group, 1)
+		ls, err := c.Claim(ctx, group, n)
 		for i := 0; i < calls && err == nil; i++ {
-			ls, err = c.CompleteAndClaim(cctx, group, 1, ls...)
+			ls, err = c.CompleteAndClaim(cctx, group, n, ls...)
 		}
 		if err != nil {
 			b.Fatal(err)
@@ -72,14 +78,14 @@ func BenchmarkCompleteAndClaimClientPath(b *testing.B) {
 				})
 				return err
 			}
-			rows, _ := pc.Query(ctx, claimSQL, group, "raw", 1, 60000, session, requestID())
+			rows, _ := pc.Query(ctx, claimSQL, group, "raw", n, 60000, session, requestID())
 			if err := scan(rows); err != nil {
 				return err
 			}
 			for range calls {
 				batch := &pgx.Batch{}
 				batch.Queue("SELECT name FROM pgbaton.complete_many($1, $2, $3) AS name", names, tokens, "raw")
-				batch.Queue(claimSQL, group, "raw", 1, 60000, session, requestID()).Query(scan)
+				batch.Queue(claimSQL, group, "raw", n, 60000, session, requestID()).Query(scan)
 				if err := pc.SendBatch(ctx, batch).Close(); err != nil {
 					return err
 				}
@@ -104,12 +110,12 @@ func BenchmarkCompleteAndClaimClientPath(b *testing.B) {
 	for r := range rounds {
 		for k := range variants {
 			i := (k + r) % len(variants)
-			group := fmt.Sprint(variants[i].name, r)
+			group := fmt.Sprint(variants[i].name, "-", n, "-", r)
 			register(group)
 			c0, w0 := processCPU(b), time.Now()
 			variants[i].run(group)
-			cpu[i] = append(cpu[i], float64((processCPU(b)-c0).Microseconds())/calls)
-			wall[i] = append(wall[i], float64(time.Since(w0).Microseconds())/calls)
+			cpu[i] = append(cpu[i], float64((processCPU(b)-c0).Microseconds())/float64(calls))
+			wall[i] = append(wall[i], float64(time.Since(w0).Microseconds())/float64(calls))
 		}
 	}
 	for i, v := range variants {
