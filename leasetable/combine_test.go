@@ -157,10 +157,10 @@ func (t *overlapTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.
 	}
 	t.mu.Lock()
 	t.now++
-	t.most = max(t.most, t.now)
-	if t.now == 2 {
+	if t.now == 2 && t.most < 2 {
 		close(t.another)
 	}
+	t.most = max(t.most, t.now)
 	t.mu.Unlock()
 	select {
 	case <-t.another:
