@@ -127,7 +127,7 @@ func TestIdleSessionIOOnCallersGoroutine(t *testing.T) {
 		others += n
 	}
 	// 23 locks and unlocks, a read and a write each. A session idle for
-	// over a millisecond watches its socket, and its next request goes
+	// over 10 ms watches its socket, and its next request goes
 	// through its goroutine: the test's first lock and its first try of
 	// a wait, and any stall of the test that long (on a loaded machine).
 	t.Logf("reads and writes: %d on the caller's goroutine, %d on others", mine, others)

@@ -8,10 +8,11 @@ import (
 )
 
 // wait blocks in pg_advisory_lock on a session of its own: s (a spare),
-// or another spare, or a new one. The session's goroutine runs the wait
-// (see pgsession.Conn.Wait); once the lock is granted the session holds it
+// or another spare, or a new one. The wait blocks on the caller's
+// goroutine with the session's socket taken from its goroutine (see
+// pgsession.Conn.Wait); once the lock is granted the session holds it
 // (and later other locks too), so the unlock goes out on the same
-// goroutine with no session set up or torn down per acquisition. A wait
+// connection with no session set up or torn down per acquisition. A wait
 // given up (ctx ended, Locker closed) is cancelled on the server and its
 // session ends: because Postgres may grant the lock just as the cancel
 // arrives, the connection releases every advisory lock it holds before it

@@ -198,11 +198,12 @@ func (s *Conn) DoClaimed(op Op, id Key) (bool, error) {
 	defer s.pending.Add(-1)
 	r := &request{op: op, id: id, result: make(chan result, 1)}
 	if s.pending.Load() == 1 && s.take() {
+		// Only function calls go direct (take), and a call is never
+		// skipped for an earlier one's failure: no retry.
 		s.direct(r)
 		s.give()
-		if res := <-r.result; !res.retry {
-			return res.ok, res.err
-		}
+		res := <-r.result
+		return res.ok, res.err
 	}
 	for {
 		select {
