@@ -13,6 +13,15 @@ func SetSlotKeep(t testing.TB, d time.Duration) {
 	t.Cleanup(func() { slotKeep = old })
 }
 
+// SetCloseGrace sets how long a closing listener lets its statement in
+// flight run, and calls stopped when a listener is told to stop, until t
+// ends.
+func SetCloseGrace(t testing.TB, d time.Duration, stopped func()) {
+	oldGrace, oldStopped := closeGrace, listenerStopped
+	closeGrace, listenerStopped = d, stopped
+	t.Cleanup(func() { closeGrace, listenerStopped = oldGrace, oldStopped })
+}
+
 // ListenerWaiters counts the wake-up channels subscribed to c's listener,
 // for tests that check a wait leaves none behind.
 func ListenerWaiters(c *Client) int {

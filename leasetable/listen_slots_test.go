@@ -238,3 +238,99 @@ func TestListenerLeavesThePoolItsConnections(t *testing.T) {
 	require.NoError(t, l.Release(ctx))
 	require.NoError(t, <-got)
 }
+
+// Close frees the client's listen slot before it returns. The slot is a
+// session advisory lock of the LISTEN backend, and a backend whose
+// connection is only closed lets go of its locks once it has finished
+// exiting, after Close returned (CI found one left in pg_locks after
+// Close). The LISTEN backends here have temporary tables to drop on exit,
+// which the server does before it releases their locks: a slot left to
+// the exit is still held when Close returns. Close comes while the
+// listener is idle, and while a statement of the listener runs (held up
+// by a row lock until Close has begun): cancelling that statement would
+// close the connection.
+func TestCloseFreesListenSlot(t *testing.T) {
+	for _, inFlight := range []bool{false, true} {
+		t.Run(fmt.Sprintf("statement_in_flight=%v", inFlight), func(t *testing.T) {
+			testCloseFreesListenSlot(t, inFlight)
+		})
+	}
+}
+
+func testCloseFreesListenSlot(t *testing.T, inFlight bool) {
+	stopped := make(chan struct{}, 1)
+	leasetable.SetCloseGrace(t, 10*time.Second, func() { stopped <- struct{}{} })
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := pgtest.Context(t, time.Minute)
+	slowExit := d.Pool(t, func(cfg *pgxpool.Config) {
+		cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+			if conn.Config().RuntimeParams["application_name"] != "pgbaton lease listener close-waiter" {
+				return nil
+			}
+			_, err := conn.Exec(ctx, `DO $$ BEGIN
+				FOR i IN 1..300 LOOP EXECUTE format('CREATE TEMP TABLE slow_exit_%s (a int PRIMARY KEY, b text)', i); END LOOP;
+			END $$`)
+			return err
+		}
+	})
+	holder := newClient(t, pool, leasetable.Config{Owner: "close-holder", TTL: time.Hour})
+	l, err := holder.TryAcquire(ctx, "close-slot")
+	require.NoError(t, err)
+	waits := make(chan string, 1)
+	c, err := leasetable.New(ctx, slowExit, leasetable.Config{Owner: "close-waiter", TTL: time.Hour, Logger: logTo(waits)})
+	require.NoError(t, err)
+	var pid int
+	listener := func() int {
+		return pgtest.Count(t, pool, `SELECT coalesce(max(pid), 0) FROM pg_stat_activity WHERE application_name = 'pgbaton lease listener close-waiter'`)
+	}
+	wait := func() (cancel func(), got <-chan error) {
+		wctx, cancel := context.WithCancel(ctx)
+		ch := make(chan error, 1)
+		go func() {
+			_, err := c.Acquire(wctx, "close-slot")
+			ch <- err
+		}()
+		<-waits
+		return cancel, ch
+	}
+	// The first wait polls (the slow LISTEN connection is not up in
+	// time) and leaves the connection listening; the second registers.
+	cancel, got := wait()
+	pgtest.Eventually(t, 10*time.Second, func() (bool, error) { return listenSlotsHeld(t, pool, "close-waiter") == 1, nil },
+		"the waiting client does not listen")
+	cancel()
+	require.ErrorIs(t, <-got, context.Canceled)
+	cancel, got = wait()
+	pid = listener()
+	var block pgx.Tx
+	if inFlight {
+		// The waiter's registration is removed by the listener: hold
+		// its row so that the removal waits.
+		const registered = `FROM pgbaton.lease_waiter WHERE starts_with(waiter, 'close-waiter/')`
+		pgtest.Eventually(t, 10*time.Second, func() (bool, error) { return pgtest.Count(t, pool, `SELECT count(*) `+registered) == 1, nil },
+			"the waiter is not registered")
+		block, err = pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = block.Rollback(ctx) }()
+		_, err = block.Exec(ctx, `SELECT 1 `+registered+` FOR UPDATE`)
+		require.NoError(t, err)
+	}
+	cancel()
+	require.ErrorIs(t, <-got, context.Canceled)
+	if inFlight {
+		pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
+			return pgtest.Count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'`, pid) == 1, nil
+		}, "the listener's removal of the registration does not wait for the row")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close(ctx) }()
+	<-stopped
+	if inFlight {
+		require.NoError(t, block.Rollback(ctx))
+	}
+	require.NoError(t, <-closed)
+	require.Zero(t, pgtest.Count(t, pool, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = $1`, pid),
+		"the LISTEN backend still holds its listen slot after Close returned")
+	require.NoError(t, l.Release(ctx))
+}

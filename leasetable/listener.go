@@ -71,8 +71,11 @@ type listener struct {
 	// (pause); quietSince is since when nobody has waited.
 	idle       bool
 	quietSince time.Time
-	// keep is slotKeep when the client was made.
-	keep time.Duration
+	// keep is slotKeep when the client was made; grace and stopped,
+	// closeGrace and listenerStopped.
+	keep    time.Duration
+	grace   time.Duration
+	stopped func()
 	// slotTried is when the client last found every listen slot taken
 	// (Config.ListenSlots): it opens no LISTEN connection then, its
 	// waiters poll, and a waiter arriving a slotRetry later asks again.
@@ -115,7 +118,7 @@ const maxStops = 1024
 func newListener(c *Client) *listener {
 	return &listener{c: c, waiters: make(map[string]map[chan struct{}]struct{}), ready: make(chan struct{}),
 		probes: make(map[string]chan struct{}), regs: make(map[string]registration), kick: make(chan struct{}, 1),
-		keep: slotKeep}
+		keep: slotKeep, grace: closeGrace, stopped: listenerStopped}
 }
 
 // subscription is how a subscribed waiter learns of releases.
@@ -282,10 +285,18 @@ func (ln *listener) run(ctx context.Context) {
 	// Ended for good: no later connection removes what is left, and
 	// deferStop takes no more (started, closed or undelivered says so).
 	defer func() { ln.c.stopWaitingOnPool(ln.takeStops()) }()
+	qctx, qcancel := context.WithCancel(context.Background())
+	defer qcancel()
+	defer context.AfterFunc(ctx, func() {
+		if ln.stopped != nil {
+			ln.stopped()
+		}
+		time.AfterFunc(ln.grace, qcancel)
+	})()
 	// Capped low: while the connection is down, releases wake nobody.
 	retry := backoff.Backoff{Min: 10 * time.Millisecond, Max: 250 * time.Millisecond}
 	for ctx.Err() == nil {
-		err := ln.listen(ctx)
+		err := ln.listen(ctx, qctx)
 		if ctx.Err() != nil {
 			return
 		}
@@ -369,21 +380,38 @@ func (ln *listener) slotFree(ctx context.Context) bool {
 // errUndelivered: the LISTEN connection delivered no notification.
 var errUndelivered = errors.New("leasetable: notifications sent on the LISTEN connection's channel were not delivered")
 
-// listen runs one connection until it fails.
-func (ln *listener) listen(ctx context.Context) error {
+// closeGrace is how long a statement on the LISTEN connection may go on
+// once the client closes. Cancelling a statement closes the connection
+// (pgx), and a backend whose connection was closed frees its listen slot
+// only once it has finished exiting, after Close returned (CI saw the slot
+// still in pg_locks). So a closing listener lets the statement in flight
+// finish and frees the slot itself; a server that stopped answering holds
+// Close no longer than this.
+var closeGrace = time.Second // a var for tests: read once per client
+
+// listenerStopped, if set (tests), is called when a listener is told to
+// stop, before its closeGrace starts. Read once per client.
+var listenerStopped func()
+
+// listen runs one connection until it fails or ctx ends. Statements on
+// the connection run under qctx, which ends a closeGrace after ctx; waits
+// end with ctx.
+func (ln *listener) listen(ctx, qctx context.Context) error {
 	conn, err := ln.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer func() {
-		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		closeCtx, cancel := context.WithTimeout(context.Background(), closeGrace)
 		defer cancel()
 		if !conn.IsClosed() {
 			_ = ln.flushStops(closeCtx, conn)
+			// The slot is freed before Close returns (see closeGrace).
+			_ = ln.c.q.LeaseListenStop(closeCtx, conn)
 		}
 		_ = conn.Close(closeCtx)
 	}()
-	if err := ln.c.q.LeaseListen(ctx, conn); err != nil {
+	if err := ln.c.q.LeaseListen(qctx, conn); err != nil {
 		return err
 	}
 	// Prove that it delivers: behind a transaction pooler LISTEN succeeds
@@ -392,7 +420,7 @@ func (ln *listener) listen(ctx context.Context) error {
 	if err := ln.probe(ctx, conn); err != nil {
 		return err
 	}
-	listening, err := ln.c.q.LeaseListenStart(ctx, conn, int32(ln.c.cfg.ListenSlots))
+	listening, err := ln.c.q.LeaseListenStart(qctx, conn, int32(ln.c.cfg.ListenSlots))
 	if err != nil {
 		return err
 	}
@@ -406,7 +434,7 @@ func (ln *listener) listen(ctx context.Context) error {
 	if missed {
 		// The server may have lost the registrations (a crash, a
 		// failover): make them again, now that LISTEN is active.
-		if err := ln.reregister(ctx, conn); err != nil {
+		if err := ln.reregister(qctx, conn); err != nil {
 			return err
 		}
 	}
@@ -435,7 +463,7 @@ func (ln *listener) listen(ctx context.Context) error {
 		ln.mu.Unlock()
 	}()
 	for {
-		if err := ln.flushStops(ctx, conn); err != nil {
+		if err := ln.flushStops(qctx, conn); err != nil {
 			return err
 		}
 		// Woken at least every listenLinger to see whether anyone still
@@ -448,7 +476,7 @@ func (ln *listener) listen(ctx context.Context) error {
 		case err == nil:
 			ln.dispatch(n)
 		case ctx.Err() == nil && pgconn.Timeout(err) && !conn.IsClosed():
-			if err := ln.pause(ctx, conn); err != nil {
+			if err := ln.pause(ctx, qctx, conn); err != nil {
 				return err
 			}
 		default:
@@ -472,7 +500,7 @@ const listenLinger = 100 * time.Millisecond
 // find ready open and wait for it: the switch is made under ln.mu before
 // UNLISTEN, so a waiter never counts on a connection that stopped
 // listening.
-func (ln *listener) pause(ctx context.Context, conn *pgx.Conn) error {
+func (ln *listener) pause(ctx, qctx context.Context, conn *pgx.Conn) error {
 	ln.mu.Lock()
 	if len(ln.waiters) > 0 || len(ln.probes) > 0 {
 		ln.quietSince = time.Time{}
@@ -490,7 +518,7 @@ func (ln *listener) pause(ctx context.Context, conn *pgx.Conn) error {
 	ln.idle = true
 	ln.quietSince = time.Time{}
 	ln.mu.Unlock()
-	if err := ln.c.q.LeaseUnlisten(ctx, conn); err != nil {
+	if err := ln.c.q.LeaseUnlisten(qctx, conn); err != nil {
 		return err
 	}
 	t := time.NewTimer(ln.keep)
@@ -498,17 +526,17 @@ func (ln *listener) pause(ctx context.Context, conn *pgx.Conn) error {
 	select {
 	case <-ln.kick:
 	case <-t.C:
-		if err := ln.flushStops(ctx, conn); err != nil {
+		if err := ln.flushStops(qctx, conn); err != nil {
 			return err
 		}
-		if err := ln.c.q.LeaseListenStop(ctx, conn); err != nil {
+		if err := ln.c.q.LeaseListenStop(qctx, conn); err != nil {
 			return err
 		}
 		return errIdle
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return ln.start(ctx, conn)
+	return ln.start(qctx, conn)
 }
 
 // start takes a listen slot and listens again, or, with every slot taken,
