@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgbaton/pgbaton/examples/demo/internal/demodb"
 	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
+	"github.com/pgbaton/pgbaton/migrations"
 )
 
 var env *pgtest.Env
@@ -75,4 +79,48 @@ func TestDemoExplainsStaleWrites(t *testing.T) {
 		staleWhy(demoEvent{Item: "demo:item:7", Token: 12, Detail: "no such lease"}))
 	require.Equal(t, "current token 124, superseded",
 		staleWhy(demoEvent{Item: "demo:item:7", Token: 12, Current: 124, Detail: "superseded"}))
+}
+
+// A worker SIGKILLed just after the fenced transaction of an item it held
+// committed left that item done, not to take over: the summary must not
+// count it as a takeover that never came (CI printed "killed worker's 1
+// items taken over after -498818h34m6.8s FAILED" for one).
+func TestDemoKilledWorkersFinishedItemNeedsNoTakeover(t *testing.T) {
+	d := env.DB(t)
+	ctx := context.Background()
+	pool := d.Pool(t)
+	require.NoError(t, migrations.Up(ctx, pool))
+	for _, tc := range []struct {
+		name   string
+		killed []string // worker 1 processed item 0; worker 2 took item 1 over
+		want   string
+	}{
+		{"all done", []string{"demo:item:0000"}, "killed worker's items left to take over"},
+		{"one left", []string{"demo:item:0000", "demo:item:0001"}, "killed worker's 1 items taken over after"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			r := &demoRun{stdout: &out, pool: pool, q: demodb.New(), start: time.Now()}
+			require.NoError(t, r.setup(ctx, demoOpts{items: 2}))
+			t.Cleanup(func() { _ = r.q.DemoDropSchema(ctx, pool); _ = r.q.DemoCleanLeases(ctx, pool) })
+			_, err := pool.Exec(ctx, `INSERT INTO pgbaton_demo.processed (item, worker, token, acquired_at) VALUES
+				('demo:item:0000', 1, 1, clock_timestamp() - interval '1 second')`)
+			require.NoError(t, err)
+			killedAt, err := r.q.DemoNow(ctx, pool)
+			require.NoError(t, err)
+			_, err = pool.Exec(ctx, `INSERT INTO pgbaton_demo.processed (item, worker, token, acquired_at) VALUES
+				('demo:item:0001', 2, 2, clock_timestamp() + interval '1 second')`)
+			require.NoError(t, err)
+			sc := &scenarioResult{killed: 1, killedAt: killedAt, killedItems: tc.killed}
+			_ = r.summary(ctx, sc, 2) // other checks fail: no scenario ran
+			line := ""
+			for _, l := range strings.Split(out.String(), "\n") {
+				if strings.HasPrefix(l, "killed worker's") {
+					line = l
+				}
+			}
+			require.Contains(t, line, tc.want, out.String())
+			require.True(t, strings.HasSuffix(strings.TrimSpace(line), " ok"), line)
+		})
+	}
 }

@@ -57,6 +57,15 @@ SELECT count(*)::int AS rows, count(DISTINCT item)::int AS items,
 -- name: DemoTerms :many
 SELECT term, worker, acquired_at FROM pgbaton_demo.leader_term ORDER BY at;
 
+-- name: DemoLeftBy :many
+-- Which of names the worker had not processed itself: a worker killed
+-- just after an item's fenced transaction committed left it done.
+SELECT n::text AS item
+  FROM unnest(sqlc.arg(names)::text[]) n
+ WHERE NOT EXISTS (SELECT 1 FROM pgbaton_demo.processed p
+                    WHERE p.item = n AND p.worker = sqlc.arg(worker)::int)
+ ORDER BY n;
+
 -- name: DemoTakeover :one
 -- The first grant, after since, of any of names to another worker: how long
 -- a dead or paused holder's work stayed unowned.

@@ -124,6 +124,41 @@ func (q *Queries) DemoLeaseOf(ctx context.Context, db DBTX, name string) (DemoLe
 	return i, err
 }
 
+const demoLeftBy = `-- name: DemoLeftBy :many
+SELECT n::text AS item
+  FROM unnest($1::text[]) n
+ WHERE NOT EXISTS (SELECT 1 FROM pgbaton_demo.processed p
+                    WHERE p.item = n AND p.worker = $2::int)
+ ORDER BY n
+`
+
+type DemoLeftByParams struct {
+	Names  []string `json:"names"`
+	Worker int32    `json:"worker"`
+}
+
+// Which of names the worker had not processed itself: a worker killed
+// just after an item's fenced transaction committed left it done.
+func (q *Queries) DemoLeftBy(ctx context.Context, db DBTX, arg DemoLeftByParams) ([]string, error) {
+	rows, err := db.Query(ctx, demoLeftBy, arg.Names, arg.Worker)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var item string
+		if err := rows.Scan(&item); err != nil {
+			return nil, err
+		}
+		items = append(items, item)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const demoNow = `-- name: DemoNow :one
 SELECT clock_timestamp()::timestamptz AS now
 `
