@@ -144,9 +144,12 @@ func (c *Client) waitClaim(ctx context.Context, group string, n int, start time.
 }
 
 // nextClaimable is how long until the first item of group held by another
-// owner expires, the TTL at most: with nothing held, only a notification
-// would wake the waiter, and a LISTEN connection that died without a word
-// is noticed late (a read that fails), so it looks again after a TTL.
+// owner expires, the TTL at most, for ClaimWait, Semaphore and Keep. With
+// nothing held by another owner (the group is free, or held by the
+// waiter's own client), only a notification would wake the waiter, and a
+// LISTEN connection that died without a word is noticed late (a read that
+// fails), so it looks again after a TTL; waiters that poll look again by
+// PollInterval (Client.wait).
 func (c *Client) nextClaimable(ctx context.Context, group string) (time.Duration, error) {
 	next, err := c.groupNextExpiry(ctx, group)
 	if err != nil {

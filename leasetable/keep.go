@@ -82,7 +82,7 @@ func (c *Client) Keep(ctx context.Context, cfg KeepConfig) error {
 		timer := (<-chan time.Time)(nil)
 		if held < cfg.Max {
 			if retry == 0 {
-				if retry, err = c.nextExpiry(ctx, cfg.Group); err != nil {
+				if retry, err = c.nextClaimable(ctx, cfg.Group); err != nil {
 					retry = c.cfg.RenewInterval
 				}
 			}

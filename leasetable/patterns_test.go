@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -473,4 +474,58 @@ func TestKeepTakesOverDeadWorkersShards(t *testing.T) {
 	var held int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pgbaton.lease WHERE lease_group = 'keep' AND owner IS NOT NULL").Scan(&held))
 	assert.Zero(t, held, "Keep released everything when its context ended")
+}
+
+// A wait whose group is held only by the waiter's own client (a Semaphore
+// whose permits it holds, a Keep with Max above the group's size) has no
+// expiry of somebody else's to wait for: it waits for a release, looking
+// again at most every TTL, as ClaimWait does. It used to look again after
+// the jitter alone (1-21 ms), sending two statements each time for as
+// long as it waited.
+func TestWaitOnOwnGroupDoesNotSpin(t *testing.T) {
+	d := env.DB(t)
+	sent := &statementCounter{}
+	pool := d.Pool(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = sent })
+	ctx := pgtest.Context(t, time.Minute)
+	c := newClient(t, pool, leasetable.Config{Owner: "own", TTL: time.Minute})
+	const window = time.Second
+	const most = 20 // a few looks and registrations; a spin sends ~100 a second
+
+	t.Run("semaphore", func(t *testing.T) {
+		l, err := c.Semaphore(ctx, "own-sem", 1)
+		require.NoError(t, err)
+		before := len(sent.snapshot())
+		wctx, cancel := context.WithTimeout(ctx, window)
+		defer cancel()
+		_, err = c.Semaphore(wctx, "own-sem", 1)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		n := len(sent.snapshot()) - before
+		t.Logf("statements sent by a Semaphore waiting %s behind its own client: %d", window, n)
+		assert.LessOrEqual(t, n, most)
+		require.NoError(t, l.Release(ctx))
+	})
+	t.Run("keep", func(t *testing.T) {
+		_, err := c.Register(ctx, "own-keep", "a", "b")
+		require.NoError(t, err)
+		kctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		kept := make(chan string, 2)
+		done := make(chan error, 1)
+		go func() {
+			done <- c.Keep(kctx, leasetable.KeepConfig{Group: "own-keep", Max: 3, Work: func(ctx context.Context, l *leasetable.Lease) {
+				kept <- l.Name()
+				<-ctx.Done()
+			}})
+		}()
+		<-kept
+		<-kept
+		before := len(sent.snapshot())
+		stop := time.AfterFunc(window, cancel)
+		defer stop.Stop()
+		require.ErrorIs(t, <-done, context.Canceled)
+		n := len(sent.snapshot()) - before
+		t.Logf("statements sent by a Keep holding the whole group for %s: %d", window, n)
+		// Its two leases' releases when it ends, besides the looks.
+		assert.LessOrEqual(t, n, most)
+	})
 }

@@ -69,7 +69,7 @@ func (c *Client) waitSemaphore(ctx context.Context, name string, names []string,
 			}
 			continue
 		}
-		next, err := c.nextExpiry(ctx, name)
+		next, err := c.nextClaimable(ctx, name)
 		if err != nil {
 			return nil, false, err
 		}
@@ -115,14 +115,4 @@ func (c *Client) registerSemaphore(ctx context.Context, name string, names []str
 	c.sems[name] = len(names)
 	c.mu.Unlock()
 	return nil
-}
-
-// nextExpiry is how long until the first lease of group held by another
-// owner expires (0 if none is).
-func (c *Client) nextExpiry(ctx context.Context, group string) (time.Duration, error) {
-	next, err := c.groupNextExpiry(ctx, group)
-	if err != nil {
-		return 0, err
-	}
-	return next.NextExpiry.Sub(next.DbNow), nil
 }
