@@ -86,7 +86,7 @@ func (c *Client) Keep(ctx context.Context, cfg KeepConfig) error {
 					retry = c.cfg.RenewInterval
 				}
 			}
-			t.Reset(max(retry, 0) + jitter(c.cfg.TTL))
+			t.Reset(c.waitFor(w.paced(retry))) // as every waiter: see Client.wait
 			timer = t.C
 		}
 		select {

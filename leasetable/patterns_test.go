@@ -529,3 +529,36 @@ func TestWaitOnOwnGroupDoesNotSpin(t *testing.T) {
 		assert.LessOrEqual(t, n, most)
 	})
 }
+
+// With NoListen a Keep short of Max polls every PollInterval, as
+// ClaimWait does: a shard registered later is kept soon, not at the next
+// TTL (nothing notifies a client that does not listen).
+func TestKeepNoListenPolls(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := pgtest.Context(t, time.Minute)
+	c := newClient(t, pool, leasetable.Config{Owner: "keep-poller", TTL: neverPoll, NoListen: true, PollInterval: 100 * time.Millisecond})
+	_, err := c.Register(ctx, "keep-poll", "a")
+	require.NoError(t, err)
+	kctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	kept := make(chan string, 2)
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Keep(kctx, leasetable.KeepConfig{Group: "keep-poll", Max: 2, Work: func(ctx context.Context, l *leasetable.Lease) {
+			kept <- l.Name()
+			<-ctx.Done()
+		}})
+	}()
+	require.Equal(t, "a", <-kept)
+	_, err = c.Register(ctx, "keep-poll", "b")
+	require.NoError(t, err)
+	select {
+	case n := <-kept:
+		require.Equal(t, "b", n)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a polling Keep did not take a shard registered later within 10s (PollInterval 100ms)")
+	}
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+}

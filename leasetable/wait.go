@@ -109,10 +109,16 @@ const slotlessPoll = 50 * time.Millisecond
 // wait is Client.wait for this waiter, paced by poll when its client holds
 // no listen slot.
 func (w *waiting) wait(ctx context.Context, d time.Duration) error {
+	return w.c.wait(ctx, w.wake, w.paced(d))
+}
+
+// paced is d, the time to a known expiry, at most the waiter's next poll
+// when its client holds no listen slot.
+func (w *waiting) paced(d time.Duration) time.Duration {
 	if w.poll != nil {
 		d = min(d, w.poll.Next())
 	}
-	return w.c.wait(ctx, w.wake, d)
+	return d
 }
 
 // heldBy tells a waiter for a lease which grant it found in its way: a
@@ -131,13 +137,7 @@ func (w *waiting) heldBy(token int64) {
 // PollInterval when notifications are not used) plus jitter, or until ctx
 // or the client ends.
 func (c *Client) wait(ctx context.Context, wake <-chan struct{}, d time.Duration) error {
-	if c.ln.polling() {
-		// No notification will come (or none while the LISTEN connection
-		// is down and reconnected: it is not ready then, so mode says so):
-		// look again by PollInterval at the latest.
-		d = min(d, c.cfg.PollInterval)
-	}
-	t := time.NewTimer(max(d, 0) + jitter(c.cfg.TTL))
+	t := time.NewTimer(c.waitFor(d))
 	defer t.Stop()
 	select {
 	case <-wake:
@@ -149,6 +149,17 @@ func (c *Client) wait(ctx context.Context, wake <-chan struct{}, d time.Duration
 	case <-c.bg.Done():
 		return pgbaton.ErrClosed
 	}
+}
+
+// waitFor is how long a wait for d (the time to a known expiry) lasts
+// before its waiter looks again: d plus jitter, and PollInterval at most
+// when no notification will come (or none while the LISTEN connection is
+// down and reconnected: it is not ready then, so mode says so).
+func (c *Client) waitFor(d time.Duration) time.Duration {
+	if c.ln.polling() {
+		d = min(d, c.cfg.PollInterval)
+	}
+	return max(d, 0) + jitter(c.cfg.TTL)
 }
 
 // outageBackoff paces a waiter looking again while the server is down or
