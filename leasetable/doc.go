@@ -262,8 +262,9 @@ package leasetable
 //
 //   - Per Client: the LISTEN connection's loop, started by a waiter when
 //     a listen slot is free (never with Config.NoListen), until Close or
-//     30s without waiters (Close lets its statement in flight finish, up
-//     to a second, and frees the slot before it returns); the retention
+//     30s without waiters (Close lets its statement in flight finish and
+//     frees the slot before it returns, a second for each at most); the
+//     retention
 //     loop (unless Config.Retention.Disabled), until Close; a settle loop
 //     while completions in callers' transactions (CompleteTx) wait to
 //     learn how those ended, until none is left or Close.

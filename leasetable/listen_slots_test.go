@@ -259,7 +259,12 @@ func TestCloseFreesListenSlot(t *testing.T) {
 
 func testCloseFreesListenSlot(t *testing.T, inFlight bool) {
 	stopped := make(chan struct{}, 1)
-	leasetable.SetCloseGrace(t, 10*time.Second, func() { stopped <- struct{}{} })
+	leasetable.SetCloseGrace(t, 10*time.Second, func() {
+		select {
+		case stopped <- struct{}{}:
+		default: // told already
+		}
+	})
 	d := env.DB(t)
 	pool := d.Pool(t)
 	ctx := pgtest.Context(t, time.Minute)
@@ -278,12 +283,9 @@ func testCloseFreesListenSlot(t *testing.T, inFlight bool) {
 	l, err := holder.TryAcquire(ctx, "close-slot")
 	require.NoError(t, err)
 	waits := make(chan string, 1)
-	c, err := leasetable.New(ctx, slowExit, leasetable.Config{Owner: "close-waiter", TTL: time.Hour, Logger: logTo(waits)})
-	require.NoError(t, err)
-	var pid int
-	listener := func() int {
-		return pgtest.Count(t, pool, `SELECT coalesce(max(pid), 0) FROM pg_stat_activity WHERE application_name = 'pgbaton lease listener close-waiter'`)
-	}
+	// Closed by the test; newClient's cleanup would close it again, and
+	// a failed test leaves nothing open either way.
+	c := newClient(t, slowExit, leasetable.Config{Owner: "close-waiter", TTL: time.Hour, Logger: logTo(waits)})
 	wait := func() (cancel func(), got <-chan error) {
 		wctx, cancel := context.WithCancel(ctx)
 		ch := make(chan error, 1)
@@ -302,7 +304,7 @@ func testCloseFreesListenSlot(t *testing.T, inFlight bool) {
 	cancel()
 	require.ErrorIs(t, <-got, context.Canceled)
 	cancel, got = wait()
-	pid = listener()
+	pid := pgtest.Count(t, pool, `SELECT coalesce(max(pid), 0) FROM pg_stat_activity WHERE application_name = 'pgbaton lease listener close-waiter'`)
 	var block pgx.Tx
 	if inFlight {
 		// The waiter's registration is removed by the listener: hold

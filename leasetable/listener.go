@@ -386,7 +386,7 @@ var errUndelivered = errors.New("leasetable: notifications sent on the LISTEN co
 // only once it has finished exiting, after Close returned (CI saw the slot
 // still in pg_locks). So a closing listener lets the statement in flight
 // finish and frees the slot itself; a server that stopped answering holds
-// Close no longer than this.
+// Close up to twice this: the statement, then the slot's release.
 var closeGrace = time.Second // a var for tests: read once per client
 
 // listenerStopped, if set (tests), is called when a listener is told to
@@ -402,7 +402,7 @@ func (ln *listener) listen(ctx, qctx context.Context) error {
 		return err
 	}
 	defer func() {
-		closeCtx, cancel := context.WithTimeout(context.Background(), closeGrace)
+		closeCtx, cancel := context.WithTimeout(context.Background(), ln.grace)
 		defer cancel()
 		if !conn.IsClosed() {
 			_ = ln.flushStops(closeCtx, conn)
