@@ -507,16 +507,8 @@ func TestWaitOnOwnGroupDoesNotSpin(t *testing.T) {
 	t.Run("keep", func(t *testing.T) {
 		_, err := c.Register(ctx, "own-keep", "a", "b")
 		require.NoError(t, err)
-		kctx, cancel := context.WithCancel(ctx)
+		kept, done, cancel := startKeep(ctx, c, "own-keep", 3)
 		defer cancel()
-		kept := make(chan string, 2)
-		done := make(chan error, 1)
-		go func() {
-			done <- c.Keep(kctx, leasetable.KeepConfig{Group: "own-keep", Max: 3, Work: func(ctx context.Context, l *leasetable.Lease) {
-				kept <- l.Name()
-				<-ctx.Done()
-			}})
-		}()
 		<-kept
 		<-kept
 		before := len(sent.snapshot())
@@ -540,16 +532,8 @@ func TestKeepNoListenPolls(t *testing.T) {
 	c := newClient(t, pool, leasetable.Config{Owner: "keep-poller", TTL: neverPoll, NoListen: true, PollInterval: 100 * time.Millisecond})
 	_, err := c.Register(ctx, "keep-poll", "a")
 	require.NoError(t, err)
-	kctx, cancel := context.WithCancel(ctx)
+	kept, done, cancel := startKeep(ctx, c, "keep-poll", 2)
 	defer cancel()
-	kept := make(chan string, 2)
-	done := make(chan error, 1)
-	go func() {
-		done <- c.Keep(kctx, leasetable.KeepConfig{Group: "keep-poll", Max: 2, Work: func(ctx context.Context, l *leasetable.Lease) {
-			kept <- l.Name()
-			<-ctx.Done()
-		}})
-	}()
 	require.Equal(t, "a", <-kept)
 	_, err = c.Register(ctx, "keep-poll", "b")
 	require.NoError(t, err)
@@ -561,4 +545,20 @@ func TestKeepNoListenPolls(t *testing.T) {
 	}
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
+}
+
+// startKeep runs c.Keep on group with Max limit on a goroutine of its own: each
+// lease kept is sent on kept and held until Keep's context ends (cancel);
+// Keep's result comes on done.
+func startKeep(ctx context.Context, c *leasetable.Client, group string, limit int) (kept <-chan string, done <-chan error, cancel func()) {
+	kctx, cancel := context.WithCancel(ctx)
+	names := make(chan string, limit)
+	result := make(chan error, 1)
+	go func() {
+		result <- c.Keep(kctx, leasetable.KeepConfig{Group: group, Max: limit, Work: func(ctx context.Context, l *leasetable.Lease) {
+			names <- l.Name()
+			<-ctx.Done()
+		}})
+	}()
+	return names, result, cancel
 }
