@@ -54,10 +54,11 @@ func runSeeds(t *testing.T, advisoryLocks bool) {
 		line := res.line(seed)
 		t.Log(line)
 		println(line) // the run's one line, also without -v
-		t.Logf("linearizable (porcupine, mutex model): %s; ledger rows %d; worst takeover after %s; worst per fault kind: %v",
-			res.Linearizable, res.Ledger.Rows, res.WorstFault, res.WorstByKind)
+		t.Logf("linearizable (porcupine, mutex model): %s; fenced lease model: %s (%d ops); ledger rows %d; worst takeover after %s; worst per fault kind: %v",
+			res.Linearizable, res.Fenced.Result, res.Fenced.Ops, res.Ledger.Rows, res.WorstFault, res.WorstByKind)
 		assert.Empty(t, res.Overlaps, "critical sections overlap (seed %d)", seed)
 		assert.Equal(t, porcupine.Ok, res.Linearizable, "history not linearizable as a mutex (seed %d)", seed)
+		assert.Equal(t, porcupine.Ok, res.Fenced.Result, "history not linearizable as a fenced lease (seed %d): %s", seed, res.Fenced.Explanation)
 		assert.Empty(t, res.Ledger.StaleAccepted, "stale tokens accepted (seed %d)", seed)
 		assert.Empty(t, res.Ledger.Lost, "acknowledged writes lost (seed %d)", seed)
 		assert.Empty(t, res.Ledger.Doubled, "writes doubled (seed %d)", seed)
@@ -82,6 +83,8 @@ func TestCheckersBite(t *testing.T) {
 	require.Positive(t, res.Faults)
 	assert.NotEmpty(t, res.Overlaps, "interval checker missed the overlap of a paused holder")
 	assert.Equal(t, porcupine.Illegal, res.Linearizable, "porcupine missed the overlap")
+	assert.Equal(t, porcupine.Illegal, res.Fenced.Result, "the fenced model missed the unfenced writes")
+	t.Logf("fenced model: %s", res.Fenced.Explanation)
 	assert.NotEmpty(t, res.Ledger.StaleAccepted, "fencing checker missed the stale writes")
 	for _, o := range res.Overlaps[:min(3, len(res.Overlaps))] {
 		t.Logf("overlap: %s", o)

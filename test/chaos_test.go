@@ -77,6 +77,7 @@ type chaosResult struct {
 	Ops, Faults   int
 	Overlaps      []check.Overlap
 	Linearizable  porcupine.CheckResult
+	Fenced        check.FencedResult // the fenced lease model, on the history with the ledger's commit order
 	Ledger        check.LedgerReport
 	MaxTakeover   time.Duration
 	WorstFault    string
@@ -90,7 +91,7 @@ type chaosResult struct {
 // violated reports whether any checker found a violation.
 func (r chaosResult) violated() bool {
 	l := r.Ledger
-	return len(r.Overlaps) > 0 || r.Linearizable != porcupine.Ok || len(l.StaleAccepted) > 0 ||
+	return len(r.Overlaps) > 0 || r.Linearizable != porcupine.Ok || r.Fenced.Result != porcupine.Ok || len(l.StaleAccepted) > 0 ||
 		len(l.Lost) > 0 || len(l.Doubled) > 0 || len(r.LateTakeovers) > 0
 }
 
@@ -166,6 +167,9 @@ func runChaos(t *testing.T, cfg chaosConfig) chaosResult {
 	res.Linearizable = check.Linearizable(gs, unknown, time.Minute)
 	res.Ledger, err = check.CheckLedger(ctx, pool, pgx.Identifier{"chaos_ledger"}, events)
 	require.NoError(t, err)
+	ordered, err := check.LedgerOrder(ctx, pool, pgx.Identifier{"chaos_ledger"}, events)
+	require.NoError(t, err)
+	res.Fenced = check.FencedLinearizable(ordered, time.Minute)
 	r.liveness(gs, &res)
 	r.noLeaks(ctx)
 	if res.violated() || t.Failed() || os.Getenv("CHAOS_HISTORY") != "" {

@@ -8,8 +8,9 @@
 // their backends, cuts, stalls and slows their TCP connections, restarts
 // the cluster in immediate mode and kills idle sessions; checkers then
 // verify mutual exclusion (porcupine against a mutex model, and an
-// interval check), fencing (the ledger against the acknowledged writes),
-// liveness (takeover within a bound after every fault) and leaks.
+// interval check), fencing (porcupine against a fenced lease model, and the
+// ledger against the acknowledged writes), liveness (takeover within a
+// bound after every fault) and leaks.
 //
 // The same run covers advisory session locks under the faults they are
 // specified to survive (kill, pause, stall, slow);
@@ -33,6 +34,10 @@
 // faults as JSON lines to chaos-history-SEED.jsonl in the temp directory.
 // The seed fixes the nemesis's schedule (kinds, gaps, durations, choices);
 // the interleaving of the workers still varies from run to run.
+//
+// TestKillStormHistory is leasetable's kill storm (work items, effect and
+// CompleteTx in one transaction, workers SIGKILLed at random) with a
+// history, checked here as porcupine is no dependency of the library.
 //
 // Also here: PgBouncer in transaction pooling mode (pgbouncer_test.go), the
 // lock table filled to SQLSTATE 53200 (locktable_test.go), and the check of

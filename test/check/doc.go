@@ -14,5 +14,10 @@
 //   - CheckLedger: fencing, against a ledger table the workers append to
 //     under their tokens (stale tokens accepted, acknowledged writes lost,
 //     writes doubled);
-//   - TokensBackwards: fencing tokens never go backwards in real time.
+//   - TokensBackwards: fencing tokens never go backwards in real time;
+//   - FencedLinearizable: porcupine against a fenced lease per key (holder,
+//     latest token, commit order of the accepted writes) and the tokens of
+//     all keys: sees a write accepted under a superseded token, which the
+//     mutex model cannot (it sees only the critical sections as the
+//     holders claim them). LedgerOrder adds the commit order it needs.
 package check

@@ -32,6 +32,7 @@ type Event struct {
 	Token int64  `json:"tok,omitempty"`
 	OpID  string `json:"id,omitempty"` // a write's id, stored in the ledger
 	Err   string `json:"err,omitempty"`
+	Seq   int64  `json:"seq,omitempty"` // a write's place in its key's commit order, from LedgerOrder; 0 unknown
 }
 
 // MonoNow is the host's CLOCK_MONOTONIC in nanoseconds. Unlike the wall

@@ -77,3 +77,27 @@ func CheckLedger(ctx context.Context, q Querier, table pgx.Identifier, events []
 	sort.Strings(r.Lost)
 	return r, nil
 }
+
+// LedgerOrder returns a copy of events in which every write found in the
+// ledger carries its Seq: the ledger tells which writes committed, also
+// those of unknown outcome and of workers killed mid-write, and in which
+// order, which the fenced model needs to place a write after a takeover.
+func LedgerOrder(ctx context.Context, q Querier, table pgx.Identifier, events []Event) ([]Event, error) {
+	rows, err := q.Query(ctx, "SELECT op_id, seq FROM "+table.Sanitize())
+	if err != nil {
+		return nil, err
+	}
+	seq := map[string]int64{}
+	var id string
+	var n int64
+	if _, err := pgx.ForEachRow(rows, []any{&id, &n}, func() error { seq[id] = n; return nil }); err != nil {
+		return nil, err
+	}
+	out := append([]Event(nil), events...)
+	for i, ev := range out {
+		if ev.Op == OpWrite {
+			out[i].Seq = seq[ev.OpID]
+		}
+	}
+	return out, nil
+}
