@@ -47,6 +47,7 @@ func TestSmoke(t *testing.T) {
 		runs: 1, window: 50 * time.Millisecond, samples: 3, killRuns: 2, rows: 200, backlog: 300, holds: "1,10",
 		keep: "100", keepHold: time.Second, keepRaw: 100,
 		fleet: "5", fleetWin: 500 * time.Millisecond, pause: 10 * time.Millisecond, poll: 100 * time.Millisecond,
+		contend: 300 * time.Millisecond,
 	}, &log)
 	if err != nil {
 		t.Fatalf("benchmark: %v\n%s", err, log.String())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -12,6 +13,9 @@ import (
 func runChild(mode, key string) error {
 	ctx := context.Background()
 	e := &env{dsn: os.Getenv("PGBATON_DSN"), redisAddr: os.Getenv("BENCH_REDIS")}
+	if strings.HasPrefix(mode, "contend-") {
+		return runContender(ctx, e, mode, key) // not a holder: loops, then reports
+	}
 	var h held
 	var err error
 	switch mode {

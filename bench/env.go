@@ -46,6 +46,8 @@ type env struct {
 	fleetPoll      time.Duration // PollInterval of NoListen fleets
 	maxConnections int           // the server's max_connections, 0 if unknown
 
+	contendWindow time.Duration // length of one contended lease run
+
 	logf func(format string, args ...any) // progress and warnings, not the report
 }
 

@@ -253,7 +253,7 @@ func (e *env) leaseScenarios() []*scenario {
 		"when its TTL runs out, so the latency is the rest of the TTL (the waiter sleeps until the known expiry). " +
 		"Advisory locks are freed at once (see above)."
 	k.runs = 3
-	s = append(s, k)
+	s = append(s, k, e.contendScenario())
 	s = append(s, e.claimScenarios()...)
 	return append(s, e.claimWaitScenario())
 }

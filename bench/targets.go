@@ -80,6 +80,14 @@ func writeTargets(w io.Writer, e *env, f figures) {
 		fmt.Sprintf("%.3f ms vs %.3f ms = %s", pg, raw, ratio(pg, raw)), verdict(pg <= 1.2*raw, pg, raw)})
 	p50 := f.median("Lease: handover latency on release", "pgbaton", "p50 ms")
 	rows = append(rows, row{"lease handover on release p50 ≤ 2 ms", fmt.Sprintf("%.3f ms", p50), verdict(p50 <= 2, p50)})
+	// Blocking advisory locks (the server's FIFO queue) are shown beside
+	// the lease figures as what fair looks like.
+	fair, advFair := f.median(contendTitle, "pgbaton", "fairness max/min"), f.median(contendTitle, "raw pgx", "fairness max/min")
+	rows = append(rows, row{"contended lease, 8 processes on one name: fairness (most ÷ fewest grants) ≤ 1.2",
+		fmt.Sprintf("%.2f (advisory FIFO %.2f)", fair, advFair), verdict(fair <= 1.2, fair)})
+	lw, advLW := f.median(contendTitle, "pgbaton", "longest waiter granted %"), f.median(contendTitle, "raw pgx", "longest waiter granted %")
+	rows = append(rows, row{"contended lease, 8 processes on one name: longest waiter granted ≥ 90 %",
+		fmt.Sprintf("%.1f %% (advisory FIFO %.1f %%)", lw, advLW), verdict(lw >= 90, lw)})
 
 	for _, n := range e.keepAlive {
 		t := keepAliveTitle(n)
