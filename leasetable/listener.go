@@ -731,7 +731,9 @@ func (ln *listener) dispatch(n *pgconn.Notification) {
 		delete(ln.probes, n.Payload)
 	}
 	ln.mu.Unlock()
-	ln.wake(n.Payload, false)
+	// The empty payload names no lease: it wakes every waiter
+	// (pgbaton.set_failover_grace ending a grace).
+	ln.wake(n.Payload, n.Payload == "")
 }
 
 // check proves the LISTEN connection, if started, delivers notifications:

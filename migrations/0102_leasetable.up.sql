@@ -803,10 +803,18 @@ BEGIN
 END $$;
 
 -- group_gate is the advisory lock key that orders registrations of waiters
--- on a group (wait_for, exclusive) with registrations of its items
--- (register, shared): new rows cannot be locked, so neither side could
--- otherwise wait for the other. Namespaced like advisory.Name, so it meets
--- no lock taken through pgbaton's advisory package.
+-- on a group (wait_for, exclusive, held for an instant) with whatever
+-- makes a lease of the group claimable: registering items (register),
+-- releasing them (release, release_many, force_release_lease), each
+-- shared, taken after its change and held until it commits, before it
+-- looks for waiters. Whichever comes second sees the other: a waiter
+-- registering after such a change waits for it to commit and then finds
+-- the lease free; a change after the registration sees the waiter and
+-- wakes it. New rows cannot be locked, and a row lock would make waiters
+-- wait for every open transaction that holds a row of the group (a
+-- CompleteTx still running), holding up every Register behind them.
+-- Namespaced like advisory.Name, so it meets no lock taken through
+-- pgbaton's advisory package.
 CREATE FUNCTION pgbaton.group_gate(p_group text)
 RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
@@ -816,11 +824,11 @@ $$;
 
 -- wait_for registers waiter as waiting for lease name (or for any lease of
 -- group name when p_group). Call it in its own transaction, after LISTEN
--- pgbaton_lease and before looking at the lease again. The FOR SHARE lock
--- orders it against releases: a release already running commits first
--- (and the next look sees the lease free), a later one sees this
--- registration and notifies. The group's gate orders it the same way
--- against register.
+-- pgbaton_lease and before looking at the lease again. For a name, the FOR
+-- SHARE lock orders it against releases: a release already running
+-- commits first (and the next look sees the lease free), a later one sees
+-- this registration and notifies. For a group, the group's gate does the
+-- same (see group_gate), and never waits for a row lock.
 CREATE FUNCTION pgbaton.wait_for(p_name text, p_waiter text, p_group boolean DEFAULT false)
 RETURNS void
 LANGUAGE plpgsql
@@ -831,7 +839,6 @@ BEGIN
     INSERT INTO pgbaton.lease_waiter (name, waiter) VALUES (p_name, p_waiter) ON CONFLICT DO NOTHING;
     IF p_group THEN
         PERFORM pg_advisory_xact_lock(pgbaton.group_gate(p_name));
-        PERFORM 1 FROM pgbaton.lease l WHERE l.lease_group = p_name FOR SHARE;
     ELSE
         PERFORM 1 FROM pgbaton.lease l WHERE l.name = p_name FOR SHARE;
     END IF;
@@ -971,6 +978,9 @@ BEGIN
      WHERE l.name = p_name AND l.owner = p_owner AND l.token = p_token
     RETURNING l.lease_group INTO g;
     released := FOUND;
+    IF g IS NOT NULL THEN
+        PERFORM pg_advisory_xact_lock_shared(pgbaton.group_gate(g));  -- see group_gate
+    END IF;
     waiters := released AND EXISTS (SELECT 1 FROM pgbaton.lease_waiter w WHERE w.name = ANY (ARRAY[p_name, g]));
 END $$;
 
@@ -1026,6 +1036,9 @@ BEGIN
     IF freed IS NULL THEN
         RETURN;
     END IF;
+    -- See group_gate; in one order, so two of these never deadlock.
+    PERFORM pg_advisory_xact_lock_shared(pgbaton.group_gate(x.grp))
+       FROM (SELECT DISTINCT u.grp FROM unnest(groups) u(grp) WHERE u.grp IS NOT NULL ORDER BY u.grp) x;
     wait := ARRAY(SELECT DISTINCT w.name FROM pgbaton.lease_waiter w WHERE w.name = ANY (freed || groups));
     RETURN QUERY SELECT f.name, (f.name = ANY (wait) OR coalesce(f.grp = ANY (wait), false))
                    FROM unnest(freed, groups) AS f(name, grp);

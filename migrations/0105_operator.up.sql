@@ -102,6 +102,9 @@ BEGIN
             jsonb_build_object('owner', cur.owner, 'group', cur.lease_group, 'session', cur.session_id,
                                'acquired_at', cur.acquired_at,
                                'expires_at', pgbaton.lease_expiry(cur.expires_at, cur.session_id)));
+    IF cur.lease_group IS NOT NULL THEN
+        PERFORM pg_advisory_xact_lock_shared(pgbaton.group_gate(cur.lease_group));  -- see group_gate
+    END IF;
     PERFORM pgbaton.notify_waiters(ARRAY[p_name, cur.lease_group]);
     RETURN NEXT;
 END $$;
@@ -130,6 +133,13 @@ BEGIN
     SELECT 'set_failover_grace', 'failover_grace', p_reason,
            jsonb_build_object('was', was, 'now', p_on, 'grace_until', t.grace_until, 'timeline', t.timeline)
       FROM pgbaton.token_epoch t;
+    IF was AND NOT p_on THEN
+        -- A grace in force ends now: wake every waiter (the empty payload
+        -- names no lease; a client's listener wakes all its waiters on it).
+        -- Sent at commit, to everyone who listened before, so no waiter
+        -- that looked before this committed sleeps to the old grace's end.
+        PERFORM pg_notify('pgbaton_lease', '');
+    END IF;
     RETURN was;
 END $$;
 

@@ -53,15 +53,17 @@ SELECT l.name, l.lease_group, l.owner, l.token, l.acquired_at,
 SELECT count(*)::integer AS n FROM pgbaton.lease WHERE lease_group = @lease_group::text;
 
 -- name: LeaseGroupNextExpiry :one
--- When the first lease of a group held by someone else expires, for
--- waiters on a full group, no earlier than the end of a failover grace,
--- which grants nothing before it; held is false when nobody else holds one.
-SELECT greatest(coalesce(min(expires_at), clock_timestamp()),
-                (SELECT g.grace_until FROM pgbaton.grant_state() g))::timestamptz AS next_expiry,
-       clock_timestamp()::timestamptz AS db_now,
-       (count(*) > 0)::boolean AS held
-  FROM pgbaton.lease_status
- WHERE lease_group = @lease_group::text AND owner IS NOT NULL AND owner <> @owner::text;
+-- When the first live lease of a group held by someone else expires
+-- (NULL when there is none), and when a failover grace in force ends
+-- (NULL when none is), for waiters on a full group. Leases already
+-- expired are left out: one still locked by an open transaction (a
+-- completion in it) cannot be claimed until that ends, and waiting for
+-- its past expiry would be no wait at all.
+SELECT n.expires_at AS next_expiry, g.grace_until, clock_timestamp()::timestamptz AS db_now
+  FROM pgbaton.grant_state() g
+  LEFT JOIN LATERAL (SELECT s.expires_at FROM pgbaton.lease_status s
+                      WHERE s.lease_group = @lease_group::text AND s.held AND s.owner <> @owner::text
+                      ORDER BY s.expires_at LIMIT 1) n ON true;
 
 -- name: SyncEpoch :exec
 -- Stores the epoch of a new timeline and starts its failover grace, in a

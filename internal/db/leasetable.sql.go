@@ -260,12 +260,11 @@ func (q *Queries) LeaseGroupCount(ctx context.Context, db DBTX, leaseGroup strin
 }
 
 const leaseGroupNextExpiry = `-- name: LeaseGroupNextExpiry :one
-SELECT greatest(coalesce(min(expires_at), clock_timestamp()),
-                (SELECT g.grace_until FROM pgbaton.grant_state() g))::timestamptz AS next_expiry,
-       clock_timestamp()::timestamptz AS db_now,
-       (count(*) > 0)::boolean AS held
-  FROM pgbaton.lease_status
- WHERE lease_group = $1::text AND owner IS NOT NULL AND owner <> $2::text
+SELECT n.expires_at AS next_expiry, g.grace_until, clock_timestamp()::timestamptz AS db_now
+  FROM pgbaton.grant_state() g
+  LEFT JOIN LATERAL (SELECT s.expires_at FROM pgbaton.lease_status s
+                      WHERE s.lease_group = $1::text AND s.held AND s.owner <> $2::text
+                      ORDER BY s.expires_at LIMIT 1) n ON true
 `
 
 type LeaseGroupNextExpiryParams struct {
@@ -274,18 +273,21 @@ type LeaseGroupNextExpiryParams struct {
 }
 
 type LeaseGroupNextExpiryRow struct {
-	NextExpiry time.Time `json:"next_expiry"`
-	DbNow      time.Time `json:"db_now"`
-	Held       bool      `json:"held"`
+	NextExpiry *time.Time `json:"next_expiry"`
+	GraceUntil *time.Time `json:"grace_until"`
+	DbNow      time.Time  `json:"db_now"`
 }
 
-// When the first lease of a group held by someone else expires, for
-// waiters on a full group, no earlier than the end of a failover grace,
-// which grants nothing before it; held is false when nobody else holds one.
+// When the first live lease of a group held by someone else expires
+// (NULL when there is none), and when a failover grace in force ends
+// (NULL when none is), for waiters on a full group. Leases already
+// expired are left out: one still locked by an open transaction (a
+// completion in it) cannot be claimed until that ends, and waiting for
+// its past expiry would be no wait at all.
 func (q *Queries) LeaseGroupNextExpiry(ctx context.Context, db DBTX, arg LeaseGroupNextExpiryParams) (LeaseGroupNextExpiryRow, error) {
 	row := db.QueryRow(ctx, leaseGroupNextExpiry, arg.LeaseGroup, arg.Owner)
 	var i LeaseGroupNextExpiryRow
-	err := row.Scan(&i.NextExpiry, &i.DbNow, &i.Held)
+	err := row.Scan(&i.NextExpiry, &i.GraceUntil, &i.DbNow)
 	return i, err
 }
 
