@@ -18,10 +18,28 @@ const (
 	MaxNamespaceLen = 255
 )
 
+// Keys pgbaton takes for itself. The library refuses them to its users
+// (pgbaton.ErrInvalidArgument), so no lock of a user's can block pgbaton's
+// own or be blocked by them; a session that takes them in SQL outside
+// pgbaton can.
+const (
+	// ReservedPairHi is the first half of the (int4, int4) keys a
+	// leasetable.Client holds as its listen slot (pgbaton.listen_start:
+	// Pair(ReservedPairHi, slot)); every Pair with this first half is
+	// refused.
+	ReservedPairHi int32 = 1885495924 // "pgbl"
+	// ReservedNamespace is the namespace of the name keys the lease
+	// protocol takes (pgbaton.group_gate: the group's name in namespace
+	// "pgbaton.lease_group"); the namespace "pgbaton" and every namespace
+	// starting with "pgbaton." are refused.
+	ReservedNamespace = "pgbaton"
+)
+
 // Key names an advisory lock. Make one with Name, Int64 or Pair; the zero
 // Key is invalid. Postgres keeps the bigint key space (Name and Int64) apart
 // from the (int4, int4) space (Pair): Int64(1) and Pair(0, 1) are different
-// locks.
+// locks. The keys pgbaton keeps for itself (ReservedPairHi,
+// ReservedNamespace) are refused when a lock is taken.
 type Key struct {
 	kind kind
 	id   int64
@@ -78,6 +96,10 @@ func (k Key) resolve(namespace string) (lockID, error) {
 	case kindInt64:
 		return lockID{ID: k.id}, nil
 	case kindPair:
+		if k.hi == ReservedPairHi {
+			return lockID{}, fmt.Errorf("%w: advisory key pair:%d,%d is reserved: pgbaton's lease clients hold (%d, n) as their listen slots; use another first half",
+				pgbaton.ErrInvalidArgument, k.hi, k.lo, ReservedPairHi)
+		}
 		return lockID{Pair: true, Hi: k.hi, Lo: k.lo}, nil
 	}
 	return lockID{}, fmt.Errorf("%w: zero advisory.Key; use advisory.Name, Int64 or Pair", pgbaton.ErrInvalidArgument)
@@ -133,6 +155,8 @@ func validateNamespace(ns string) error {
 	case strings.Contains(ns, "/"):
 		// "/" separates namespace and name, so it must not be ambiguous.
 		return fmt.Errorf("%w: namespace %q contains \"/\"", pgbaton.ErrInvalidArgument, ns)
+	case ns == ReservedNamespace || strings.HasPrefix(ns, ReservedNamespace+"."):
+		return fmt.Errorf("%w: namespace %q is reserved for pgbaton's own locks (%q and %q.*)", pgbaton.ErrInvalidArgument, ns, ReservedNamespace, ReservedNamespace)
 	}
 	return nil
 }

@@ -80,6 +80,23 @@ type listener struct {
 	// (Config.ListenSlots): it opens no LISTEN connection then, its
 	// waiters poll, and a waiter arriving a slotRetry later asks again.
 	slotTried time.Time
+	// slotsTakenSaid: the client logged that it found every slot taken.
+	slotsTakenSaid bool
+}
+
+// slotsTaken logs, once per client, that it found every listen slot taken
+// and its waiters poll: in a fleet larger than Config.ListenSlots that is
+// by design, and otherwise the sign of a session outside pgbaton holding
+// the slots' advisory keys.
+func (ln *listener) slotsTaken() {
+	ln.mu.Lock()
+	said := ln.slotsTakenSaid
+	ln.slotsTakenSaid = true
+	ln.mu.Unlock()
+	if !said {
+		ln.c.log.Info("pgbaton: every listen slot is taken; this client's waiters poll (from 50ms up to PollInterval) until one is free. Expected when more clients than ListenSlots wait at once; otherwise see who holds the advisory keys (1885495924, 0..ListenSlots-1): SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = 1885495924",
+			"listen_slots", ln.c.cfg.ListenSlots, "poll_interval", ln.c.cfg.PollInterval)
+	}
 }
 
 // slotRetry is how often a client without a listen slot asks again for
@@ -306,7 +323,8 @@ func (ln *listener) run(ctx context.Context) {
 			// Registrations made on an earlier connection are made again
 			// by the next one (connected marks that there are some).
 			ln.connected = len(ln.regs) > 0
-			if errors.Is(err, errNoSlot) {
+			noSlot := errors.Is(err, errNoSlot)
+			if noSlot {
 				ln.slotTried = time.Now()
 			}
 			select {
@@ -316,6 +334,9 @@ func (ln *listener) run(ctx context.Context) {
 			}
 			ln.ready = make(chan struct{})
 			ln.mu.Unlock()
+			if noSlot {
+				ln.slotsTaken()
+			}
 			ln.wake("", true) // waiters that counted on it poll from now on
 			return
 		}
@@ -374,6 +395,9 @@ func (ln *listener) slotFree(ctx context.Context) bool {
 	free, err := inFlight(ln.c, ctx, func(ctx context.Context) (bool, error) {
 		return ln.c.q.LeaseListenSlotFree(ctx, ln.c.pool, int32(ln.c.cfg.ListenSlots))
 	}, nil)
+	if err == nil && !free {
+		ln.slotsTaken()
+	}
 	return err == nil && free
 }
 

@@ -2,6 +2,8 @@ package leasetable_test
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -209,4 +211,40 @@ func TestWaitsEndWithTheGrace(t *testing.T) {
 		t.Logf("%s granted %s after the grace ended", g.leases[0].Name(), after)
 		assert.GreaterOrEqual(t, after, time.Duration(0), "granted during the grace")
 	}
+}
+
+// A session outside pgbaton holding the listen slots' advisory keys turns
+// a client's wake-ups into polling: the client says so, once, with the
+// query that finds the holder (it said nothing before).
+func TestEverySlotTakenIsLogged(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := pgtest.Context(t, time.Minute)
+	squatter, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer squatter.Release()
+	_, err = squatter.Exec(ctx, "SELECT pg_advisory_lock(1885495924, 0)")
+	require.NoError(t, err)
+	defer squatter.Exec(context.Background(), "SELECT pg_advisory_unlock_all()") //nolint:errcheck
+
+	holder := newClient(t, pool, leasetable.Config{Owner: "holder"})
+	_, err = holder.TryAcquire(ctx, "busy")
+	require.NoError(t, err)
+	logs := &messages{}
+	c := newClient(t, pool, leasetable.Config{Owner: "slotless", ListenSlots: 1, Logger: slog.New(logs)})
+	for range 2 {
+		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		_, err = c.Acquire(wctx, "busy")
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	}
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	n := 0
+	for _, m := range logs.got {
+		if strings.HasPrefix(m, "INFO pgbaton: every listen slot is taken") {
+			n++
+		}
+	}
+	assert.Equal(t, 1, n, "logged once per client: %q", logs.got)
 }
