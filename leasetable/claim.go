@@ -456,6 +456,11 @@ func (c *Client) CompleteTx(ctx context.Context, tx pgbaton.Tx, leases ...*Lease
 		}
 		return nil
 	}
+	// tx cannot commit this completion: a Complete from now on says the
+	// item was not completed.
+	for _, l := range handed {
+		l.setReleaseErr(fmt.Errorf("%w: %q token %d: its completion in a transaction failed; the item was not completed: %w", ErrNotHeld, l.name, l.token, err))
+	}
 	if pgerr.Code(err) != pgerr.StaleToken { // complete_tx raises it too
 		// tx cannot commit a completion that failed; the rows expire at
 		// their TTL unless released.
@@ -515,7 +520,9 @@ func (c *Client) startCompletion(leases []*Lease) (*completion, error) {
 			l.mu.Lock()
 			as, err := l.finishedAs, l.releaseErr
 			l.mu.Unlock()
-			if as == finishedRelease || (as == finishedComplete && errors.Is(err, ErrNotHeld)) {
+			// Released, or a completion that did not take (lost, taken
+			// over, a CompleteTx that failed or rolled back).
+			if as == finishedRelease || errors.Is(err, ErrNotHeld) {
 				cb.unheld = append(cb.unheld, l.name)
 			}
 		}

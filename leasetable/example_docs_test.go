@@ -82,18 +82,27 @@ func sendMail(ctx context.Context, pool *pgxpool.Pool, client *leasetable.Client
 			return err // ctx ended, or the client was closed
 		}
 		for _, item := range batch {
-			err := pgx.BeginFunc(item.Context(), pool, func(tx pgx.Tx) error {
-				if _, err := tx.Exec(item.Context(), "INSERT INTO sent (mail) VALUES ($1)", item.Name()); err != nil {
-					return err
-				}
-				return client.CompleteTx(item.Context(), tx, item) // fails, and aborts tx, if the lease moved on
-			})
-			if err != nil {
+			if err := sendOne(pool, client, item); err != nil {
 				log.Printf("%s not sent: %v", item.Name(), err)
 				_ = item.Release(ctx) // claimable again at once; a no-op if the lease already moved on
 			}
 		}
 	}
+}
+
+// sendOne sends one mail and completes its item in the same transaction.
+func sendOne(pool *pgxpool.Pool, client *leasetable.Client, item *leasetable.Lease) error {
+	err := pgx.BeginFunc(item.Context(), pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(item.Context(), "INSERT INTO sent (mail) VALUES ($1)", item.Name()); err != nil {
+			return err
+		}
+		return client.CompleteTx(item.Context(), tx, item) // fails, and aborts tx, if the lease moved on
+	})
+	if cause := context.Cause(item.Context()); err != nil && cause != nil {
+		// Lost mid-way: pgx says "context canceled", the cause says why (ErrLeaseLost).
+		err = fmt.Errorf("%w: %w", err, cause)
+	}
+	return err
 }
 
 // A worker sends each registered mail exactly once, then waits for more

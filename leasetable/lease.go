@@ -459,9 +459,11 @@ func (l *Lease) Release(ctx context.Context) error {
 // Complete ends the lease and deletes its row: the shard or work item is
 // done and will not be claimed again. Guarded like Release, and sent like
 // it when ctx has ended. It returns an error wrapping ErrNotHeld, and the
-// item was not completed, when the lease was released or lost before, or
-// the database no longer had this grant; the item is then claimed again.
-// Calling it again returns the first result.
+// item was not completed, when the lease was released or lost before, the
+// database no longer had this grant, or the lease was given to CompleteTx
+// and that completion failed or its transaction rolled back; the item is
+// then claimed again. After a CompleteTx whose transaction committed or is
+// still open it returns nil. Calling it again returns the first result.
 func (l *Lease) Complete(ctx context.Context) error {
 	return l.finish(ctx, finishedComplete)
 }
