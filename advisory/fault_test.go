@@ -334,12 +334,8 @@ func TestNoLeakedConnections(t *testing.T) {
 	_, err = l.Lock(wctx, advisory.Name("leak"))
 	cancel()
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	go func() {
-		time.Sleep(20 * time.Millisecond)
-		_ = held.Unlock(ctx)
-	}()
-	lk, err := l.Lock(ctx, advisory.Name("leak"))
-	require.NoError(t, err)
+	// A wait granted: released once the server shows it waiting.
+	lk := handOver(t, adminPool(t), d, held, l.Lock, advisory.Name("leak"))
 	locks = append(locks, lk)
 	for _, lk := range locks[:3] {
 		require.NoError(t, lk.Unlock(ctx))
@@ -481,11 +477,21 @@ func TestSessionSetupDeadlineIsTheCallersError(t *testing.T) {
 	setup, err := tryLock(time.Minute)
 	require.NoError(t, err)
 	timedOut := 0
-	for deadline := setup - 80*time.Millisecond; deadline <= setup; deadline += 8 * time.Millisecond {
+	try := func(deadline time.Duration) {
 		if _, err := tryLock(deadline); err != nil {
 			require.ErrorIs(t, err, context.DeadlineExceeded, "deadline %s of a %s setup", deadline, setup)
 			timedOut++
 		}
+	}
+	for deadline := setup - 80*time.Millisecond; deadline <= setup; deadline += 8 * time.Millisecond {
+		try(deadline)
+	}
+	// A busy machine may have slowed the one measured setup more than
+	// those after it, which then all beat their deadlines: the window
+	// moves earlier until a deadline fires during a setup. Each that
+	// fires is checked as above.
+	for deadline := setup - 88*time.Millisecond; timedOut == 0 && deadline > 0; deadline -= 8 * time.Millisecond {
+		try(deadline)
 	}
 	require.NotZero(t, timedOut, "no deadline fired during the setup")
 }

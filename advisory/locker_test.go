@@ -394,12 +394,16 @@ func TestRunExclusive(t *testing.T) {
 	require.NoError(t, err)
 	err = l.RunExclusive(ctx, key, func(context.Context) error { t.Fatal("ran while held"); return nil }, advisory.RunOptions{})
 	require.ErrorIs(t, err, advisory.ErrLocked)
-	// Wait until released.
+	// Wait until released: released once the server shows the wait (a
+	// release before it began, as a timer may do on a busy machine,
+	// would not test the wait).
+	waited := make(chan error, 1)
 	go func() {
-		time.Sleep(50 * time.Millisecond)
-		_ = held.Unlock(context.Background())
+		waited <- l.RunExclusive(ctx, key, func(context.Context) error { return nil }, advisory.RunOptions{Wait: true})
 	}()
-	require.NoError(t, l.RunExclusive(ctx, key, func(context.Context) error { return nil }, advisory.RunOptions{Wait: true}))
+	eventuallyWaiting(t, admin, d, 1)
+	require.NoError(t, held.Unlock(ctx))
+	require.NoError(t, <-waited)
 
 	// fn's error comes back; the lock is released.
 	boom := errors.New("boom")
@@ -418,6 +422,7 @@ func TestRunExclusive(t *testing.T) {
 func TestXactLocks(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
+	admin := adminPool(t)
 	ctx := pgtest.Context(t, time.Minute)
 	l := newLocker(t, pool, advisory.Config{})
 	key := advisory.Name("xact")
@@ -434,10 +439,11 @@ func TestXactLocks(t *testing.T) {
 	// XactLock waits until the first transaction ends.
 	got := make(chan error, 1)
 	go func() { got <- l.XactLock(ctx, tx2, key) }()
+	eventuallyWaiting(t, admin, d, 1) // waiting on the server, not just slow to start
 	select {
 	case err := <-got:
 		t.Fatalf("XactLock returned while held: %v", err)
-	case <-time.After(100 * time.Millisecond):
+	default:
 	}
 	require.NoError(t, tx.Commit(ctx))
 	require.NoError(t, <-got)
@@ -460,6 +466,7 @@ func TestXactLocks(t *testing.T) {
 func TestElect(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
+	admin := adminPool(t)
 	ctx := pgtest.Context(t, time.Minute)
 	a := newLocker(t, pool, advisory.Config{})
 	b := newLocker(t, pool, advisory.Config{})
@@ -474,10 +481,11 @@ func TestElect(t *testing.T) {
 			elected <- lb
 		}
 	}()
+	eventuallyWaiting(t, admin, d, 1) // b campaigns: its wait is on the server
 	select {
 	case <-elected:
 		t.Fatal("two leaders")
-	case <-time.After(100 * time.Millisecond):
+	default:
 	}
 	require.NoError(t, la.Resign(ctx))
 	<-la.Done()
