@@ -22,24 +22,19 @@ const (
 // (pgbaton.ErrInvalidArgument), so no lock of a user's can block pgbaton's
 // own or be blocked by them; a session that takes them in SQL outside
 // pgbaton can.
-const (
-	// ReservedPairHi is the first half of the (int4, int4) keys a
-	// leasetable.Client holds as its listen slot (pgbaton.listen_start:
-	// Pair(ReservedPairHi, slot)); every Pair with this first half is
-	// refused.
-	ReservedPairHi int32 = 1885495924 // "pgbl"
-	// ReservedNamespace is the namespace of the name keys the lease
-	// protocol takes (pgbaton.group_gate: the group's name in namespace
-	// "pgbaton.lease_group"); the namespace "pgbaton" and every namespace
-	// starting with "pgbaton." are refused.
-	ReservedNamespace = "pgbaton"
-)
+//
+// ReservedPairHi and ReservedPairHi+1 are the first halves of the (int4,
+// int4) keys the lease protocol takes: Pair(ReservedPairHi, slot) is a
+// leasetable.Client's listen slot (pgbaton.listen_start), and
+// Pair(ReservedPairHi+1, hashtext(group)) a lease group's gate
+// (pgbaton.group_gate). Every Pair with either first half is refused.
+const ReservedPairHi int32 = 1885495924
 
 // Key names an advisory lock. Make one with Name, Int64 or Pair; the zero
 // Key is invalid. Postgres keeps the bigint key space (Name and Int64) apart
 // from the (int4, int4) space (Pair): Int64(1) and Pair(0, 1) are different
-// locks. The keys pgbaton keeps for itself (ReservedPairHi,
-// ReservedNamespace) are refused when a lock is taken.
+// locks. The keys pgbaton keeps for itself (ReservedPairHi) are refused
+// when a lock is taken.
 type Key struct {
 	kind kind
 	id   int64
@@ -96,9 +91,9 @@ func (k Key) resolve(namespace string) (lockID, error) {
 	case kindInt64:
 		return lockID{ID: k.id}, nil
 	case kindPair:
-		if k.hi == ReservedPairHi {
-			return lockID{}, fmt.Errorf("%w: advisory key pair:%d,%d is reserved: pgbaton's lease clients hold (%d, n) as their listen slots; use another first half",
-				pgbaton.ErrInvalidArgument, k.hi, k.lo, ReservedPairHi)
+		if k.hi == ReservedPairHi || k.hi == ReservedPairHi+1 {
+			return lockID{}, fmt.Errorf("%w: advisory key pair:%d,%d is reserved: pgbaton's lease protocol takes the pairs (%d, n) and (%d, n) for itself; use another first half",
+				pgbaton.ErrInvalidArgument, k.hi, k.lo, ReservedPairHi, ReservedPairHi+1)
 		}
 		return lockID{Pair: true, Hi: k.hi, Lo: k.lo}, nil
 	}
@@ -155,8 +150,6 @@ func validateNamespace(ns string) error {
 	case strings.Contains(ns, "/"):
 		// "/" separates namespace and name, so it must not be ambiguous.
 		return fmt.Errorf("%w: namespace %q contains \"/\"", pgbaton.ErrInvalidArgument, ns)
-	case ns == ReservedNamespace || strings.HasPrefix(ns, ReservedNamespace+"."):
-		return fmt.Errorf("%w: namespace %q is reserved for pgbaton's own locks (%q and %q.*)", pgbaton.ErrInvalidArgument, ns, ReservedNamespace, ReservedNamespace)
 	}
 	return nil
 }

@@ -25,16 +25,17 @@ func (c *Client) TryAcquire(ctx context.Context, name string) (*Lease, error) {
 		return nil, err
 	}
 	start := time.Now()
-	l, err := c.attempt(ctx, name, nil, start)
+	l, err := c.attempt(ctx, name, nil, start, nil)
 	if err != nil {
 		c.attemptFailed(ctx, name, err, start)
 	}
 	return l, err
 }
 
-// attempt tries once to take name. waitStart is when the caller began
-// asking, for the wait-duration metric of a grant.
-func (c *Client) attempt(ctx context.Context, name string, metadata []byte, waitStart time.Time) (*Lease, error) {
+// attempt tries once to take name, as waiter w of its queue (nil: behind
+// every waiter). waitStart is when the caller began asking, for the
+// wait-duration metric of a grant.
+func (c *Client) attempt(ctx context.Context, name string, metadata []byte, waitStart time.Time, w *waiting) (*Lease, error) {
 	// The local deadline counts from before the request is sent: the
 	// database's expiry can only be later.
 	start := time.Now()
@@ -44,7 +45,7 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte, wait
 	}
 	// The request id makes the attempt safe to send again after a broken
 	// connection: a repeat finds the grant the first one made.
-	p := db.LeaseAttemptParams{Name: name, Owner: c.cfg.Owner, TtlMs: c.ttlMs, Metadata: metadata, Session: s.param(), Ref: newRef()}
+	p := db.LeaseAttemptParams{Name: name, Owner: c.cfg.Owner, TtlMs: c.ttlMs, Metadata: metadata, Session: s.param(), Ref: newRef(), Waiter: w.param()}
 	row, err := inFlight(c, ctx, func(ctx context.Context) (row db.LeaseAttemptRow, err error) {
 		err = c.retry(ctx, true, func(ctx context.Context) (err error) {
 			row, err = c.q.LeaseAttempt(ctx, c.pool, p)
@@ -74,7 +75,7 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte, wait
 			c.startGrace(ctx)
 		}
 		return nil, &HeldError{Name: name, Holder: row.Holder, Token: row.Token, ExpiresAt: row.ExpiresAt,
-			Grace: row.GraceUntil != nil, remaining: row.ExpiresAt.Sub(row.DbNow)}
+			Grace: row.GraceUntil != nil, Ahead: int(row.Ahead), remaining: row.ExpiresAt.Sub(row.DbNow)}
 	}
 	return c.track(name, "", row.Token, s, row.ExpiresAt, start, waitStart)
 }
@@ -272,7 +273,7 @@ func (c *Client) waitAcquire(ctx context.Context, name string, metadata []byte, 
 	}()
 	outage := outageBackoff()
 	for {
-		l, err := c.attempt(ctx, name, metadata, start)
+		l, err := c.attempt(ctx, name, metadata, start, w)
 		if w == nil && errors.As(err, &held) {
 			// Held: register as a waiter, then look again, since a release
 			// before the registration notified nobody.

@@ -63,7 +63,7 @@ func (c *Client) Claim(ctx context.Context, group string, n int) ([]*Lease, erro
 		return nil, err
 	}
 	start := time.Now()
-	leases, err := c.claim(ctx, group, n, start)
+	leases, err := c.claim(ctx, group, n, start, nil, false)
 	switch {
 	case err != nil:
 		c.attemptFailed(ctx, group, err, start)
@@ -111,7 +111,7 @@ func (c *Client) waitClaim(ctx context.Context, group string, n int, start time.
 	}()
 	outage := outageBackoff()
 	for {
-		leases, err := c.claim(ctx, group, n, start)
+		leases, err := c.claim(ctx, group, n, start, w, false)
 		if err == nil && len(leases) > 0 {
 			return leases, false, nil
 		}
@@ -192,8 +192,10 @@ func (c *Client) checkClaim(group string, n int) error {
 }
 
 // claim claims up to n leases of group; each grant is recorded as an
-// acquired attempt that began at waitStart.
-func (c *Client) claim(ctx context.Context, group string, n int, waitStart time.Time) ([]*Lease, error) {
+// acquired attempt that began at waitStart. w is the caller's place in the
+// group's wait queue, if it waits; with fair, the group's free leases go
+// to the waiters ahead of it first (semaphores).
+func (c *Client) claim(ctx context.Context, group string, n int, waitStart time.Time, w *waiting, fair bool) ([]*Lease, error) {
 	start := time.Now()
 	s, err := c.lifelineFor(ctx)
 	if err != nil {
@@ -201,7 +203,8 @@ func (c *Client) claim(ctx context.Context, group string, n int, waitStart time.
 	}
 	// Sent again after a broken connection with Retry set, the claim
 	// returns what the first one granted instead of claiming more.
-	p := db.LeaseClaimParams{LeaseGroup: group, Owner: c.cfg.Owner, N: int32(n), TtlMs: c.ttlMs, Session: s.param(), Ref: newRef()}
+	p := db.LeaseClaimParams{LeaseGroup: group, Owner: c.cfg.Owner, N: int32(n), TtlMs: c.ttlMs, Session: s.param(), Ref: newRef(),
+		Waiter: w.param(), Fair: fair}
 	rows, err := inFlight(c, ctx, func(ctx context.Context) (rows []db.LeaseClaimRow, err error) {
 		err = c.retry(ctx, true, func(ctx context.Context) (err error) {
 			rows, err = c.q.LeaseClaim(ctx, c.pool, p)
@@ -370,7 +373,7 @@ func (c *Client) completeAndClaim(ctx context.Context, p db.LeaseCompleteManyPar
 		r.deleted, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		return err
 	})
-	b.Queue(db.LeaseClaimSQL, group, c.cfg.Owner, int32(n), c.ttlMs, s.param(), ref, false).Query(func(rows pgx.Rows) error {
+	b.Queue(db.LeaseClaimSQL, group, c.cfg.Owner, int32(n), c.ttlMs, s.param(), ref, false, pgtype.Text{}, false).Query(func(rows pgx.Rows) error {
 		var err error
 		r.claimed, err = scanClaimed(rows, n)
 		return err

@@ -89,8 +89,10 @@ func TestClaimWaitWakesOnRegister(t *testing.T) {
 	}, "waiter registrations left behind")
 }
 
-// Register notifies the waiters of a group once per statement, however
-// many rows it created, and only when it created some and somebody waits.
+// Register wakes the waiters of a group once per statement, as many as
+// there are free items (oldest first), however many rows it created, and
+// only when it created some and somebody waits: the payload is the
+// waiter's id.
 func TestRegisterNotifiesGroupWaitersOnce(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
@@ -116,7 +118,7 @@ func TestRegisterNotifiesGroupWaitersOnce(t *testing.T) {
 	_, err := pool.Exec(ctx, "SELECT pgbaton.wait_for('g', 'someone/1', true)")
 	require.NoError(t, err)
 	register("c", "d", "e")
-	assert.Equal(t, []string{"g"}, notifications(), "one NOTIFY for the statement, the group's name as payload")
+	assert.Equal(t, []string{"someone/1"}, notifications(), "one NOTIFY for the one waiter, its id as payload")
 	register("c", "d")
 	assert.Empty(t, notifications(), "nothing new: no NOTIFY")
 }
@@ -171,7 +173,7 @@ func TestRegisterRacingWaiterRegistration(t *testing.T) {
 		defer cancel()
 		n, err := conn.WaitForNotification(wctx)
 		require.NoError(t, err, "register saw the waiter and notified")
-		assert.Equal(t, "r2", n.Payload)
+		assert.Equal(t, "w/2", n.Payload)
 	})
 }
 
@@ -220,7 +222,8 @@ func TestClaimWaitWakesOnExpiry(t *testing.T) {
 }
 
 // With NoListen a waiting ClaimWait polls every PollInterval: it still
-// returns once items are registered, and neither listens nor registers.
+// returns once items are registered. It opens no LISTEN connection, and
+// queues like any waiter.
 func TestClaimWaitNoListenPolls(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
@@ -229,7 +232,7 @@ func TestClaimWaitNoListenPolls(t *testing.T) {
 	worker, waiting := claimWaiter(t, pool, leasetable.Config{Owner: "worker", TTL: neverPoll, NoListen: true, PollInterval: 100 * time.Millisecond})
 	got := goClaimWait(ctx, worker, "q", 5)
 	require.Equal(t, "q", <-waiting)
-	assert.Zero(t, pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease_waiter"), "a polling waiter registers nothing")
+	assert.Equal(t, 1, pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease_queue WHERE name = 'q'"), "a polling waiter queues")
 	assert.Zero(t, pgtest.Count(t, pool, "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE '%lease listener%'"),
 		"a polling waiter opens no LISTEN connection")
 	_, err := producer.Register(ctx, "q", "a", "b")

@@ -45,16 +45,19 @@ var (
 )
 
 // HeldError is the error TryAcquire returns when someone else holds the
-// lease, or when nobody does but a failover grace holds every grant back
-// (Grace is true, Holder empty, ExpiresAt the grace's end: a grant the old
-// primary made may be lost, and its holder may still be working until
-// then). errors.Is(err, ErrHeld) is true for it.
+// lease; when nobody does but callers wait for it (Ahead is their number,
+// Holder empty: a free lease goes to the oldest waiter, as etcd's TryLock
+// refuses a lock with waiters queued); or when nobody does but a failover
+// grace holds every grant back (Grace is true, Holder empty, ExpiresAt the
+// grace's end: a grant the old primary made may be lost, and its holder
+// may still be working until then). errors.Is(err, ErrHeld) is true for it.
 type HeldError struct {
 	Name      string    // the lease asked for
 	Holder    string    // owner of the live grant
 	Token     int64     // token of the live grant
 	ExpiresAt time.Time // when the grant expires unless renewed, database clock
 	Grace     bool      // not granted for a failover grace, until ExpiresAt
+	Ahead     int       // callers queued for the lease before this one (Acquire, Semaphore, Elect)
 
 	// remaining is ExpiresAt minus the database clock when it was read, so a
 	// waiter needs no agreement between clocks.
@@ -65,6 +68,9 @@ func (e *HeldError) Error() string {
 	if e.Grace {
 		return fmt.Sprintf("leasetable: lease %q is not granted before %s: failover grace (a grant the previous primary made may be lost, and its holder working)",
 			e.Name, e.ExpiresAt.Format(time.RFC3339Nano))
+	}
+	if e.Holder == "" && e.Ahead > 0 {
+		return fmt.Sprintf("leasetable: lease %q is free but %d waiting callers are queued for it first", e.Name, e.Ahead)
 	}
 	return fmt.Sprintf("leasetable: lease %q is held by %q (token %d) until %s",
 		e.Name, e.Holder, e.Token, e.ExpiresAt.Format(time.RFC3339Nano))

@@ -85,8 +85,8 @@ func TestListenSlotsCapListeningClients(t *testing.T) {
 	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
 		return listenSlotsHeld(t, pool, "slots-waiter-") == 2, nil
 	}, "two of the four waiting clients should hold the two slots")
-	require.LessOrEqual(t, pgtest.Count(t, pool, `SELECT count(*) FROM pgbaton.lease_waiter WHERE name LIKE 'slots/%'`), 2,
-		"only the clients that listen register as waiters")
+	require.Equal(t, clients, pgtest.Count(t, pool, `SELECT count(*) FROM pgbaton.lease_queue WHERE name LIKE 'slots/%'`),
+		"every waiting client queues, listening or polling")
 
 	released := time.Now()
 	for _, l := range leases {

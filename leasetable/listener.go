@@ -120,10 +120,7 @@ var (
 )
 
 // registration is one row of pgbaton.lease_waiter.
-type registration struct {
-	name  string
-	group bool
-}
+type registration = db.LeaseWaitForParams
 
 // waiterRef names one row of pgbaton.lease_waiter.
 type waiterRef struct{ name, id string }
@@ -670,10 +667,10 @@ func probeTimeout(ttl time.Duration) time.Duration {
 
 // register records a waiter's registration, to be made again on a new
 // connection.
-func (ln *listener) register(id, name string, group bool) {
+func (ln *listener) register(id string, r registration) {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
-	ln.regs[id] = registration{name: name, group: group}
+	ln.regs[id] = r
 }
 
 // unregister forgets a waiter's registration.
@@ -692,8 +689,8 @@ func (ln *listener) reregister(ctx context.Context, conn *pgx.Conn) error {
 		regs[id] = r
 	}
 	ln.mu.Unlock()
-	for id, r := range regs {
-		if err := ln.c.q.LeaseWaitFor(ctx, conn, db.LeaseWaitForParams{Name: r.name, Waiter: id, IsGroup: r.group}); err != nil {
+	for _, r := range regs {
+		if err := ln.c.q.LeaseWaitFor(ctx, conn, r); err != nil {
 			return fmt.Errorf("leasetable: register waiters again: %w", err)
 		}
 	}

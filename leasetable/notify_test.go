@@ -44,7 +44,7 @@ func TestReleaseReportsWaitersAndDoesNotNotify(t *testing.T) {
 	require.NoError(t, err)
 	n, err = listen.WaitForNotification(ctx)
 	require.NoError(t, err)
-	require.Equal(t, "n", n.Payload)
+	require.Equal(t, "someone/1", n.Payload, "the queue's head is woken by its id")
 
 	// Nobody waits: nothing to report; a superseded grant releases nothing.
 	_, err = pool.Exec(ctx, "SELECT pgbaton.stop_waiting('n', 'someone/1')")
@@ -102,7 +102,7 @@ func TestReleaseManyReportsWaitersByNameAndGroup(t *testing.T) {
 	require.NoError(t, err)
 	n, err := listen.WaitForNotification(ctx)
 	require.NoError(t, err)
-	require.Equal(t, "g", n.Payload, "a group's waiters are woken by a lease of the group")
+	require.Equal(t, "someone/1", n.Payload, "a group's waiters are woken by a lease of the group, by their ids")
 }
 
 // The client sends the release and the wake-up as two statements, the

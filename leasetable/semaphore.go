@@ -54,7 +54,7 @@ func (c *Client) waitSemaphore(ctx context.Context, name string, names []string,
 		}
 	}()
 	for {
-		got, err := c.claim(ctx, name, 1, start)
+		got, err := c.claim(ctx, name, 1, start, w, true)
 		if err != nil {
 			return nil, false, err
 		}

@@ -6,13 +6,16 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/backoff"
 	"github.com/pgbaton/pgbaton/internal/db"
 )
 
-// waiting is a registered waiter: subscribed to notifications for some
-// lease names and recorded in pgbaton.lease_waiter, so releases notify.
+// waiting is a waiter in the wait queue of a lease or group
+// (pgbaton.lease_waiter): it looks again when notified by its id, which
+// notify_waiters sends when its turn comes, or at a known expiry.
 type waiting struct {
 	c           *Client
 	name, id    string
@@ -26,30 +29,33 @@ type waiting struct {
 	lastToken int64
 }
 
-// startWaiting subscribes to notifications for name, then registers as a
-// waiter for lease name, or for any lease of group name when group is set.
-// The order matters: by the time a release can see the registration, the
-// LISTEN is active.
+// startWaiting joins the wait queue of lease name, or of group name when
+// group is set: subscribed to notifications for its id first, then
+// registered, so that by the time a release can see the registration the
+// LISTEN is active. Waiters that poll (NoListen, no listen slot, a pooler)
+// queue the same way: their place is kept, and they find out at their next
+// look that their turn came. The registration is bound to the client's
+// lifeline, so a waiter whose process dies leaves the queue with it.
 func (c *Client) startWaiting(ctx context.Context, name string, group bool) (*waiting, error) {
-	wake, unsubscribe, mode, err := c.ln.subscribe(ctx, name)
+	s, err := c.lifelineFor(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if mode != listening {
-		// Nobody listens: a registration would only make releases notify
-		// for nothing.
-		w := &waiting{c: c, name: name, wake: wake, unsubscribe: unsubscribe}
-		if mode == pollingBackoff {
-			w.poll = &backoff.Backoff{Min: slotlessPoll, Max: c.cfg.PollInterval}
-		}
-		return w, nil
-	}
 	id := c.waiterPrefix + strconv.FormatInt(c.waiterSeq.Add(1), 10)
-	// Known to the listener first, so that a reconnection racing with this
-	// registration makes it again.
-	c.ln.register(id, name, group)
+	wake, unsubscribe, mode, err := c.ln.subscribe(ctx, id)
+	if err != nil {
+		return nil, err
+	}
 	w := &waiting{c: c, name: name, id: id, wake: wake, unsubscribe: unsubscribe}
-	p := db.LeaseWaitForParams{Name: name, Waiter: id, IsGroup: group}
+	if mode == pollingBackoff {
+		w.poll = &backoff.Backoff{Min: slotlessPoll, Max: c.cfg.PollInterval}
+	}
+	p := db.LeaseWaitForParams{Name: name, Waiter: id, IsGroup: group, Session: s.param(), TtlMs: c.ttlMs}
+	if mode == listening {
+		// Known to the listener first, so that a reconnection racing with
+		// this registration makes it again.
+		c.ln.register(id, p)
+	}
 	_, err = inFlight(c, ctx, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, c.q.LeaseWaitFor(ctx, c.pool, p)
 	}, func(ctx context.Context, _ struct{}, _ error) {
@@ -66,6 +72,15 @@ func (c *Client) startWaiting(ctx context.Context, name string, group bool) (*wa
 	return w, nil
 }
 
+// param is the waiter's id for a look (lease_attempt, claim): nil for no
+// waiter, which comes after every waiter of the queue.
+func (w *waiting) param() pgtype.Text {
+	if w == nil {
+		return pgtype.Text{}
+	}
+	return pgtype.Text{String: w.id, Valid: true}
+}
+
 // stop unsubscribes and has the registration removed, by the LISTEN
 // connection or else on the pool in the background: either way not on
 // the caller's goroutine, which goes on at once. The waiter's id is
@@ -73,9 +88,6 @@ func (c *Client) startWaiting(ctx context.Context, name string, group bool) (*wa
 func (w *waiting) stop() {
 	w.c.ln.unregister(w.id)
 	w.unsubscribe()
-	if w.id == "" {
-		return // not registered (polling)
-	}
 	if !w.c.ln.deferStop(w.name, w.id) {
 		w.c.stopWaitingOnPool([]waiterRef{{name: w.name, id: w.id}})
 	}

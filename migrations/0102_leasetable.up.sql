@@ -145,21 +145,36 @@ CREATE INDEX lease_grant_ref_idx ON pgbaton.lease (grant_ref) WHERE grant_ref IS
 -- renewals stay HOT.
 CREATE INDEX lease_named_idx ON pgbaton.lease (acquired_at) WHERE lease_group IS NULL;
 
--- Waiters register here before they wait, so a release reports whether
--- somebody waits and its client notifies only then (notify_waiters): a
--- NOTIFY wakes every listening backend of the database, not only those
--- listening on its channel. Unlogged: registrations need no WAL and mean nothing after a crash
--- (waiters look again when their LISTEN connection comes back). waiter is
--- unique per waiting call; name is a lease name, or a group name for
--- waiters on any lease of the group (semaphores).
+-- The wait queue. A waiter registers here (wait_for) before it waits: its
+-- place is seq, so a free lease goes to the oldest live waiter
+-- (waiters_ahead), and a release wakes as many waiters as things became
+-- free, oldest first (notify_waiters), not all of them. A waiter is live
+-- while the lifeline it registered with (session_id) lives, or, without
+-- one, until expires_at (wait_for renews it): one that died leaves the
+-- queue by itself. Unlogged: registrations need no WAL and mean nothing
+-- after a crash (waiters register again when their LISTEN connection
+-- comes back, or at their next look). waiter is unique per waiting call;
+-- name is a lease name, or a group name (is_group) for waiters on any
+-- lease of the group (semaphores, ClaimWait).
+CREATE SEQUENCE pgbaton.lease_waiter_seq AS bigint;
+
 CREATE UNLOGGED TABLE pgbaton.lease_waiter (
-    name   text NOT NULL,
-    waiter text NOT NULL,
-    since  timestamptz NOT NULL DEFAULT clock_timestamp(),
+    name       text NOT NULL,
+    waiter     text NOT NULL,
+    since      timestamptz NOT NULL DEFAULT clock_timestamp(),
+    seq        bigint NOT NULL DEFAULT nextval('pgbaton.lease_waiter_seq'),
+    is_group   boolean NOT NULL DEFAULT false,
+    owner      text,
+    session_id bigint,
+    expires_at timestamptz,
     PRIMARY KEY (name, waiter)
 );
 
+ALTER SEQUENCE pgbaton.lease_waiter_seq OWNED BY pgbaton.lease_waiter.seq;
+
 CREATE INDEX lease_waiter_since_idx ON pgbaton.lease_waiter (since);
+-- The queue of a name, in order.
+CREATE INDEX lease_waiter_queue_idx ON pgbaton.lease_waiter (name, seq);
 
 -- lease_status is pgbaton.lease with the expiry and renewal of a session's
 -- leases taken from their session, and whether each lease is held now:
@@ -176,6 +191,32 @@ SELECT l.name, l.lease_group, l.owner, l.token, l.acquired_at,
 
 COMMENT ON VIEW pgbaton.lease_status IS
     'pgbaton leases with their effective expiry (session keep-alive included) and whether they are held now';
+
+-- waiter_alive is whether a registration in the wait queue (its lifeline
+-- p_session, or without one its own expiry p_expires_at) still waits: a
+-- waiter whose process died leaves the queue when its lifeline expires.
+CREATE FUNCTION pgbaton.waiter_alive(p_session bigint, p_expires_at timestamptz)
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN p_session IS NULL THEN coalesce(p_expires_at > clock_timestamp(), false)
+                ELSE coalesce((SELECT s.expires_at > clock_timestamp() FROM pgbaton.lease_session s
+                                WHERE s.id = p_session), false)
+           END
+$$;
+
+-- lease_queue is the wait queue as operators read it: the live waiters
+-- of each lease or group, with their place (1 is next), their client, and
+-- how long they have waited.
+CREATE VIEW pgbaton.lease_queue AS
+SELECT w.name, w.is_group,
+       row_number() OVER (PARTITION BY w.name ORDER BY w.seq) AS position,
+       w.waiter, coalesce(w.owner, split_part(w.waiter, '/', 1)) AS owner, w.since,
+       clock_timestamp() - w.since AS waited
+  FROM pgbaton.lease_waiter w
+ WHERE pgbaton.waiter_alive(w.session_id, w.expires_at);
+
+COMMENT ON VIEW pgbaton.lease_queue IS
+    'pgbaton wait queue: live waiters of each lease or group in the order they are served';
 
 -- Fencing tokens that never go backwards, whatever a failover lost.
 --
@@ -690,6 +731,28 @@ BEGIN
      WHERE l.owner = p_owner;
 END $$;
 
+-- waiters_ahead is how many live waiters of p_name (a lease or a group)
+-- are before p_waiter in the queue: all of them when p_waiter is NULL or
+-- not registered (a caller that did not wait comes after everyone who
+-- does). A free lease goes to the oldest live waiter: an attempt with
+-- waiters ahead of it is refused.
+CREATE FUNCTION pgbaton.waiters_ahead(p_name text, p_waiter text)
+RETURNS integer
+LANGUAGE plpgsql STABLE
+SET enable_seqscan = off
+AS $$
+DECLARE
+    mine bigint;
+BEGIN
+    IF p_waiter IS NOT NULL THEN
+        SELECT w.seq INTO mine FROM pgbaton.lease_waiter w WHERE w.name = p_name AND w.waiter = p_waiter;
+    END IF;
+    RETURN (SELECT count(*) FROM pgbaton.lease_waiter w
+             WHERE w.name = p_name AND w.seq < coalesce(mine, 9223372036854775807)
+               AND w.waiter IS DISTINCT FROM p_waiter
+               AND pgbaton.waiter_alive(w.session_id, w.expires_at));
+END $$;
+
 -- lease_attempt tries to take the lease name for owner for ttl_ms. When it
 -- is granted, acquired is true and token/expires_at are the new grant's.
 -- When someone holds it, acquired is false and token/expires_at/holder
@@ -700,11 +763,15 @@ END $$;
 -- function that grants a token, it draws it with token_base and
 -- token_draw. During a failover grace a lease nobody holds is not granted
 -- either: acquired is false, holder NULL, and expires_at and grace_until
--- are the grace's end.
+-- are the grace's end. A lease nobody holds goes to the oldest live waiter
+-- (the wait queue, wait_for): an attempt with waiters ahead of it (all of
+-- them without p_waiter, the caller's registration) is refused, with
+-- holder NULL, ahead their number, and expires_at a TTL from now (it is
+-- woken when its turn comes). A waiter granted the lease leaves the queue.
 CREATE FUNCTION pgbaton.lease_attempt(p_name text, p_owner text, p_ttl_ms bigint, p_metadata jsonb DEFAULT NULL,
-    p_session bigint DEFAULT NULL, p_ref uuid DEFAULT NULL,
+    p_session bigint DEFAULT NULL, p_ref uuid DEFAULT NULL, p_waiter text DEFAULT NULL,
     OUT acquired boolean, OUT token bigint, OUT expires_at timestamptz, OUT holder text, OUT db_now timestamptz,
-    OUT grace_until timestamptz)
+    OUT grace_until timestamptz, OUT ahead integer)
 LANGUAGE plpgsql
 SET enable_seqscan = off
 AS $$
@@ -726,7 +793,7 @@ BEGIN
         IF present AND cur.owner IS NOT NULL AND pgbaton.lease_expiry(cur.expires_at, cur.session_id) > clock_timestamp() THEN
             -- A request sent again finds the grant it made.
             acquired := coalesce(cur.grant_ref = p_ref AND cur.owner = p_owner, false);
-            token := cur.token; holder := cur.owner;
+            token := cur.token; holder := cur.owner; ahead := 0;
             expires_at := CASE WHEN acquired THEN cur.expires_at
                                ELSE pgbaton.lease_expiry(cur.expires_at, cur.session_id) END;
             db_now := clock_timestamp();
@@ -738,8 +805,14 @@ BEGIN
             SELECT g.epoch, g.grace_until INTO epoch, grace FROM pgbaton.grant_state() g;
         END IF;
         IF grace IS NOT NULL THEN
-            acquired := false; token := coalesce(cur.token, 0); holder := NULL;
+            acquired := false; token := coalesce(cur.token, 0); holder := NULL; ahead := 0;
             expires_at := grace; grace_until := grace; db_now := clock_timestamp();
+            RETURN;
+        END IF;
+        ahead := pgbaton.waiters_ahead(p_name, p_waiter);
+        IF ahead > 0 THEN
+            acquired := false; token := coalesce(cur.token, 0); holder := NULL;
+            db_now := clock_timestamp(); expires_at := db_now + p_ttl_ms * interval '1 millisecond';
             RETURN;
         END IF;
         IF NOT present THEN
@@ -756,7 +829,7 @@ BEGIN
     t := clock_timestamp();
     IF cur.owner IS NOT NULL AND pgbaton.lease_expiry(cur.expires_at, cur.session_id) > t THEN
         acquired := coalesce(cur.grant_ref = p_ref AND cur.owner = p_owner, false);
-        token := cur.token; holder := cur.owner; db_now := t;
+        token := cur.token; holder := cur.owner; db_now := t; ahead := 0;
         expires_at := CASE WHEN acquired THEN cur.expires_at
                            ELSE pgbaton.lease_expiry(cur.expires_at, cur.session_id) END;
         RETURN;
@@ -768,7 +841,10 @@ BEGIN
            metadata = coalesce(p_metadata, l.metadata)
      WHERE l.name = p_name
     RETURNING l.token, l.expires_at INTO token, expires_at;
-    acquired := true; holder := p_owner; db_now := t;
+    acquired := true; holder := p_owner; db_now := t; ahead := 0;
+    IF p_waiter IS NOT NULL THEN
+        DELETE FROM pgbaton.lease_waiter w WHERE w.name = p_name AND w.waiter = p_waiter;
+    END IF;
 END $$;
 
 -- try_acquire takes the lease name for owner for ttl_ms: one row (token,
@@ -802,7 +878,7 @@ BEGIN
     RETURNING pgbaton.lease_expiry(l.expires_at, l.session_id);
 END $$;
 
--- group_gate is the advisory lock key that orders registrations of waiters
+-- group_gate takes the advisory lock that orders registrations of waiters
 -- on a group (wait_for, exclusive, held for an instant) with whatever
 -- makes a lease of the group claimable: registering items (register),
 -- releasing them (release, release_many, force_release_lease), each
@@ -813,38 +889,58 @@ END $$;
 -- wakes it. New rows cannot be locked, and a row lock would make waiters
 -- wait for every open transaction that holds a row of the group (a
 -- CompleteTx still running), holding up every Register behind them.
--- Namespaced like advisory.Name, so it meets no lock taken through
--- pgbaton's advisory package.
-CREATE FUNCTION pgbaton.group_gate(p_group text)
-RETURNS bigint
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-AS $$
-    SELECT pgbaton.advisory_key(p_group, 'pgbaton.lease_group')
-$$;
+-- The key is the pair (1885495925, hashtext(group)): the Go advisory
+-- package refuses pairs with that first half to its users
+-- (advisory.ReservedPairHi + 1). Two groups that hash alike share a gate,
+-- which costs only some waiting. plpgsql, so that a release, which takes
+-- it every time, does not plan it again at every call.
+CREATE FUNCTION pgbaton.group_gate(p_group text, p_exclusive boolean)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_exclusive THEN
+        PERFORM pg_advisory_xact_lock(1885495925, hashtext(p_group));
+    ELSE
+        PERFORM pg_advisory_xact_lock_shared(1885495925, hashtext(p_group));
+    END IF;
+END $$;
 
 -- wait_for registers waiter as waiting for lease name (or for any lease of
--- group name when p_group). Call it in its own transaction, after LISTEN
--- pgbaton_lease and before looking at the lease again. For a name, the FOR
--- SHARE lock orders it against releases: a release already running
--- commits first (and the next look sees the lease free), a later one sees
--- this registration and notifies. For a group, the group's gate does the
--- same (see group_gate), and never waits for a row lock.
-CREATE FUNCTION pgbaton.wait_for(p_name text, p_waiter text, p_group boolean DEFAULT false)
+-- group name when p_group): it joins the end of the name's queue, or keeps
+-- its place when registered already. The waiter waits while its lifeline
+-- p_session lives, or, without one, for p_ttl_ms from the last call: call
+-- it again to keep waiting. Call it in its own transaction, after LISTEN
+-- pgbaton_lease and before looking at the lease again (passing the waiter
+-- to lease_attempt or claim). For a name, the FOR SHARE lock orders it
+-- against releases: a release already running commits first (and the next
+-- look sees the lease free), a later one sees this registration and
+-- notifies. For a group, the group's gate does the same (see group_gate),
+-- and never waits for a row lock.
+CREATE FUNCTION pgbaton.wait_for(p_name text, p_waiter text, p_group boolean DEFAULT false,
+    p_session bigint DEFAULT NULL, p_ttl_ms bigint DEFAULT 60000)
 RETURNS void
 LANGUAGE plpgsql
 SET enable_seqscan = off
 AS $$
+DECLARE
+    o text;
 BEGIN
-    PERFORM pgbaton.lease_check_args(p_name, p_waiter, 1);
-    INSERT INTO pgbaton.lease_waiter (name, waiter) VALUES (p_name, p_waiter) ON CONFLICT DO NOTHING;
+    PERFORM pgbaton.lease_check_args(p_name, p_waiter, p_ttl_ms);
+    SELECT s.owner INTO o FROM pgbaton.lease_session s WHERE s.id = p_session;
+    INSERT INTO pgbaton.lease_waiter AS w (name, waiter, is_group, owner, session_id, expires_at)
+    VALUES (p_name, p_waiter, coalesce(p_group, false), coalesce(o, nullif(split_part(p_waiter, '/', 1), '')), p_session,
+            clock_timestamp() + p_ttl_ms * interval '1 millisecond')
+    ON CONFLICT (name, waiter) DO UPDATE SET expires_at = EXCLUDED.expires_at;
     IF p_group THEN
-        PERFORM pg_advisory_xact_lock(pgbaton.group_gate(p_name));
+        PERFORM pgbaton.group_gate(p_name, true);
     ELSE
         PERFORM 1 FROM pgbaton.lease l WHERE l.name = p_name FOR SHARE;
     END IF;
 END $$;
 
--- stop_waiting removes a registration made by wait_for.
+-- stop_waiting removes a registration made by wait_for. A waiter that
+-- leaves the head of the queue of a free lease hands its turn on: the next
+-- one is woken (notify_waiters).
 CREATE FUNCTION pgbaton.stop_waiting(p_name text, p_waiter text)
 RETURNS void
 LANGUAGE plpgsql
@@ -852,12 +948,17 @@ SET enable_seqscan = off
 AS $$
 BEGIN
     DELETE FROM pgbaton.lease_waiter w WHERE w.name = p_name AND w.waiter = p_waiter;
+    IF FOUND THEN
+        PERFORM pgbaton.notify_waiters(ARRAY[p_name]);
+    END IF;
 END $$;
 
 -- notify_waiters wakes the waiters registered (wait_for) for any of
--- p_names, lease or group names, and for the groups of the leases named:
--- one NOTIFY per name that has waiters, payload the name, however often
--- it appears. The waiter table is read once for the whole list.
+-- p_names, lease or group names, and for the groups of the leases named,
+-- as many as there are leases free for them now, oldest first: one NOTIFY
+-- per waiter woken, payload the waiter's id (a lease that nobody holds
+-- wakes its queue's head; a group with three free leases its three oldest
+-- waiters). Every name's queue is read once, however often it appears.
 --
 -- Releases do not notify: a client calls notify_waiters after the release
 -- committed, in a statement of its own, when the release reported waiters.
@@ -872,12 +973,33 @@ RETURNS void
 LANGUAGE plpgsql
 SET enable_seqscan = off
 AS $$
+DECLARE
+    q    record;
+    free integer;
 BEGIN
-    PERFORM pg_notify('pgbaton_lease', w.name)
-       FROM (SELECT DISTINCT w.name FROM pgbaton.lease_waiter w
-              WHERE w.name = ANY (p_names)
-                 OR w.name = ANY (ARRAY(SELECT l.lease_group FROM pgbaton.lease l
-                                         WHERE l.name = ANY (p_names) AND l.lease_group IS NOT NULL))) w;
+    FOR q IN
+        SELECT DISTINCT w.name, w.is_group FROM pgbaton.lease_waiter w
+         WHERE w.name = ANY (p_names)
+            OR w.name = ANY (ARRAY(SELECT l.lease_group FROM pgbaton.lease l
+                                    WHERE l.name = ANY (p_names) AND l.lease_group IS NOT NULL))
+    LOOP
+        IF q.is_group THEN
+            free := (SELECT count(*) FROM (
+                        SELECT 1 FROM pgbaton.lease l
+                         WHERE l.lease_group = q.name
+                           AND (l.owner IS NULL OR pgbaton.lease_expiry(l.expires_at, l.session_id) <= clock_timestamp())
+                         LIMIT (SELECT count(*) FROM pgbaton.lease_waiter w WHERE w.name = q.name)) f);
+        ELSE
+            free := CASE WHEN EXISTS (
+                        SELECT 1 FROM pgbaton.lease l
+                         WHERE l.name = q.name AND l.owner IS NOT NULL
+                           AND pgbaton.lease_expiry(l.expires_at, l.session_id) > clock_timestamp()) THEN 0 ELSE 1 END;
+        END IF;
+        PERFORM pg_notify('pgbaton_lease', h.waiter)
+           FROM (SELECT w.waiter FROM pgbaton.lease_waiter w
+                  WHERE w.name = q.name AND pgbaton.waiter_alive(w.session_id, w.expires_at)
+                  ORDER BY w.seq LIMIT free) h;
+    END LOOP;
 END $$;
 
 -- Listen slots: at most p_slots clients of the database listen at once.
@@ -979,7 +1101,7 @@ BEGIN
     RETURNING l.lease_group INTO g;
     released := FOUND;
     IF g IS NOT NULL THEN
-        PERFORM pg_advisory_xact_lock_shared(pgbaton.group_gate(g));  -- see group_gate
+        PERFORM pgbaton.group_gate(g, false);
     END IF;
     waiters := released AND EXISTS (SELECT 1 FROM pgbaton.lease_waiter w WHERE w.name = ANY (ARRAY[p_name, g]));
 END $$;
@@ -1036,8 +1158,9 @@ BEGIN
     IF freed IS NULL THEN
         RETURN;
     END IF;
-    -- See group_gate; in one order, so two of these never deadlock.
-    PERFORM pg_advisory_xact_lock_shared(pgbaton.group_gate(x.grp))
+    -- See group_gate. Shared: these never wait for each other, and a
+    -- waiter holds one gate, for an instant.
+    PERFORM pgbaton.group_gate(x.grp, false)
        FROM (SELECT DISTINCT u.grp FROM unnest(groups) u(grp) WHERE u.grp IS NOT NULL ORDER BY u.grp) x;
     wait := ARRAY(SELECT DISTINCT w.name FROM pgbaton.lease_waiter w WHERE w.name = ANY (freed || groups));
     RETURN QUERY SELECT f.name, (f.name = ANY (wait) OR coalesce(f.grp = ANY (wait), false))
@@ -1193,7 +1316,7 @@ BEGIN
         -- Held to commit: a waiter registering meanwhile waits for the new
         -- rows to commit (and then claims them), or registered before and
         -- is seen here.
-        PERFORM pg_advisory_xact_lock_shared(pgbaton.group_gate(p_group));
+        PERFORM pgbaton.group_gate(p_group, false);
         PERFORM pgbaton.notify_waiters(ARRAY[p_group]);
     END IF;
     RETURN n;
@@ -1205,8 +1328,14 @@ END $$;
 -- SKIP LOCKED), so concurrent workers never wait on or get the same row.
 -- Rows come back in that order. Grants are bound to p_session; expired
 -- rows are those whose own expiry and session (if any) have both passed.
+-- With p_fair (semaphores), the group's free leases go to its live waiters
+-- in their order first (the wait queue, wait_for): the call claims only
+-- what is left over for it, behind the waiters ahead of p_waiter (all of
+-- them without p_waiter), and a waiter that claims leaves the queue.
+-- Without it (work queues), claims take what is free, and waiters are
+-- woken oldest first, as many as items became free.
 CREATE FUNCTION pgbaton.claim(p_group text, p_owner text, p_n integer, p_ttl_ms bigint, p_session bigint DEFAULT NULL,
-    p_ref uuid DEFAULT NULL, p_retry boolean DEFAULT false)
+    p_ref uuid DEFAULT NULL, p_retry boolean DEFAULT false, p_waiter text DEFAULT NULL, p_fair boolean DEFAULT false)
 RETURNS TABLE (name text, token bigint, expires_at timestamptz)
 LANGUAGE plpgsql
 SET enable_seqscan = off
@@ -1219,6 +1348,8 @@ DECLARE
     base   bigint;
     epoch  bigint;
     grace  timestamptz;
+    want   integer := p_n;
+    ahead  integer;
 BEGIN
     PERFORM pgbaton.lease_check_args(p_group, p_owner, p_ttl_ms);
     sid := pgbaton.session_of(p_session, p_owner);
@@ -1247,6 +1378,19 @@ BEGIN
     IF grace IS NOT NULL THEN
         RETURN;
     END IF;
+    IF p_fair THEN
+        ahead := pgbaton.waiters_ahead(p_group, p_waiter);
+        IF ahead > 0 THEN
+            want := least(p_n, (SELECT count(*) FROM (
+                        SELECT 1 FROM pgbaton.lease l
+                         WHERE l.lease_group = p_group
+                           AND (l.owner IS NULL OR pgbaton.lease_expiry(l.expires_at, l.session_id) <= t)
+                         LIMIT ahead + p_n) f)::integer - ahead);
+            IF want <= 0 THEN
+                RETURN;
+            END IF;
+        END IF;
+    END IF;
     -- The oldest n free rows, the oldest n expired rows without a session,
     -- and the oldest n of each dead session, each locked as it is found;
     -- the oldest n of all are granted. Rows locked but not granted stay as
@@ -1255,26 +1399,29 @@ BEGIN
     WITH free AS (
         SELECT l.name, l.seq FROM pgbaton.lease l
          WHERE l.lease_group = p_group AND l.owner IS NULL
-         ORDER BY l.seq LIMIT p_n FOR UPDATE SKIP LOCKED
+         ORDER BY l.seq LIMIT want FOR UPDATE SKIP LOCKED
     ), expired AS (
         SELECT l.name, l.seq FROM pgbaton.lease l
          WHERE l.lease_group = p_group AND l.owner IS NOT NULL AND l.session_id IS NULL AND l.expires_at <= t
-         ORDER BY l.seq LIMIT p_n FOR UPDATE SKIP LOCKED
+         ORDER BY l.seq LIMIT want FOR UPDATE SKIP LOCKED
     ), dead AS (
         SELECT e.name, e.seq
           FROM pgbaton.lease_session s
          CROSS JOIN LATERAL (
             SELECT l.name, l.seq FROM pgbaton.lease l
              WHERE l.lease_group = p_group AND l.owner IS NOT NULL AND l.session_id = s.id AND l.expires_at <= t
-             ORDER BY l.seq LIMIT p_n FOR UPDATE SKIP LOCKED) e
+             ORDER BY l.seq LIMIT want FOR UPDATE SKIP LOCKED) e
          WHERE s.expires_at <= t
     )
     SELECT array_agg(c.name ORDER BY c.seq) INTO picked
       FROM (SELECT a.name, a.seq
               FROM (SELECT * FROM free UNION ALL SELECT * FROM expired UNION ALL SELECT * FROM dead) a
-             ORDER BY a.seq LIMIT p_n) c;
+             ORDER BY a.seq LIMIT want) c;
     IF picked IS NULL THEN
         RETURN;
+    END IF;
+    IF p_waiter IS NOT NULL THEN
+        DELETE FROM pgbaton.lease_waiter w WHERE w.name = p_group AND w.waiter = p_waiter;
     END IF;
     -- The picked rows are free, expired without a session, or of dead
     -- sessions, never bound to the claimant's live one: closing it cannot

@@ -103,7 +103,7 @@ BEGIN
                                'acquired_at', cur.acquired_at,
                                'expires_at', pgbaton.lease_expiry(cur.expires_at, cur.session_id)));
     IF cur.lease_group IS NOT NULL THEN
-        PERFORM pg_advisory_xact_lock_shared(pgbaton.group_gate(cur.lease_group));  -- see group_gate
+        PERFORM pgbaton.group_gate(cur.lease_group, false);
     END IF;
     PERFORM pgbaton.notify_waiters(ARRAY[p_name, cur.lease_group]);
     RETURN NEXT;

@@ -4,8 +4,9 @@
 -- name: LeaseAttempt :one
 SELECT a.acquired::boolean AS acquired, a.token::bigint AS token,
        a.expires_at::timestamptz AS expires_at, coalesce(a.holder, '')::text AS holder,
-       a.db_now::timestamptz AS db_now, a.grace_until
-  FROM pgbaton.lease_attempt(@name::text, @owner::text, @ttl_ms::bigint, sqlc.narg(metadata)::jsonb, sqlc.narg(session)::bigint, sqlc.narg(ref)::uuid) a;
+       a.db_now::timestamptz AS db_now, a.grace_until, coalesce(a.ahead, 0)::integer AS ahead
+  FROM pgbaton.lease_attempt(@name::text, @owner::text, @ttl_ms::bigint, sqlc.narg(metadata)::jsonb, sqlc.narg(session)::bigint, sqlc.narg(ref)::uuid,
+                             sqlc.narg(waiter)::text) a;
 
 -- name: LeaseRenew :one
 SELECT r.expires_at::timestamptz AS expires_at
@@ -21,15 +22,16 @@ SELECT r.released::boolean AS released, r.waiters::boolean AS waiters
 SELECT pgbaton.notify_waiters(@names::text[]);
 
 -- name: LeaseWaitFor :exec
-SELECT pgbaton.wait_for(@name::text, @waiter::text, @is_group::boolean);
+-- Joins the wait queue of a lease or group, bound to the client's lifeline.
+SELECT pgbaton.wait_for(@name::text, @waiter::text, @is_group::boolean, sqlc.narg(session)::bigint, @ttl_ms::bigint);
 
 -- name: LeaseStopWaiting :exec
 SELECT pgbaton.stop_waiting(@name::text, @waiter::text);
 
 -- name: LeaseStopWaitingAll :exec
 -- Removes every registration of a closing client (waiter ids start with
--- its owner and a slash).
-DELETE FROM pgbaton.lease_waiter WHERE starts_with(waiter, @owner::text || '/');
+-- its owner and a slash), each handing its turn on (stop_waiting).
+SELECT pgbaton.stop_waiting(w.name, w.waiter) FROM pgbaton.lease_waiter w WHERE starts_with(w.waiter, @owner::text || '/');
 
 -- name: LeaseComplete :one
 SELECT pgbaton.complete(@name::text, @owner::text, @token::bigint)::boolean AS completed;
@@ -40,7 +42,7 @@ SELECT pgbaton.register(@lease_group::text, @names::text[])::integer AS created;
 -- name: LeaseClaim :many
 SELECT c.name::text AS name, c.token::bigint AS token, c.expires_at::timestamptz AS expires_at
   FROM pgbaton.claim(@lease_group::text, @owner::text, @n::integer, @ttl_ms::bigint, sqlc.narg(session)::bigint,
-                     sqlc.narg(ref)::uuid, @retry::boolean) c;
+                     sqlc.narg(ref)::uuid, @retry::boolean, sqlc.narg(waiter)::text, @fair::boolean) c;
 
 -- name: LeaseGet :one
 SELECT l.name, l.lease_group, l.owner, l.token, l.acquired_at,

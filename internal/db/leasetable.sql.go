@@ -50,8 +50,9 @@ const leaseAttempt = `-- name: LeaseAttempt :one
 
 SELECT a.acquired::boolean AS acquired, a.token::bigint AS token,
        a.expires_at::timestamptz AS expires_at, coalesce(a.holder, '')::text AS holder,
-       a.db_now::timestamptz AS db_now, a.grace_until
-  FROM pgbaton.lease_attempt($1::text, $2::text, $3::bigint, $4::jsonb, $5::bigint, $6::uuid) a
+       a.db_now::timestamptz AS db_now, a.grace_until, coalesce(a.ahead, 0)::integer AS ahead
+  FROM pgbaton.lease_attempt($1::text, $2::text, $3::bigint, $4::jsonb, $5::bigint, $6::uuid,
+                             $7::text) a
 `
 
 type LeaseAttemptParams struct {
@@ -61,6 +62,7 @@ type LeaseAttemptParams struct {
 	Metadata []byte      `json:"metadata"`
 	Session  pgtype.Int8 `json:"session"`
 	Ref      pgtype.UUID `json:"ref"`
+	Waiter   pgtype.Text `json:"waiter"`
 }
 
 type LeaseAttemptRow struct {
@@ -70,6 +72,7 @@ type LeaseAttemptRow struct {
 	Holder     string     `json:"holder"`
 	DbNow      time.Time  `json:"db_now"`
 	GraceUntil *time.Time `json:"grace_until"`
+	Ahead      int32      `json:"ahead"`
 }
 
 // Wrappers for the lease protocol functions (migrations/0102_leasetable). The
@@ -82,6 +85,7 @@ func (q *Queries) LeaseAttempt(ctx context.Context, db DBTX, arg LeaseAttemptPar
 		arg.Metadata,
 		arg.Session,
 		arg.Ref,
+		arg.Waiter,
 	)
 	var i LeaseAttemptRow
 	err := row.Scan(
@@ -91,6 +95,7 @@ func (q *Queries) LeaseAttempt(ctx context.Context, db DBTX, arg LeaseAttemptPar
 		&i.Holder,
 		&i.DbNow,
 		&i.GraceUntil,
+		&i.Ahead,
 	)
 	return i, err
 }
@@ -98,7 +103,7 @@ func (q *Queries) LeaseAttempt(ctx context.Context, db DBTX, arg LeaseAttemptPar
 const leaseClaim = `-- name: LeaseClaim :many
 SELECT c.name::text AS name, c.token::bigint AS token, c.expires_at::timestamptz AS expires_at
   FROM pgbaton.claim($1::text, $2::text, $3::integer, $4::bigint, $5::bigint,
-                     $6::uuid, $7::boolean) c
+                     $6::uuid, $7::boolean, $8::text, $9::boolean) c
 `
 
 type LeaseClaimParams struct {
@@ -109,6 +114,8 @@ type LeaseClaimParams struct {
 	Session    pgtype.Int8 `json:"session"`
 	Ref        pgtype.UUID `json:"ref"`
 	Retry      bool        `json:"retry"`
+	Waiter     pgtype.Text `json:"waiter"`
+	Fair       bool        `json:"fair"`
 }
 
 type LeaseClaimRow struct {
@@ -126,6 +133,8 @@ func (q *Queries) LeaseClaim(ctx context.Context, db DBTX, arg LeaseClaimParams)
 		arg.Session,
 		arg.Ref,
 		arg.Retry,
+		arg.Waiter,
+		arg.Fair,
 	)
 	if err != nil {
 		return nil, err
@@ -578,11 +587,11 @@ func (q *Queries) LeaseStopWaiting(ctx context.Context, db DBTX, arg LeaseStopWa
 }
 
 const leaseStopWaitingAll = `-- name: LeaseStopWaitingAll :exec
-DELETE FROM pgbaton.lease_waiter WHERE starts_with(waiter, $1::text || '/')
+SELECT pgbaton.stop_waiting(w.name, w.waiter) FROM pgbaton.lease_waiter w WHERE starts_with(w.waiter, $1::text || '/')
 `
 
 // Removes every registration of a closing client (waiter ids start with
-// its owner and a slash).
+// its owner and a slash), each handing its turn on (stop_waiting).
 func (q *Queries) LeaseStopWaitingAll(ctx context.Context, db DBTX, owner string) error {
 	_, err := db.Exec(ctx, leaseStopWaitingAll, owner)
 	return err
@@ -600,17 +609,26 @@ func (q *Queries) LeaseUnlisten(ctx context.Context, db DBTX) error {
 }
 
 const leaseWaitFor = `-- name: LeaseWaitFor :exec
-SELECT pgbaton.wait_for($1::text, $2::text, $3::boolean)
+SELECT pgbaton.wait_for($1::text, $2::text, $3::boolean, $4::bigint, $5::bigint)
 `
 
 type LeaseWaitForParams struct {
-	Name    string `json:"name"`
-	Waiter  string `json:"waiter"`
-	IsGroup bool   `json:"is_group"`
+	Name    string      `json:"name"`
+	Waiter  string      `json:"waiter"`
+	IsGroup bool        `json:"is_group"`
+	Session pgtype.Int8 `json:"session"`
+	TtlMs   int64       `json:"ttl_ms"`
 }
 
+// Joins the wait queue of a lease or group, bound to the client's lifeline.
 func (q *Queries) LeaseWaitFor(ctx context.Context, db DBTX, arg LeaseWaitForParams) error {
-	_, err := db.Exec(ctx, leaseWaitFor, arg.Name, arg.Waiter, arg.IsGroup)
+	_, err := db.Exec(ctx, leaseWaitFor,
+		arg.Name,
+		arg.Waiter,
+		arg.IsGroup,
+		arg.Session,
+		arg.TtlMs,
+	)
 	return err
 }
 

@@ -76,6 +76,17 @@ type PgbatonLease struct {
 	GrantRef  pgtype.UUID `json:"grant_ref"`
 }
 
+// pgbaton wait queue: live waiters of each lease or group in the order they are served
+type PgbatonLeaseQueue struct {
+	Name     string      `json:"name"`
+	IsGroup  bool        `json:"is_group"`
+	Position int64       `json:"position"`
+	Waiter   string      `json:"waiter"`
+	Owner    pgtype.Text `json:"owner"`
+	Since    time.Time   `json:"since"`
+	Waited   int32       `json:"waited"`
+}
+
 // pgbaton: lease sessions; a lease with session_id is valid while its own grant or its session has not expired
 type PgbatonLeaseSession struct {
 	ID        int64     `json:"id"`
@@ -110,9 +121,14 @@ type PgbatonLeaseTtl struct {
 }
 
 type PgbatonLeaseWaiter struct {
-	Name   string    `json:"name"`
-	Waiter string    `json:"waiter"`
-	Since  time.Time `json:"since"`
+	Name      string      `json:"name"`
+	Waiter    string      `json:"waiter"`
+	Since     time.Time   `json:"since"`
+	Seq       int64       `json:"seq"`
+	IsGroup   bool        `json:"is_group"`
+	Owner     pgtype.Text `json:"owner"`
+	SessionID pgtype.Int8 `json:"session_id"`
+	ExpiresAt *time.Time  `json:"expires_at"`
 }
 
 // pgbaton: messages each consumer has processed (idempotent consumer); pruned by pgbaton.prune_processed

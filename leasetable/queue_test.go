@@ -1,0 +1,154 @@
+package leasetable_test
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
+	"github.com/pgbaton/pgbaton/leasetable"
+)
+
+// queued waits, by a poll with a deadline, until name's queue has n live
+// waiters.
+func queued(t *testing.T, ctx context.Context, pool *pgxpool.Pool, name string, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		return pgtest.Count(t, pool, fmt.Sprintf("SELECT count(*) FROM pgbaton.lease_queue WHERE name = '%s'", name)) == n
+	}, 30*time.Second, 5*time.Millisecond, "%d waiters queued for %s", n, name)
+}
+
+// Waiters of a lease are served in the order they came, whoever they
+// are: clients that listen and clients that poll (NoListen) alike. Before,
+// every waiter was woken at each release and whoever looked first won.
+func TestAcquireServesWaitersInOrder(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := pgtest.Context(t, time.Minute)
+	holder := newClient(t, pool, leasetable.Config{Owner: "holder", TTL: time.Minute})
+	first, err := holder.TryAcquire(ctx, "fifo")
+	require.NoError(t, err)
+
+	const n = 5
+	order := make(chan int, n)
+	errs := make(chan error, n)
+	for i := range n {
+		cfg := leasetable.Config{Owner: fmt.Sprintf("waiter-%d", i), TTL: time.Minute}
+		if i%2 == 1 {
+			cfg.NoListen, cfg.PollInterval = true, 50*time.Millisecond
+		}
+		c := newClient(t, pool, cfg)
+		go func() {
+			l, err := c.Acquire(ctx, "fifo")
+			if err != nil {
+				errs <- err
+				return
+			}
+			order <- i
+			errs <- l.Release(ctx)
+		}()
+		queued(t, ctx, pool, "fifo", i+1) // arrives after the one before
+	}
+	// A caller that does not wait comes after the queue: refused while
+	// the lease is free but owed to the waiters.
+	require.NoError(t, first.Release(ctx))
+	var got []int
+	for range n {
+		got = append(got, <-order)
+		require.NoError(t, <-errs)
+	}
+	assert.Equal(t, []int{0, 1, 2, 3, 4}, got, "the order the lease was granted in")
+}
+
+// TryAcquire on a free lease that callers wait for is refused, saying so,
+// as etcd's TryLock is; a waiter whose lifeline ended is no longer in the
+// way, nor shown to operators.
+func TestTryAcquireBehindWaiters(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := pgtest.Context(t, time.Minute)
+	c := newClient(t, pool, leasetable.Config{Owner: "trier"})
+	// A waiter of the SQL protocol (no lifeline: it waits for a minute
+	// unless it registers again).
+	_, err := pool.Exec(ctx, "SELECT pgbaton.wait_for('queued', 'sql-client/1')")
+	require.NoError(t, err)
+	_, err = c.TryAcquire(ctx, "queued")
+	var held *leasetable.HeldError
+	require.ErrorAs(t, err, &held)
+	assert.Equal(t, 1, held.Ahead)
+	assert.Empty(t, held.Holder)
+	assert.Contains(t, err.Error(), "1 waiting callers are queued")
+	var pos int
+	var owner string
+	var waited time.Duration
+	require.NoError(t, pool.QueryRow(ctx, "SELECT position, owner, waited FROM pgbaton.lease_queue WHERE name = 'queued'").Scan(&pos, &owner, &waited))
+	assert.Equal(t, 1, pos)
+	assert.Equal(t, "sql-client", owner)
+	assert.Greater(t, waited, time.Duration(0))
+
+	// Bound to a lifeline that has ended: dead, out of the way.
+	_, err = pool.Exec(ctx, `SELECT pgbaton.stop_waiting('queued', 'sql-client/1'),
+		pgbaton.wait_for('queued', 'ghost/1', false, (SELECT id FROM pgbaton.session_open('ghost', 1)))`)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease_queue WHERE name = 'queued'") == 0
+	}, 10*time.Second, 5*time.Millisecond, "a dead waiter leaves the queue")
+	l, err := c.TryAcquire(ctx, "queued")
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+}
+
+// A semaphore's permits go to its waiters in the order they came.
+func TestSemaphoreServesWaitersInOrder(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := pgtest.Context(t, time.Minute)
+	holder := newClient(t, pool, leasetable.Config{Owner: "holder", TTL: time.Minute})
+	var permits []*leasetable.Lease
+	for range 2 {
+		l, err := holder.Semaphore(ctx, "permits", 2)
+		require.NoError(t, err)
+		permits = append(permits, l)
+	}
+	const n = 4
+	type grant struct {
+		waiter int
+		token  int64
+	}
+	grants := make(chan grant, n)
+	for i := range n {
+		c := newClient(t, pool, leasetable.Config{Owner: fmt.Sprintf("sem-waiter-%d", i), TTL: time.Minute})
+		go func() {
+			l, err := c.Semaphore(ctx, "permits", 2)
+			if err != nil {
+				grants <- grant{-1, 0}
+				return
+			}
+			grants <- grant{i, l.Token()}
+			_ = l.Release(ctx)
+		}()
+		queued(t, ctx, pool, "permits", i+1)
+	}
+	for _, l := range permits {
+		require.NoError(t, l.Release(ctx))
+	}
+	// Tokens grow with every grant: ordered by token, the grants are in
+	// the order they were made.
+	byToken := make([]grant, 0, n)
+	for range n {
+		byToken = append(byToken, <-grants)
+	}
+	slices.SortFunc(byToken, func(a, b grant) int { return cmp.Compare(a.token, b.token) })
+	var got []int
+	for _, g := range byToken {
+		got = append(got, g.waiter)
+	}
+	assert.Equal(t, []int{0, 1, 2, 3}, got, "the waiters in the order they were granted a permit")
+}
