@@ -13,7 +13,7 @@
 // Routes, relative to where it is mounted:
 //
 //	GET  /         the page: advisory locks, leases (held, expired, free),
-//	               lease waiters, job runs, the audit log
+//	               lease waiters (by queue position), job runs, the audit log
 //	POST /session  unlock releases in this browser with the admin token, or lock
 //	POST /release  force-release a lease, or terminate an advisory lock's holder
 //	GET  /metrics  Prometheus text format, collected from the database per scrape
@@ -21,7 +21,7 @@
 //
 // The page's query string is its view, so a view can be bookmarked: q
 // (name prefix), holder (lease owner, advisory holder's application or pid,
-// waiter), state (leases: held, expired, free, all), locks (advisory: held,
+// lease waiter's owner or id), state (leases: held, expired, free, all), locks (advisory: held,
 // waiting, contended), after and offset (the next page of leases and of
 // advisory locks, TopN rows per page) and refresh (reload every 5, 15 or 60
 // seconds, by a <meta> tag: the page has no JavaScript). Every link, form

@@ -26,7 +26,8 @@ const (
 //
 //	q        name prefix (leases, advisory lock names, waiters, job names)
 //	holder   substring of the lease owner, the advisory holder's
-//	         application name or its backend pid, or the waiter
+//	         application name or its backend pid, or a lease waiter's
+//	         owner or id
 //	state    leases: held (default), expired, free or all
 //	locks    advisory locks: all (default), held, waiting or contended
 //	after    leases after this name (the next page)

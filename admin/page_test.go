@@ -160,7 +160,8 @@ func TestFiltersStatesWaitersAndPages(t *testing.T) {
 	_, body := get(t, ts, "/")
 	require.Contains(t, body, `id="leases-next" href="./?after=lease%3Aa"`)
 	require.NotContains(t, body, `id="leases-first"`)
-	require.Contains(t, body, `<tr data-waiter="waiter-7"><td>lease:a</td>`, "lease waiters are listed")
+	require.Contains(t, body, `<tr data-waiter="waiter-7" data-name="lease:a" data-position="1"><td>lease:a</td><td>lease</td><td>1</td><td>waiter-7</td><td>waiter-7</td>`,
+		"lease waiters are listed, with their place and owner")
 	require.Contains(t, body, `id="advisory-next" href="./?offset=1"`)
 	_, body = get(t, ts, "/?offset=2")
 	require.Contains(t, body, `id="advisory-prev" href="./?offset=1"`)
@@ -174,6 +175,48 @@ func TestFiltersStatesWaitersAndPages(t *testing.T) {
 		code, _ := get(t, ts, "/?"+bad)
 		require.Equal(t, http.StatusBadRequest, code, bad)
 	}
+}
+
+// The lease waiters are the wait queues (pgbaton.lease_queue): by name,
+// then in the order they are served, with their owner; a waiter whose
+// lifeline expired is not in the queue and takes no place in it.
+func TestLeaseWaitersInQueueOrder(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	for _, sql := range []string{
+		`SELECT pgbaton.wait_for('lease:a', 'ghost/1', false, NULL, 1)`, // dead in a millisecond
+		`SELECT pgbaton.wait_for('shards', 'worker-8/1', true)`,
+		`SELECT pgbaton.wait_for('lease:a', 'waiter-7')`,
+		`SELECT pgbaton.wait_for('lease:a', 'worker-9/2')`,
+	} {
+		_, err := f.pool.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	time.Sleep(5 * time.Millisecond) // the ghost's lifeline expires
+	ts := serve(t, f.pool, admin.Config{})
+	waiters := func(query string) []string {
+		t.Helper()
+		code, body := get(t, ts, "/?"+query)
+		require.Equal(t, http.StatusOK, code, body)
+		var rows []string
+		for _, part := range strings.Split(body, `<tr data-waiter="`)[1:] {
+			cells := strings.Split(part[strings.Index(part, "<td>"):strings.Index(part, "</tr>")], "</td>")
+			for i := range cells {
+				cells[i] = strings.TrimPrefix(cells[i], "<td>")
+			}
+			rows = append(rows, strings.Join(cells[:5], " ")) // name, kind, position, owner, waiter
+		}
+		return rows
+	}
+	require.Equal(t, []string{
+		"lease:a lease 1 waiter-7 waiter-7",
+		"lease:a lease 2 worker-9 worker-9/2",
+		"shards group 1 worker-8 worker-8/1",
+	}, waiters(""))
+	require.Equal(t, []string{"lease:a lease 2 worker-9 worker-9/2"}, waiters("holder=WORKER-9"), "holder: owner or waiter, any case")
+	require.Equal(t, []string{"shards group 1 worker-8 worker-8/1"}, waiters("q=sh"))
+	_, body := get(t, ts, "/?holder=nobody")
+	require.Contains(t, body, "Nobody waits for a lease that matches the filter")
 }
 
 // Auto-refresh is a <meta> tag (the page has no JavaScript), kept by the

@@ -307,12 +307,15 @@ func (q *Queries) JobRuns(ctx context.Context, db DBTX, arg JobRunsParams) ([]Jo
 }
 
 const leaseWaiters = `-- name: LeaseWaiters :many
-SELECT w.name, w.waiter, w.since,
-       (extract(epoch FROM clock_timestamp() - w.since) * 1000)::bigint AS waiting_ms
-  FROM pgbaton.lease_waiter w
- WHERE starts_with(w.name, $1::text)
-   AND ($2::text = '' OR strpos(lower(w.waiter), lower($2::text)) > 0)
- ORDER BY w.since, w.name, w.waiter
+SELECT q.name::text AS name, q.is_group::bool AS is_group, q.position::bigint AS position,
+       q.waiter::text AS waiter, coalesce(q.owner, '')::text AS owner, q.since::timestamptz AS since,
+       (extract(epoch FROM q.waited) * 1000)::bigint AS waiting_ms
+  FROM pgbaton.lease_queue q
+ WHERE starts_with(q.name, $1::text)
+   AND ($2::text = ''
+        OR strpos(lower(q.waiter), lower($2::text)) > 0
+        OR strpos(lower(coalesce(q.owner, '')), lower($2::text)) > 0)
+ ORDER BY q.name, q.position
  LIMIT $3::int
 `
 
@@ -324,14 +327,21 @@ type LeaseWaitersParams struct {
 
 type LeaseWaitersRow struct {
 	Name      string    `json:"name"`
+	IsGroup   bool      `json:"is_group"`
+	Position  int64     `json:"position"`
 	Waiter    string    `json:"waiter"`
+	Owner     string    `json:"owner"`
 	Since     time.Time `json:"since"`
 	WaitingMs int64     `json:"waiting_ms"`
 }
 
-// Callers waiting in leasetable's Acquire (or a semaphore) for a lease or
-// for any lease of a group, oldest first: name is the lease or group name.
-// pgbaton.lease_waiter is UNLOGGED: a standby cannot read it (0A000).
+// The wait queue (pgbaton.lease_queue): callers waiting in leasetable's
+// Acquire (or a semaphore) for a lease, or for any lease of a group
+// (is_group), in the order they are served: position 1 is next. Only live
+// waiters: one whose process died leaves when its lifeline expires. Ordered
+// by name, then position; holder matches the owner or the waiter id
+// (substring, any case). pgbaton.lease_waiter is UNLOGGED: a standby cannot
+// read it (0A000).
 func (q *Queries) LeaseWaiters(ctx context.Context, db DBTX, arg LeaseWaitersParams) ([]LeaseWaitersRow, error) {
 	rows, err := db.Query(ctx, leaseWaiters, arg.Prefix, arg.Holder, arg.MaxRows)
 	if err != nil {
@@ -343,7 +353,10 @@ func (q *Queries) LeaseWaiters(ctx context.Context, db DBTX, arg LeaseWaitersPar
 		var i LeaseWaitersRow
 		if err := rows.Scan(
 			&i.Name,
+			&i.IsGroup,
+			&i.Position,
 			&i.Waiter,
+			&i.Owner,
 			&i.Since,
 			&i.WaitingMs,
 		); err != nil {

@@ -91,15 +91,22 @@ SELECT l.name, coalesce(l.lease_group, '')::text AS lease_group, coalesce(l.owne
  LIMIT sqlc.arg(max_rows)::int;
 
 -- name: LeaseWaiters :many
--- Callers waiting in leasetable's Acquire (or a semaphore) for a lease or
--- for any lease of a group, oldest first: name is the lease or group name.
--- pgbaton.lease_waiter is UNLOGGED: a standby cannot read it (0A000).
-SELECT w.name, w.waiter, w.since,
-       (extract(epoch FROM clock_timestamp() - w.since) * 1000)::bigint AS waiting_ms
-  FROM pgbaton.lease_waiter w
- WHERE starts_with(w.name, sqlc.arg(prefix)::text)
-   AND (sqlc.arg(holder)::text = '' OR strpos(lower(w.waiter), lower(sqlc.arg(holder)::text)) > 0)
- ORDER BY w.since, w.name, w.waiter
+-- The wait queue (pgbaton.lease_queue): callers waiting in leasetable's
+-- Acquire (or a semaphore) for a lease, or for any lease of a group
+-- (is_group), in the order they are served: position 1 is next. Only live
+-- waiters: one whose process died leaves when its lifeline expires. Ordered
+-- by name, then position; holder matches the owner or the waiter id
+-- (substring, any case). pgbaton.lease_waiter is UNLOGGED: a standby cannot
+-- read it (0A000).
+SELECT q.name::text AS name, q.is_group::bool AS is_group, q.position::bigint AS position,
+       q.waiter::text AS waiter, coalesce(q.owner, '')::text AS owner, q.since::timestamptz AS since,
+       (extract(epoch FROM q.waited) * 1000)::bigint AS waiting_ms
+  FROM pgbaton.lease_queue q
+ WHERE starts_with(q.name, sqlc.arg(prefix)::text)
+   AND (sqlc.arg(holder)::text = ''
+        OR strpos(lower(q.waiter), lower(sqlc.arg(holder)::text)) > 0
+        OR strpos(lower(coalesce(q.owner, '')), lower(sqlc.arg(holder)::text)) > 0)
+ ORDER BY q.name, q.position
  LIMIT sqlc.arg(max_rows)::int;
 
 -- name: JobRuns :many

@@ -19,6 +19,10 @@ import (
 // the schema's release functions; pgerrcode has only PostgreSQL's.
 const sqlstateNotFound = "PB404"
 
+// errStandby is the error of a query that reads pgbaton's unlogged tables
+// (the lease waiters) on a standby, which cannot.
+var errStandby = errors.New("this server is a standby, which cannot read pgbaton's unlogged tables (lease waiters): connect to the primary")
+
 // withPool connects (see connect), warns when the server is a standby,
 // runs fn with the pool and closes the pool when fn returns: the one place
 // a command opens and closes its connections.
@@ -120,7 +124,7 @@ func explainQueryError(err error) error {
 		return errors.New(msg)
 	case pgerrcode.FeatureNotSupported:
 		if strings.Contains(pgErr.Message, "during recovery") {
-			return fmt.Errorf("this server is a standby, which cannot read pgbaton's unlogged tables (lease waiters): connect to the primary")
+			return errStandby
 		}
 	case sqlstateNotFound:
 		return fmt.Errorf("%w: %s", errNotFound, pgErr.Message)

@@ -144,6 +144,17 @@ func TestStandbyWarning(t *testing.T) {
 	require.Contains(t, errOut, "warning: connected to a standby")
 	require.Contains(t, errOut, "connect to the primary")
 
+	// The wait queues are in an unlogged table, which a standby cannot
+	// read: locks --waiting says so and shows the rest, leases --waiting
+	// fails with the same advice.
+	code, out, errOut = cli(t, "locks", "--dsn", url, "--waiting", "-o", "json")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, errOut, "lease waiters are not shown: a standby cannot read them")
+	require.NotContains(t, out, "lease_waiters")
+	code, _, errOut = cli(t, "leases", "--dsn", url, "--waiting")
+	require.Equal(t, exitError, code)
+	require.Contains(t, errOut, "this server is a standby, which cannot read pgbaton's unlogged tables")
+
 	code, _, errOut = cli(t, "locks", "--dsn", d.URL)
 	require.Equal(t, exitOK, code)
 	require.NotContains(t, errOut, "standby", "no warning on the primary")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -12,12 +13,18 @@ import (
 	"github.com/pgbaton/pgbaton/admin/admindb"
 )
 
-// waiterView is one row of `pgbaton leases --waiting`.
+// waiterView is one row of `pgbaton leases --waiting` (and of `locks
+// --waiting`): a live waiter in the wait queue of a lease or group
+// (pgbaton.lease_queue). Position and waiting_ms are counts, plain numbers.
 type waiterView struct {
-	Name    string `json:"name"` // the lease, or the group of a semaphore
-	Waiter  string `json:"waiter"`
-	Since   string `json:"since"`
-	Waiting string `json:"waiting"`
+	Name      string `json:"name"`     // the lease, or the group of a semaphore
+	Group     bool   `json:"group"`    // name is a group: any of its leases will do
+	Position  int64  `json:"position"` // in the name's queue: 1 is served next
+	Owner     string `json:"owner"`    // the waiter's client
+	Waiter    string `json:"waiter"`
+	Since     string `json:"since"`
+	Waiting   string `json:"waiting"` // rounded for people
+	WaitingMs int64  `json:"waiting_ms"`
 }
 
 func newLeasesCmd(g *globals) *cobra.Command {
@@ -30,7 +37,7 @@ func newLeasesCmd(g *globals) *cobra.Command {
   pgbaton leases --group shards --state all
   pgbaton leases --state expired          # an owner whose expiry passed; nobody took it over yet
   pgbaton leases --limit 100 --after shard-0099   # the next page
-  pgbaton leases --waiting                # callers blocked in Acquire, oldest first`,
+  pgbaton leases --waiting                # the wait queues: who is served next, and how long each waited`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if all {
@@ -76,36 +83,73 @@ func newLeasesCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&f.state, "state", "held", "held, expired (expiry passed, not taken over yet), free, or all")
 	cmd.Flags().BoolVar(&all, "all", false, "include free and expired leases (--state all)")
 	cmd.Flags().StringVar(&f.after, "after", "", "start after this lease name: the next page of a list cut at --limit")
-	cmd.Flags().BoolVar(&waiting, "waiting", false, "show who waits for leases (pgbaton.lease_waiter) instead")
+	cmd.Flags().BoolVar(&waiting, "waiting", false, "show who waits for leases, in queue order (pgbaton.lease_queue), instead")
 	_ = cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions(leaseStates, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("after", g.completeNames(f.groupOf))
 	return cmd
 }
 
 func (g *globals) leaseWaiters(cmd *cobra.Command, pool *pgxpool.Pool, f lockFilter) error {
-	rows, err := admindb.New().LeaseWaiters(cmd.Context(), pool, admindb.LeaseWaitersParams{Prefix: f.prefix, Holder: f.holder, MaxRows: int32(f.limit) + 1})
+	views, cut, err := readLeaseWaiters(cmd.Context(), pool, f)
 	if err != nil {
-		return explainQueryError(err)
+		return err
 	}
-	var cut []string
+	err = g.renderWaiters(views)
+	if cut != "" {
+		g.sayCut([]string{cut})
+	}
+	return err
+}
+
+// readLeaseWaiters reads the wait queues f selects, by name and position,
+// at most f.limit waiters; cut says so when there were more.
+func readLeaseWaiters(ctx context.Context, pool *pgxpool.Pool, f lockFilter) ([]waiterView, string, error) {
+	rows, err := admindb.New().LeaseWaiters(ctx, pool, admindb.LeaseWaitersParams{Prefix: f.prefix, Holder: f.holder, MaxRows: int32(f.limit) + 1})
+	if err != nil {
+		return nil, "", explainQueryError(err)
+	}
+	var cut string
 	if len(rows) > f.limit {
 		rows = rows[:f.limit]
-		cut = append(cut, fmt.Sprintf("showing the %d longest waiters; there are more: pass a larger --limit or a --prefix", f.limit))
+		cut = fmt.Sprintf("showing the first %d lease waiters; there are more: pass a larger --limit, or narrow with --prefix or --holder", f.limit)
 	}
 	views := make([]waiterView, 0, len(rows))
 	for _, r := range rows {
-		views = append(views, waiterView{Name: r.Name, Waiter: r.Waiter, Since: r.Since.UTC().Format(time.RFC3339),
+		views = append(views, waiterView{Name: r.Name, Group: r.IsGroup, Position: r.Position, Owner: r.Owner, Waiter: r.Waiter,
+			Since: r.Since.UTC().Format(time.RFC3339), WaitingMs: r.WaitingMs,
 			Waiting: fmtDuration(time.Duration(r.WaitingMs) * time.Millisecond)})
 	}
-	err = g.render(views, []string{"LEASE OR GROUP", "WAITER", "SINCE", "WAITING"}, func() [][]string {
-		var out [][]string
-		for _, v := range views {
-			out = append(out, []string{v.Name, v.Waiter, v.Since, v.Waiting})
+	return views, cut, nil
+}
+
+// renderWaiters writes the wait queues: a table, one row per waiter, or
+// the views as JSON or YAML.
+func (g *globals) renderWaiters(views []waiterView) error {
+	return g.render(views, waitersHeader(g.output == "wide"), func() [][]string { return waiterRows(views, g.output == "wide") })
+}
+
+func waitersHeader(wide bool) []string {
+	header := []string{"LEASE OR GROUP", "KIND", "POSITION", "OWNER", "WAITER", "WAITED"}
+	if wide {
+		header = append(header, "SINCE")
+	}
+	return header
+}
+
+func waiterRows(views []waiterView, wide bool) [][]string {
+	var out [][]string
+	for _, v := range views {
+		kind := "lease"
+		if v.Group {
+			kind = "group"
 		}
-		return out
-	})
-	g.sayCut(cut)
-	return err
+		row := []string{v.Name, kind, strconv.FormatInt(v.Position, 10), orDash(v.Owner), v.Waiter, v.Waiting}
+		if wide {
+			row = append(row, v.Since)
+		}
+		out = append(out, row)
+	}
+	return out
 }
 
 // runView is one row of `pgbaton runs`.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -51,6 +52,9 @@ type leaseView struct {
 type locksReport struct {
 	Advisory []advisoryLock `json:"advisory"`
 	Leases   []leaseView    `json:"leases"`
+	// LeaseWaiters are the wait queues, with --waiting only (absent
+	// without it; also on a standby, which cannot read them).
+	LeaseWaiters []waiterView `json:"lease_waiters,omitzero"`
 	// cut says how the output was cut short, and how to see the rest.
 	cut []string
 }
@@ -142,8 +146,16 @@ func readLocks(ctx context.Context, pool *pgxpool.Pool, f lockFilter) (*locksRep
 	if rep.Advisory, cuts[0], err = readAdvisory(ctx, pool, f); err != nil {
 		return nil, err
 	}
-	// With --waiting, lease waiters are pgbaton leases --waiting's.
-	if !f.waiting {
+	// With --waiting, the leases' side of contention is their wait
+	// queues, as pgbaton leases --waiting shows them.
+	if f.waiting {
+		if rep.LeaseWaiters, cuts[1], err = readLeaseWaiters(ctx, pool, f); err != nil {
+			if !errors.Is(err, errStandby) {
+				return nil, err
+			}
+			rep.LeaseWaiters, cuts[1] = nil, "lease waiters are not shown: a standby cannot read them; connect to the primary"
+		}
+	} else {
 		if rep.Leases, cuts[1], err = readLeases(ctx, pool, f); err != nil {
 			return nil, err
 		}
@@ -267,6 +279,19 @@ func fmtDuration(d time.Duration) string {
 }
 
 func (g *globals) renderLocks(rep *locksReport) error {
+	if err := g.renderLockTable(rep); err != nil {
+		return err
+	}
+	// With --waiting, the wait queues follow in a table of their own
+	// (JSON and YAML have them in the report).
+	if rep.LeaseWaiters == nil || g.output == "json" || g.output == "yaml" {
+		return nil
+	}
+	fmt.Fprintln(g.stdout)
+	return g.renderWaiters(rep.LeaseWaiters)
+}
+
+func (g *globals) renderLockTable(rep *locksReport) error {
 	wide := g.output == "wide"
 	header := []string{"KIND", "LOCK", "HOLDER", "MODE/TOKEN", "STATE", "EXPIRES IN", "HELD FOR", "WAITERS"}
 	if wide {

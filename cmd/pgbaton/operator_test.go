@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -55,6 +56,7 @@ var (
 	reDuration = regexp.MustCompile(`\b\d+(\.\d+)?(ms|s|m[0-9.]+s|h[0-9]+m0s|m0s)\b`)
 	reTime     = regexp.MustCompile(`\d{4}-\d\d-\d\dT[0-9:.]+Z`)
 	reClient   = regexp.MustCompile(`127\.0\.0\.1`)
+	reMillis   = regexp.MustCompile(`(waiting_ms"?: )\d+`)
 )
 
 // normalize replaces what changes between runs (pids, times, durations).
@@ -65,6 +67,7 @@ func (f *fixture) normalize(s string) string {
 	s = reTime.ReplaceAllString(s, "TIME")
 	s = reDuration.ReplaceAllString(s, "DUR")
 	s = reClient.ReplaceAllString(s, "CLIENT")
+	s = reMillis.ReplaceAllString(s, "${1}MS")
 	// Columns widen with the values replaced above: compare words, not
 	// spacing.
 	var lines []string
@@ -93,15 +96,87 @@ func TestLocksGolden(t *testing.T) {
 		require.Equal(t, exitOK, code, errOut)
 		f.golden(t, "locks-"+output, out)
 	}
-	code, out, errOut := cli(t, "locks", "--dsn", f.db.URL, "--waiting")
-	require.Equal(t, exitOK, code, errOut)
-	f.golden(t, "locks-waiting", out)
-	code, out, errOut = cli(t, "leases", "--dsn", f.db.URL, "--all", "--group", "shards", "-o", "json")
+	code, out, errOut := cli(t, "leases", "--dsn", f.db.URL, "--all", "--group", "shards", "-o", "json")
 	require.Equal(t, exitOK, code, errOut)
 	f.golden(t, "leases-group-json", out)
 	var leases []leaseView
 	require.NoError(t, json.Unmarshal([]byte(out), &leases))
 	require.Len(t, leases, 2)
+
+	f.waitInQueues(t)
+	code, out, errOut = cli(t, "locks", "--dsn", f.db.URL, "--waiting")
+	require.Equal(t, exitOK, code, errOut)
+	f.golden(t, "locks-waiting", out)
+	code, out, errOut = cli(t, "locks", "--dsn", f.db.URL, "--waiting", "-o", "json")
+	require.Equal(t, exitOK, code, errOut)
+	f.golden(t, "locks-waiting-json", out)
+	for _, output := range []string{"table", "wide", "json", "yaml"} {
+		code, out, errOut := cli(t, "leases", "--dsn", f.db.URL, "--waiting", "-o", output)
+		require.Equal(t, exitOK, code, errOut)
+		f.golden(t, "leases-waiting-"+output, out)
+	}
+}
+
+// waitInQueues registers three waiters that live a minute: two in the
+// queue of lease:alpha, one in the queue of group shards, and one whose
+// lifeline expired at once, which is in no queue.
+func (f *fixture) waitInQueues(t *testing.T) {
+	t.Helper()
+	pool := f.db.Pool(t)
+	for _, sql := range []string{
+		`SELECT pgbaton.wait_for('lease:alpha', 'ghost/1', false, NULL, 1)`,
+		`SELECT pgbaton.wait_for('shards', 'worker-5/1', true)`,
+		`SELECT pgbaton.wait_for('lease:alpha', 'worker-3/1')`,
+		`SELECT pgbaton.wait_for('lease:alpha', 'worker-4/7')`,
+	} {
+		_, err := pool.Exec(context.Background(), sql)
+		require.NoError(t, err, sql)
+	}
+	time.Sleep(5 * time.Millisecond) // the ghost's lifeline expires
+}
+
+// leases --waiting lists the wait queues by name and position; --holder
+// matches the owner or the waiter, --prefix the name, and --limit cuts.
+func TestLeaseWaitersQueue(t *testing.T) {
+	f := newFixture(t)
+	f.waitInQueues(t)
+	waiters := func(args ...string) ([]waiterView, string) {
+		t.Helper()
+		code, out, errOut := cli(t, append([]string{"leases", "--dsn", f.db.URL, "--waiting", "-o", "json"}, args...)...)
+		require.Equal(t, exitOK, code, errOut)
+		var views []waiterView
+		require.NoError(t, json.Unmarshal([]byte(out), &views))
+		return views, errOut
+	}
+	place := func(views []waiterView) []string {
+		var got []string
+		for _, v := range views {
+			got = append(got, fmt.Sprintf("%s %t %d %s %s", v.Name, v.Group, v.Position, v.Owner, v.Waiter))
+		}
+		return got
+	}
+	all, _ := waiters()
+	require.Equal(t, []string{
+		"lease:alpha false 1 worker-3 worker-3/1",
+		"lease:alpha false 2 worker-4 worker-4/7",
+		"shards true 1 worker-5 worker-5/1",
+	}, place(all))
+	for _, v := range all {
+		require.GreaterOrEqual(t, v.WaitingMs, int64(0))
+		require.NotEmpty(t, v.Since)
+	}
+	got, _ := waiters("--holder", "WORKER-4")
+	require.Equal(t, []string{"lease:alpha false 2 worker-4 worker-4/7"}, place(got))
+	got, _ = waiters("--prefix", "sh")
+	require.Equal(t, []string{"shards true 1 worker-5 worker-5/1"}, place(got))
+	got, errOut := waiters("--limit", "1")
+	require.Equal(t, []string{"lease:alpha false 1 worker-3 worker-3/1"}, place(got))
+	require.Contains(t, errOut, "showing the first 1 lease waiters; there are more")
+
+	code, out, errOut := cli(t, "watch", "--dsn", f.db.URL, "--waiting", "--count", "1", "--interval", "10ms")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "advisory: 1 held, 1 contended, 1 sessions waiting; leases: 3 waiters")
+	require.Contains(t, out, "worker-4/7")
 }
 
 func TestReleaseLeaseIsAuditedAndFencesTheOldHolder(t *testing.T) {

@@ -108,5 +108,9 @@ func contentionSummary(rep *locksReport) (string, bool) {
 			waiting++
 		}
 	}
+	if rep.LeaseWaiters != nil { // --waiting: the wait queues instead of the held leases
+		return fmt.Sprintf("advisory: %d held, %d contended, %d sessions waiting; leases: %d waiters", held, contended, waiting, len(rep.LeaseWaiters)),
+			waiting > 0 || len(rep.LeaseWaiters) > 0
+	}
 	return fmt.Sprintf("advisory: %d held, %d contended, %d sessions waiting; leases: %d held", held, contended, waiting, len(rep.Leases)), waiting > 0
 }
