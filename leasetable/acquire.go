@@ -14,9 +14,11 @@ import (
 	"github.com/pgbaton/pgbaton/internal/telemetry"
 )
 
-// TryAcquire takes the lease name if nobody holds a live grant of it, in
-// one round trip. When someone does, it returns a *HeldError (errors.Is
-// ErrHeld) naming the holder and the grant's expiry.
+// TryAcquire takes the lease name if nobody holds a live grant of it and
+// nobody waits for it, in one round trip. When someone holds it, it
+// returns a *HeldError (errors.Is ErrHeld) naming the holder and the
+// grant's expiry; when it is free but callers wait for it (a free lease
+// goes to the oldest waiter), the *HeldError's Ahead says how many.
 func (c *Client) TryAcquire(ctx context.Context, name string) (*Lease, error) {
 	if err := checkName("lease name", name); err != nil {
 		return nil, err
@@ -238,12 +240,15 @@ func (c *Client) releaseGrants(ctx context.Context, names []string, tokens []int
 	c.log.Debug("pgbaton: gave back a grant whose caller gave up", "leases", names)
 }
 
-// Acquire takes the lease name, waiting while someone else holds it. It
-// wakes when the holder releases (LISTEN/NOTIFY on the client's one
-// listening connection) or at the holder's known expiry plus a little
-// jitter; with Config.NoListen, or where notifications are not delivered,
-// it looks again every Config.PollInterval instead. It returns ctx's error
-// when ctx ends first: the caller did not get the lease.
+// Acquire takes the lease name, waiting while someone else holds it or
+// others wait for it before this call: waiters queue in the database and
+// are served in the order they came (the package doc, "Waiting"). It
+// wakes when its turn comes (LISTEN/NOTIFY on the client's one listening
+// connection) or at the holder's known expiry plus a little jitter; with
+// Config.NoListen, or where notifications are not delivered, it looks
+// again every Config.PollInterval instead, keeping its place. It returns
+// ctx's error when ctx ends first: the caller did not get the lease, and
+// left the queue.
 func (c *Client) Acquire(ctx context.Context, name string) (*Lease, error) {
 	if err := checkName("lease name", name); err != nil {
 		return nil, err

@@ -152,3 +152,49 @@ func TestSemaphoreServesWaitersInOrder(t *testing.T) {
 	}
 	assert.Equal(t, []int{0, 1, 2, 3}, got, "the waiters in the order they were granted a permit")
 }
+
+// The queue is unlogged: a crash or a failover empties it. A waiter that
+// polls has no LISTEN connection to register it again, so its next look
+// puts it back at the end of the queue: a waiter that queues after that
+// is served after it. Without it, the poller stayed behind every waiter
+// that registered again, and a stream of them starved it.
+func TestPollingWaiterRequeuesAfterTheQueueIsLost(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := pgtest.Context(t, time.Minute)
+	holder := newClient(t, pool, leasetable.Config{Owner: "holder", TTL: time.Minute})
+	l, err := holder.TryAcquire(ctx, "lost-queue")
+	require.NoError(t, err)
+	type grant struct {
+		who   string
+		token int64
+	}
+	grants := make(chan grant, 2)
+	acquire := func(c *leasetable.Client, who string) {
+		wl, err := c.Acquire(ctx, "lost-queue")
+		if err != nil {
+			grants <- grant{who + ": " + err.Error(), 0}
+			return
+		}
+		grants <- grant{who, wl.Token()}
+		_ = wl.Release(ctx)
+	}
+	poller := newClient(t, pool, leasetable.Config{Owner: "poller", NoListen: true, PollInterval: 50 * time.Millisecond})
+	go acquire(poller, "poller")
+	queued(t, ctx, pool, "lost-queue", 1)
+	_, err = pool.Exec(ctx, "TRUNCATE pgbaton.lease_waiter") // as a failover would
+	require.NoError(t, err)
+	// The poller's next look puts it back in the queue, then a listening
+	// client queues behind it.
+	require.Eventually(t, func() bool {
+		return pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease_queue WHERE name = 'lost-queue' AND owner = 'poller'") == 1
+	}, 30*time.Second, 10*time.Millisecond, "the polling waiter did not queue again")
+	go acquire(newClient(t, pool, leasetable.Config{Owner: "listener"}), "listener")
+	queued(t, ctx, pool, "lost-queue", 2)
+	require.NoError(t, l.Release(ctx))
+	a, b := <-grants, <-grants
+	if a.token > b.token {
+		a, b = b, a
+	}
+	assert.Equal(t, []string{"poller", "listener"}, []string{a.who, b.who}, "the order of the grants")
+}

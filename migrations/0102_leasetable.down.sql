@@ -18,6 +18,7 @@ DROP FUNCTION pgbaton.renew(text,text,bigint,bigint);
 DROP FUNCTION pgbaton.try_acquire(text,text,bigint);
 DROP FUNCTION pgbaton.lease_attempt(text,text,bigint,jsonb,bigint,uuid,text);
 DROP FUNCTION pgbaton.waiters_ahead(text,text);
+DROP FUNCTION pgbaton.requeue(text,text,boolean,bigint,bigint);
 DROP FUNCTION pgbaton.held_grants(text[],bigint[],text);
 DROP FUNCTION pgbaton.session_lost(bigint,text[],bigint[],text);
 DROP FUNCTION pgbaton.prune_sessions(interval,integer);

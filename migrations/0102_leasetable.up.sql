@@ -753,6 +753,30 @@ BEGIN
                AND pgbaton.waiter_alive(w.session_id, w.expires_at));
 END $$;
 
+-- requeue puts waiter p_waiter back at the end of p_name's queue when it
+-- is not in it: the queue is unlogged, so a crash or a failover empties
+-- it, and a waiter that polls has no LISTEN connection to register it
+-- again; without this it would look behind every waiter forever. A waiter
+-- in the queue keeps its place; a NULL p_waiter does nothing.
+CREATE FUNCTION pgbaton.requeue(p_name text, p_waiter text, p_group boolean, p_session bigint, p_ttl_ms bigint)
+RETURNS void
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+BEGIN
+    IF p_waiter IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM 1 FROM pgbaton.lease_waiter w WHERE w.name = p_name AND w.waiter = p_waiter;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    INSERT INTO pgbaton.lease_waiter AS w (name, waiter, is_group, owner, session_id, expires_at)
+    VALUES (p_name, p_waiter, p_group, (SELECT s.owner FROM pgbaton.lease_session s WHERE s.id = p_session), p_session,
+            clock_timestamp() + p_ttl_ms * interval '1 millisecond')
+    ON CONFLICT (name, waiter) DO NOTHING;
+END $$;
+
 -- lease_attempt tries to take the lease name for owner for ttl_ms. When it
 -- is granted, acquired is true and token/expires_at are the new grant's.
 -- When someone holds it, acquired is false and token/expires_at/holder
@@ -785,6 +809,7 @@ DECLARE
 BEGIN
     PERFORM pgbaton.lease_check_args(p_name, p_owner, p_ttl_ms);
     sid := pgbaton.session_of(p_session, p_owner);
+    PERFORM pgbaton.requeue(p_name, p_waiter, false, sid, p_ttl_ms);
     LOOP
         -- Look before locking: an attempt on a live lease takes no row lock
         -- and no transaction id, so contended attempts write no WAL.
@@ -1379,6 +1404,7 @@ BEGIN
         RETURN;
     END IF;
     IF p_fair THEN
+        PERFORM pgbaton.requeue(p_group, p_waiter, true, sid, p_ttl_ms);
         ahead := pgbaton.waiters_ahead(p_group, p_waiter);
         IF ahead > 0 THEN
             want := least(p_n, (SELECT count(*) FROM (
