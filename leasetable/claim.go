@@ -87,9 +87,10 @@ func (c *Client) Claim(ctx context.Context, group string, n int) ([]*Lease, erro
 // that, it looks again after the client's TTL. Like Acquire it waits out
 // a server that cannot be reached, until ctx ends.
 //
-// Every idle waiter of a group wakes on each registration and release and
-// tries to claim: a burst of registrations is best made with one Register
-// call.
+// Waiters queue in the order they came: a registration or a release wakes
+// as many of them as items became free, oldest first. The items go to
+// whoever claims first (Claim does not wait its turn): in a work queue
+// throughput comes first.
 func (c *Client) ClaimWait(ctx context.Context, group string, n int) ([]*Lease, error) {
 	if err := c.checkClaim(group, n); err != nil {
 		return nil, err

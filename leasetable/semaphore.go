@@ -16,8 +16,9 @@ const MaxSlots = 10000
 // the returned lease to give the permit back. Every caller must pass the
 // same slots for a name (pgbaton.ErrInvalidArgument otherwise).
 //
-// A waiter wakes when a permit is released or at the earliest expiry of a
-// held one.
+// Waiters are served in the order they came: a released permit goes to
+// the one that has waited longest (woken by the release), or is taken at
+// the earliest expiry of a held one.
 func (c *Client) Semaphore(ctx context.Context, name string, slots int) (*Lease, error) {
 	if err := checkName("semaphore name", name); err != nil {
 		return nil, err
