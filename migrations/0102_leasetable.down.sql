@@ -11,6 +11,7 @@ DROP FUNCTION pgbaton.listen_stop();
 DROP FUNCTION pgbaton.listen_start(integer);
 DROP FUNCTION pgbaton.listen_slot_free(integer);
 DROP FUNCTION pgbaton.notify_waiters(text[]);
+DROP FUNCTION pgbaton.group_free(text,integer);
 DROP FUNCTION pgbaton.stop_waiting(text,text);
 DROP FUNCTION pgbaton.wait_for(text,text,boolean,bigint,bigint);
 DROP FUNCTION pgbaton.group_gate(text,boolean);
