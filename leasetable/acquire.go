@@ -296,9 +296,9 @@ func (c *Client) waitAcquire(ctx context.Context, name string, metadata []byte, 
 		if !errors.As(err, &held) {
 			return l, false, err // granted (the common case at once) or failed
 		}
-		c.log.Debug("pgbaton: waiting for lease", "lease", name, "holder", held.Holder, "grace", held.Grace, "expires_in", held.remaining)
+		c.log.Debug("pgbaton: waiting for lease", "lease", name, "holder", held.Holder, "grace", held.Grace, "expires_in", held.remaining, "ahead", held.Ahead)
 		w.heldBy(held.Token)
-		if err := w.wait(ctx, held.remaining); err != nil {
+		if err := w.wait(ctx, w.atHead(held)); err != nil {
 			by := fmt.Sprintf("held by %q", held.Holder)
 			if held.Grace {
 				by = "failover grace"

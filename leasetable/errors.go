@@ -57,7 +57,7 @@ type HeldError struct {
 	Token     int64     // token of the live grant
 	ExpiresAt time.Time // when the grant expires unless renewed, database clock
 	Grace     bool      // not granted for a failover grace, until ExpiresAt
-	Ahead     int       // callers queued for the lease before this one (Acquire, Semaphore, Elect)
+	Ahead     int       // callers queued for the lease before this one: for a free lease, or a caller that waits
 
 	// remaining is ExpiresAt minus the database clock when it was read, so a
 	// waiter needs no agreement between clocks.

@@ -198,3 +198,37 @@ func TestPollingWaiterRequeuesAfterTheQueueIsLost(t *testing.T) {
 	}
 	assert.Equal(t, []string{"poller", "listener"}, []string{a.who, b.who}, "the order of the grants")
 }
+
+// Nothing wakes a waiter that polls, and a freed lease is only its when
+// it is next in line: so the head of the queue looks again at a tenth of
+// PollInterval (50ms at most), and is granted a released lease long
+// before a whole PollInterval (10s here) has passed.
+func TestPollingHeadOfQueueLooksSoon(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := pgtest.Context(t, time.Minute)
+	holder := newClient(t, pool, leasetable.Config{Owner: "holder", TTL: time.Minute})
+	l, err := holder.TryAcquire(ctx, "polled")
+	require.NoError(t, err)
+	waiting := make(chan string, 1)
+	poller := newClient(t, pool, leasetable.Config{Owner: "poller", NoListen: true, PollInterval: 10 * time.Second, TTL: time.Minute,
+		Logger: logTo(waiting)})
+	got := make(chan error, 1)
+	go func() {
+		pl, err := poller.Acquire(ctx, "polled")
+		if err == nil {
+			err = pl.Release(ctx)
+		}
+		got <- err
+	}()
+	require.Equal(t, "polled", <-waiting) // queued, looked again, and waits
+	released := time.Now()
+	require.NoError(t, l.Release(ctx))
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+		t.Logf("the polling head was granted %s after the release", time.Since(released))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the polling head of the queue waited for its PollInterval (10s)")
+	}
+}

@@ -792,6 +792,7 @@ END $$;
 -- them without p_waiter, the caller's registration) is refused, with
 -- holder NULL, ahead their number, and expires_at a TTL from now (it is
 -- woken when its turn comes). A waiter granted the lease leaves the queue.
+-- A waiter refused a held lease learns its place too (ahead).
 CREATE FUNCTION pgbaton.lease_attempt(p_name text, p_owner text, p_ttl_ms bigint, p_metadata jsonb DEFAULT NULL,
     p_session bigint DEFAULT NULL, p_ref uuid DEFAULT NULL, p_waiter text DEFAULT NULL,
     OUT acquired boolean, OUT token bigint, OUT expires_at timestamptz, OUT holder text, OUT db_now timestamptz,
@@ -818,7 +819,10 @@ BEGIN
         IF present AND cur.owner IS NOT NULL AND pgbaton.lease_expiry(cur.expires_at, cur.session_id) > clock_timestamp() THEN
             -- A request sent again finds the grant it made.
             acquired := coalesce(cur.grant_ref = p_ref AND cur.owner = p_owner, false);
-            token := cur.token; holder := cur.owner; ahead := 0;
+            token := cur.token; holder := cur.owner;
+            -- A waiter learns its place: one that polls looks again soon
+            -- only at the head of the queue.
+            ahead := CASE WHEN p_waiter IS NULL OR acquired THEN 0 ELSE pgbaton.waiters_ahead(p_name, p_waiter) END;
             expires_at := CASE WHEN acquired THEN cur.expires_at
                                ELSE pgbaton.lease_expiry(cur.expires_at, cur.session_id) END;
             db_now := clock_timestamp();
