@@ -160,7 +160,14 @@ func (w *rawLeaseWorker) waitSignal() <-chan struct{} { return w.waiting }
 func (w *rawLeaseWorker) attempt(ctx context.Context, key string) (held, error) {
 	var ok bool
 	var token int64
-	err := w.c.QueryRow(ctx, "SELECT acquired, token FROM pgbaton.lease_attempt($1, $2, $3)", key, w.owner, w.ttlMs).Scan(&ok, &token)
+	// A waiter looks as itself (p_waiter, its registration's id): a free
+	// lease goes to the oldest waiter, and an attempt without the id
+	// comes after every waiter, its own registration included.
+	var waiter *string
+	if w.registered == key {
+		waiter = &w.owner
+	}
+	err := w.c.QueryRow(ctx, "SELECT acquired, token FROM pgbaton.lease_attempt($1, $2, $3, p_waiter => $4)", key, w.owner, w.ttlMs, waiter).Scan(&ok, &token)
 	if err != nil || !ok {
 		return nil, err
 	}
