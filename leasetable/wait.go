@@ -50,7 +50,7 @@ func (c *Client) startWaiting(ctx context.Context, name string, group bool) (*wa
 	if mode == pollingBackoff {
 		w.poll = &backoff.Backoff{Min: slotlessPoll, Max: c.cfg.PollInterval}
 	}
-	p := db.LeaseWaitForParams{Name: name, Waiter: id, IsGroup: group, Session: s.param(), TtlMs: c.ttlMs}
+	p := db.LeaseWaitForParams{Name: name, Waiter: id, IsGroup: group, Session: s.param(), TtlMs: c.ttlMs, Listens: mode == listening}
 	if mode == listening {
 		// Known to the listener first, so that a reconnection racing with
 		// this registration makes it again.

@@ -13,7 +13,7 @@ DROP FUNCTION pgbaton.listen_slot_free(integer);
 DROP FUNCTION pgbaton.notify_waiters(text[]);
 DROP FUNCTION pgbaton.group_free(text,integer);
 DROP FUNCTION pgbaton.stop_waiting(text,text);
-DROP FUNCTION pgbaton.wait_for(text,text,boolean,bigint,bigint);
+DROP FUNCTION pgbaton.wait_for(text,text,boolean,bigint,bigint,boolean);
 DROP FUNCTION pgbaton.group_gate(text,boolean);
 DROP FUNCTION pgbaton.renew(text,text,bigint,bigint);
 DROP FUNCTION pgbaton.try_acquire(text,text,bigint);

@@ -164,6 +164,9 @@ CREATE UNLOGGED TABLE pgbaton.lease_waiter (
     since      timestamptz NOT NULL DEFAULT clock_timestamp(),
     seq        bigint NOT NULL DEFAULT nextval('pgbaton.lease_waiter_seq'),
     is_group   boolean NOT NULL DEFAULT false,
+    -- false for a waiter that polls: nobody would hear its NOTIFY, and a
+    -- NOTIFY costs every commit of the database the notify lock.
+    listens    boolean NOT NULL DEFAULT true,
     owner      text,
     session_id bigint,
     expires_at timestamptz,
@@ -771,9 +774,9 @@ BEGIN
     IF FOUND THEN
         RETURN;
     END IF;
-    INSERT INTO pgbaton.lease_waiter AS w (name, waiter, is_group, owner, session_id, expires_at)
+    INSERT INTO pgbaton.lease_waiter AS w (name, waiter, is_group, owner, session_id, expires_at, listens)
     VALUES (p_name, p_waiter, p_group, (SELECT s.owner FROM pgbaton.lease_session s WHERE s.id = p_session), p_session,
-            clock_timestamp() + p_ttl_ms * interval '1 millisecond')
+            clock_timestamp() + p_ttl_ms * interval '1 millisecond', false)
     ON CONFLICT (name, waiter) DO NOTHING;
 END $$;
 
@@ -938,7 +941,9 @@ END $$;
 -- group name when p_group): it joins the end of the name's queue, or keeps
 -- its place when registered already. The waiter waits while its lifeline
 -- p_session lives, or, without one, for p_ttl_ms from the last call: call
--- it again to keep waiting. Call it in its own transaction, after LISTEN
+-- it again to keep waiting. A waiter that polls passes p_listens false:
+-- its turn sends no NOTIFY, and a release it alone waits for reports no
+-- waiters. Call it in its own transaction, after LISTEN
 -- pgbaton_lease and before looking at the lease again (passing the waiter
 -- to lease_attempt or claim). For a name, the FOR SHARE lock orders it
 -- against releases: a release already running commits first (and the next
@@ -946,7 +951,7 @@ END $$;
 -- notifies. For a group, the group's gate does the same (see group_gate),
 -- and never waits for a row lock.
 CREATE FUNCTION pgbaton.wait_for(p_name text, p_waiter text, p_group boolean DEFAULT false,
-    p_session bigint DEFAULT NULL, p_ttl_ms bigint DEFAULT 60000)
+    p_session bigint DEFAULT NULL, p_ttl_ms bigint DEFAULT 60000, p_listens boolean DEFAULT true)
 RETURNS void
 LANGUAGE plpgsql
 SET enable_seqscan = off
@@ -956,10 +961,10 @@ DECLARE
 BEGIN
     PERFORM pgbaton.lease_check_args(p_name, p_waiter, p_ttl_ms);
     SELECT s.owner INTO o FROM pgbaton.lease_session s WHERE s.id = p_session;
-    INSERT INTO pgbaton.lease_waiter AS w (name, waiter, is_group, owner, session_id, expires_at)
+    INSERT INTO pgbaton.lease_waiter AS w (name, waiter, is_group, owner, session_id, expires_at, listens)
     VALUES (p_name, p_waiter, coalesce(p_group, false), coalesce(o, nullif(split_part(p_waiter, '/', 1), '')), p_session,
-            clock_timestamp() + p_ttl_ms * interval '1 millisecond')
-    ON CONFLICT (name, waiter) DO UPDATE SET expires_at = EXCLUDED.expires_at;
+            clock_timestamp() + p_ttl_ms * interval '1 millisecond', coalesce(p_listens, true))
+    ON CONFLICT (name, waiter) DO UPDATE SET expires_at = EXCLUDED.expires_at, listens = EXCLUDED.listens;
     IF p_group THEN
         PERFORM pgbaton.group_gate(p_name, true);
     ELSE
@@ -1045,10 +1050,14 @@ BEGIN
                          WHERE l.name = q.name AND l.owner IS NOT NULL
                            AND pgbaton.lease_expiry(l.expires_at, l.session_id) > clock_timestamp()) THEN 0 ELSE 1 END;
         END IF;
+        -- Waiters that poll are not notified: they find their turn at
+        -- their next look.
         PERFORM pg_notify('pgbaton_lease', h.waiter)
-           FROM (SELECT w.waiter FROM pgbaton.lease_waiter w
-                  WHERE w.name = q.name AND pgbaton.waiter_alive(w.session_id, w.expires_at)
-                  ORDER BY w.seq LIMIT free) h;
+           FROM (SELECT w.waiter, w.listens FROM pgbaton.lease_waiter w
+                  WHERE w.name = q.name AND w.is_group = q.is_group
+                    AND pgbaton.waiter_alive(w.session_id, w.expires_at)
+                  ORDER BY w.seq LIMIT free) h
+          WHERE h.listens;
     END LOOP;
 END $$;
 
@@ -1153,7 +1162,7 @@ BEGIN
     IF g IS NOT NULL THEN
         PERFORM pgbaton.group_gate(g, false);
     END IF;
-    waiters := released AND EXISTS (SELECT 1 FROM pgbaton.lease_waiter w WHERE w.name = ANY (ARRAY[p_name, g]));
+    waiters := released AND EXISTS (SELECT 1 FROM pgbaton.lease_waiter w WHERE w.name = ANY (ARRAY[p_name, g]) AND w.listens);
 END $$;
 
 -- release_ref gives back the leases of p_owner in session p_session that
@@ -1212,7 +1221,7 @@ BEGIN
     -- waiter holds one gate, for an instant.
     PERFORM pgbaton.group_gate(x.grp, false)
        FROM (SELECT DISTINCT u.grp FROM unnest(groups) u(grp) WHERE u.grp IS NOT NULL ORDER BY u.grp) x;
-    wait := ARRAY(SELECT DISTINCT w.name FROM pgbaton.lease_waiter w WHERE w.name = ANY (freed || groups));
+    wait := ARRAY(SELECT DISTINCT w.name FROM pgbaton.lease_waiter w WHERE w.name = ANY (freed || groups) AND w.listens);
     RETURN QUERY SELECT f.name, (f.name = ANY (wait) OR coalesce(f.grp = ANY (wait), false))
                    FROM unnest(freed, groups) AS f(name, grp);
 END $$;

@@ -23,7 +23,7 @@ SELECT pgbaton.notify_waiters(@names::text[]);
 
 -- name: LeaseWaitFor :exec
 -- Joins the wait queue of a lease or group, bound to the client's lifeline.
-SELECT pgbaton.wait_for(@name::text, @waiter::text, @is_group::boolean, sqlc.narg(session)::bigint, @ttl_ms::bigint);
+SELECT pgbaton.wait_for(@name::text, @waiter::text, @is_group::boolean, sqlc.narg(session)::bigint, @ttl_ms::bigint, @listens::boolean);
 
 -- name: LeaseStopWaiting :exec
 SELECT pgbaton.stop_waiting(@name::text, @waiter::text);

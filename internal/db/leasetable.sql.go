@@ -609,7 +609,7 @@ func (q *Queries) LeaseUnlisten(ctx context.Context, db DBTX) error {
 }
 
 const leaseWaitFor = `-- name: LeaseWaitFor :exec
-SELECT pgbaton.wait_for($1::text, $2::text, $3::boolean, $4::bigint, $5::bigint)
+SELECT pgbaton.wait_for($1::text, $2::text, $3::boolean, $4::bigint, $5::bigint, $6::boolean)
 `
 
 type LeaseWaitForParams struct {
@@ -618,6 +618,7 @@ type LeaseWaitForParams struct {
 	IsGroup bool        `json:"is_group"`
 	Session pgtype.Int8 `json:"session"`
 	TtlMs   int64       `json:"ttl_ms"`
+	Listens bool        `json:"listens"`
 }
 
 // Joins the wait queue of a lease or group, bound to the client's lifeline.
@@ -628,6 +629,7 @@ func (q *Queries) LeaseWaitFor(ctx context.Context, db DBTX, arg LeaseWaitForPar
 		arg.IsGroup,
 		arg.Session,
 		arg.TtlMs,
+		arg.Listens,
 	)
 	return err
 }

@@ -126,6 +126,7 @@ type PgbatonLeaseWaiter struct {
 	Since     time.Time   `json:"since"`
 	Seq       int64       `json:"seq"`
 	IsGroup   bool        `json:"is_group"`
+	Listens   bool        `json:"listens"`
 	Owner     pgtype.Text `json:"owner"`
 	SessionID pgtype.Int8 `json:"session_id"`
 	ExpiresAt *time.Time  `json:"expires_at"`
