@@ -219,14 +219,7 @@ func TestPollingHeadOfQueueLooksSoon(t *testing.T) {
 	waiting := make(chan string, 1)
 	poller := newClient(t, pool, leasetable.Config{Owner: "poller", NoListen: true, PollInterval: 10 * time.Second, TTL: time.Minute,
 		Logger: logTo(waiting)})
-	got := make(chan error, 1)
-	go func() {
-		pl, err := poller.Acquire(ctx, "polled")
-		if err == nil {
-			err = pl.Release(ctx)
-		}
-		got <- err
-	}()
+	got := acquireThenRelease(ctx, poller, "polled")
 	require.Equal(t, "polled", <-waiting) // queued, looked again, and waits
 	released := time.Now()
 	require.NoError(t, l.Release(ctx))
