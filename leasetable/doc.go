@@ -100,13 +100,15 @@
 // on a free lease that others wait for returns a *HeldError whose Ahead
 // says how many. A waiter is bound to its Client's lifeline, so one whose
 // process died leaves the queue when its lifeline expires (a TTL at most);
-// one that gives up leaves at once and hands its turn on. A release or a
+// one that gives up is removed by its client in the background, within
+// about 100ms, and hands its turn on. A release or a
 // Register wakes as many waiters as leases became free, oldest first, not
 // all of them. ClaimWait and Keep queue too and are woken in order, but a
 // work queue's items go to whoever claims first (Claim does not wait its
 // turn): throughput comes first there. Clients that poll (NoListen, no
 // listen slot, a transaction pooler) keep their place in the queue and
-// find out at their next look that their turn came.
+// find out at their next look that their turn came: the head of a queue
+// looks every PollInterval/10 (5 to 50ms), those behind it less often.
 //
 // Waiters (Acquire, ClaimWait, Keep, Semaphore, Elect) wake when the lease
 // is released or items are registered, through one LISTEN connection per
