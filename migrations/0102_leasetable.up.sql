@@ -208,14 +208,15 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
 $$;
 
 -- lease_queue is the wait queue as operators read it: the live waiters
--- of each lease or group, with their place (1 is next), their client, and
--- how long they have waited.
+-- of each lease or group, with their place (1 is next), their client (its
+-- lifeline's owner), and how long they have waited.
 CREATE VIEW pgbaton.lease_queue AS
 SELECT w.name, w.is_group,
        row_number() OVER (PARTITION BY w.name ORDER BY w.seq) AS position,
-       w.waiter, coalesce(w.owner, split_part(w.waiter, '/', 1)) AS owner, w.since,
+       w.waiter, coalesce(w.owner, s.owner, split_part(w.waiter, '/', 1)) AS owner, w.since,
        clock_timestamp() - w.since AS waited
   FROM pgbaton.lease_waiter w
+  LEFT JOIN pgbaton.lease_session s ON s.id = w.session_id
  WHERE pgbaton.waiter_alive(w.session_id, w.expires_at);
 
 COMMENT ON VIEW pgbaton.lease_queue IS

@@ -78,13 +78,13 @@ type PgbatonLease struct {
 
 // pgbaton wait queue: live waiters of each lease or group in the order they are served
 type PgbatonLeaseQueue struct {
-	Name     string      `json:"name"`
-	IsGroup  bool        `json:"is_group"`
-	Position int64       `json:"position"`
-	Waiter   string      `json:"waiter"`
-	Owner    pgtype.Text `json:"owner"`
-	Since    time.Time   `json:"since"`
-	Waited   int32       `json:"waited"`
+	Name     string    `json:"name"`
+	IsGroup  bool      `json:"is_group"`
+	Position int64     `json:"position"`
+	Waiter   string    `json:"waiter"`
+	Owner    string    `json:"owner"`
+	Since    time.Time `json:"since"`
+	Waited   int32     `json:"waited"`
 }
 
 // pgbaton: lease sessions; a lease with session_id is valid while its own grant or its session has not expired
