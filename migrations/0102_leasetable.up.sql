@@ -761,7 +761,10 @@ END $$;
 -- is not in it: the queue is unlogged, so a crash or a failover empties
 -- it, and a waiter that polls has no LISTEN connection to register it
 -- again; without this it would look behind every waiter forever. A waiter
--- in the queue keeps its place; a NULL p_waiter does nothing.
+-- in the queue keeps its place; a NULL p_waiter does nothing. It counts
+-- as listening: a listener's own registration again (wait_for) may come
+-- later, and a listener not notified would wait for its timer (after a
+-- switchover the HA run's clients worked again 3 s later than before).
 CREATE FUNCTION pgbaton.requeue(p_name text, p_waiter text, p_group boolean, p_session bigint, p_ttl_ms bigint)
 RETURNS void
 LANGUAGE plpgsql
@@ -777,7 +780,7 @@ BEGIN
     END IF;
     INSERT INTO pgbaton.lease_waiter AS w (name, waiter, is_group, owner, session_id, expires_at, listens)
     VALUES (p_name, p_waiter, p_group, (SELECT s.owner FROM pgbaton.lease_session s WHERE s.id = p_session), p_session,
-            clock_timestamp() + p_ttl_ms * interval '1 millisecond', false)
+            clock_timestamp() + p_ttl_ms * interval '1 millisecond', true)
     ON CONFLICT (name, waiter) DO NOTHING;
 END $$;
 
