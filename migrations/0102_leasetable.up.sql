@@ -761,7 +761,8 @@ END $$;
 -- is not in it: the queue is unlogged, so a crash or a failover empties
 -- it, and a waiter that polls has no LISTEN connection to register it
 -- again; without this it would look behind every waiter forever. A waiter
--- in the queue keeps its place; a NULL p_waiter does nothing. It counts
+-- in the queue keeps its place, bound to p_session, the caller's lifeline
+-- now; a NULL p_waiter does nothing. It counts
 -- as listening: a listener's own registration again (wait_for) may come
 -- later, and a listener not notified would wait for its timer (after a
 -- switchover the HA run's clients worked again 3 s later than before).
@@ -770,12 +771,20 @@ RETURNS void
 LANGUAGE plpgsql
 SET enable_seqscan = off
 AS $$
+DECLARE
+    cur bigint;
 BEGIN
     IF p_waiter IS NULL THEN
         RETURN;
     END IF;
-    PERFORM 1 FROM pgbaton.lease_waiter w WHERE w.name = p_name AND w.waiter = p_waiter;
+    SELECT w.session_id INTO cur FROM pgbaton.lease_waiter w WHERE w.name = p_name AND w.waiter = p_waiter;
     IF FOUND THEN
+        -- Bound to the caller's lifeline now: one that ended (a failover
+        -- outlasting the TTL) made the waiter dead to the queue, and it
+        -- was never woken.
+        IF p_session IS NOT NULL AND cur IS DISTINCT FROM p_session THEN
+            UPDATE pgbaton.lease_waiter w SET session_id = p_session WHERE w.name = p_name AND w.waiter = p_waiter;
+        END IF;
         RETURN;
     END IF;
     INSERT INTO pgbaton.lease_waiter AS w (name, waiter, is_group, owner, session_id, expires_at, listens)
@@ -1441,8 +1450,8 @@ BEGIN
     IF grace IS NOT NULL THEN
         RETURN;
     END IF;
+    PERFORM pgbaton.requeue(p_group, p_waiter, true, sid, p_ttl_ms);
     IF p_fair THEN
-        PERFORM pgbaton.requeue(p_group, p_waiter, true, sid, p_ttl_ms);
         ahead := pgbaton.waiters_ahead(p_group, p_waiter);
         IF ahead > 0 THEN
             want := least(p_n, pgbaton.group_free(p_group, ahead + p_n) - ahead);
