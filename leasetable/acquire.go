@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -41,7 +41,7 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte, wait
 	// The local deadline counts from before the request is sent: the
 	// database's expiry can only be later.
 	start := time.Now()
-	s, err := c.lifelineFor(ctx)
+	s, err := c.sessionFor(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -56,17 +56,17 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte, wait
 		return row, err
 	}, func(ctx context.Context, row db.LeaseAttemptRow, err error) {
 		// Granted, or maybe granted: give back what the request id got.
-		// releaseRef tries again after the lifeline's next keep-alive if
+		// The keeper tries again after the session's next keep-alive if
 		// the server cannot be reached now; the grant is bound to the
-		// lifeline, so without that it would be kept alive with it.
+		// session, so without that it would be kept alive with it.
 		if err != nil || row.Acquired {
-			c.releaseRef(ctx, s, p.Ref)
+			c.giveBackRef(ctx, s, p.Ref)
 		}
 	})
 	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		if f, _ := classify(context.Background(), err); f == ambiguous {
 			// The grant may have landed: give it back by its request id.
-			c.goBackground(func(ctx context.Context) { c.releaseRef(ctx, s, p.Ref) })
+			c.k.giveBackRef(s, p.Ref)
 		}
 	}
 	if err != nil {
@@ -79,36 +79,36 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte, wait
 		return nil, &HeldError{Name: name, Holder: row.Holder, Token: row.Token, ExpiresAt: row.ExpiresAt,
 			Grace: row.GraceUntil != nil, Ahead: int(row.Ahead), remaining: row.ExpiresAt.Sub(row.DbNow)}
 	}
-	return c.track(name, "", row.Token, s, row.ExpiresAt, start, waitStart)
+	leases, err := c.track("", []db.LeaseClaimRow{{Name: name, Token: row.Token, ExpiresAt: row.ExpiresAt}}, s, start, waitStart)
+	if err != nil {
+		return nil, err
+	}
+	return leases[0], nil
 }
 
-// track creates the Lease for a grant, records the granted attempt and
-// starts keeping the lease alive.
-func (c *Client) track(name, group string, token int64, s *lifeline, expires, start, waitStart time.Time) (*Lease, error) {
-	l := newLease(c, name, group, token, s, expires, start)
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		// Closed while the grant was in flight: give it back at once.
+// track creates the Leases for grants made in one round trip, bound to
+// session s, records each as an acquired attempt and has the keeper keep
+// them. If the client closed while they were in flight, they are given
+// back at once and it returns pgbaton.ErrClosed.
+func (c *Client) track(group string, rows []db.LeaseClaimRow, s *session, start, waitStart time.Time) ([]*Lease, error) {
+	leases := make([]*Lease, len(rows))
+	for i, r := range rows {
+		leases[i] = newLease(c, r.Name, group, r.Token, s, r.ExpiresAt, start)
+	}
+	if !c.k.add(leases) {
 		ctx, cancel := c.cleanupContext(context.Background())
 		defer cancel()
-		c.releaseGrants(ctx, []string{name}, []int64{token})
-		l.transition(leaseReleased, fmt.Errorf("%w: %q token %d: client closed", ErrReleased, name, token), "")
+		names, tokens := grants(leases)
+		c.releaseGrants(ctx, names, tokens)
+		for _, l := range leases {
+			l.transition(leaseReleased, fmt.Errorf("%w: %q token %d: client closed", ErrReleased, l.name, l.token), "")
+		}
 		return nil, pgbaton.ErrClosed
 	}
-	c.leases[l] = struct{}{}
-	c.mu.Unlock()
-	c.attempted(context.Background(), l.metricName(), telemetry.Acquired, waitStart)
-	l.start()
-	return l, nil
-}
-
-func (c *Client) untrack(l *Lease) {
-	c.mu.Lock()
-	delete(c.leases, l)
-	delete(c.handedOff, l)
-	delete(c.toSettle, l)
-	c.mu.Unlock()
+	for _, l := range leases {
+		c.attempted(context.Background(), l.metricName(), telemetry.Acquired, waitStart)
+	}
+	return leases, nil
 }
 
 // inFlight sends a statement that may grant leases so that no grant is
@@ -141,7 +141,7 @@ func inFlight[T any](c *Client, ctx context.Context, send func(context.Context) 
 		return zero, ctxErr(ctx)
 	}
 	if ctx.Done() == nil {
-		if !c.enter() {
+		if !c.k.enter() {
 			return zero, pgbaton.ErrClosed
 		}
 		defer c.background.Done()
@@ -153,20 +153,19 @@ func inFlight[T any](c *Client, ctx context.Context, send func(context.Context) 
 		v   T
 		err error
 	}
+	// The reply goes into ch; then whichever of the sender and the caller
+	// giving up takes the turn first decides who reads it.
 	ch := make(chan reply, 1)
-	var mu sync.Mutex
-	gone := false
-	ok := c.spawn(func() {
+	var taken atomic.Bool
+	ok := c.k.spawn(func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.TTL)
 		v, err := send(sctx)
 		cancel()
-		mu.Lock()
-		if !gone {
-			ch <- reply{v, err}
-			mu.Unlock()
-			return
+		ch <- reply{v, err}
+		if taken.CompareAndSwap(false, true) {
+			return // the caller reads it
 		}
-		mu.Unlock()
+		<-ch // the caller gave up
 		if abandoned == nil {
 			return
 		}
@@ -182,15 +181,11 @@ func inFlight[T any](c *Client, ctx context.Context, send func(context.Context) 
 		return r.v, r.err
 	case <-ctx.Done():
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	select {
-	case r := <-ch:
-		return r.v, r.err
-	default:
-		gone = true
+	if taken.CompareAndSwap(false, true) {
 		return zero, ctxErr(ctx)
 	}
+	r := <-ch // the sender took the turn: its reply is there
+	return r.v, r.err
 }
 
 // ctxErr is the error of an ended ctx: its Err, and its cause when that
@@ -203,11 +198,9 @@ func ctxErr(ctx context.Context) error {
 	return fmt.Errorf("%w: %w", err, cause)
 }
 
-// releaseRef gives back whatever request ref granted in lifeline s, when
+// releaseRef gives back whatever request ref granted in session s, when
 // its reply was lost or its caller gave up without knowing the tokens.
-// Best effort: what cannot be given back now is tried again after the
-// lifeline's next keep-alive, and ends with the lifeline at the latest.
-func (c *Client) releaseRef(ctx context.Context, s *lifeline, ref pgtype.UUID) {
+func (c *Client) releaseRef(ctx context.Context, s *session, ref pgtype.UUID) error {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReleaseTimeout)
 	defer cancel()
 	var freed []string
@@ -216,17 +209,22 @@ func (c *Client) releaseRef(ctx context.Context, s *lifeline, ref pgtype.UUID) {
 		return err
 	})
 	c.notifyWaiters(ctx, freed)
-	if err != nil {
-		s.mu.Lock()
-		s.orphans = append(s.orphans, ref)
-		s.mu.Unlock()
+	return err
+}
+
+// giveBackRef gives back by its request id what a request granted whose
+// caller gave up; what cannot be given back now goes to the keeper's
+// queue, tried again after the session's next keep-alive.
+func (c *Client) giveBackRef(ctx context.Context, s *session, ref pgtype.UUID) {
+	if err := c.releaseRef(ctx, s, ref); err != nil {
 		c.log.Debug("pgbaton: giving back a grant by its request id failed; trying again later", "error", err)
+		c.k.giveBackRef(s, ref)
 	}
 }
 
 // releaseGrants gives back grants the client cannot keep because it
 // closed while they were in flight (grants whose caller gave up go back by
-// request id, releaseRef). Best effort: the client's lifeline ends with
+// request id, releaseRef). Best effort: the client's session ends with
 // it, so what fails here expires at its TTL.
 func (c *Client) releaseGrants(ctx context.Context, names []string, tokens []int64) {
 	if len(names) == 0 {

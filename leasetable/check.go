@@ -65,25 +65,26 @@ func (c *Client) Check(ctx context.Context) error {
 // overdue describes the held leases whose last successful keep-alive is
 // older than RenewInterval and half of it again: how many, and at most 5
 // of them.
-func (c *Client) overdue() (int, []string) {
-	c.mu.Lock()
-	s := c.line
-	c.mu.Unlock()
-	if s == nil {
-		return 0, nil
-	}
-	late, since := s.overdue(c.cfg.RenewInterval + c.cfg.RenewInterval/2)
-	if !late {
-		return 0, nil
-	}
-	leases := s.bound()
-	var out []string
-	for _, l := range leases[:min(len(leases), 5)] {
-		out = append(out, fmt.Sprintf("%q token %d (last kept alive %s ago, lost in %s)", l.name, l.token,
-			since.Round(time.Millisecond), max(time.Until(l.Deadline()), 0).Round(time.Millisecond)))
-	}
-	if len(leases) > len(out) {
-		out = append(out, fmt.Sprintf("and %d more", len(leases)-len(out)))
-	}
-	return len(leases), out
+func (c *Client) overdue() (n int, out []string) {
+	limit := c.cfg.RenewInterval + c.cfg.RenewInterval/2
+	c.k.ask(func(k *keeper) {
+		s := k.sess
+		if s == nil {
+			return
+		}
+		since := time.Since(s.renewedAt)
+		if since <= limit {
+			return
+		}
+		leases := k.live()
+		for _, l := range leases[:min(len(leases), 5)] {
+			out = append(out, fmt.Sprintf("%q token %d (last kept alive %s ago, lost in %s)", l.name, l.token,
+				since.Round(time.Millisecond), max(time.Until(l.Deadline()), 0).Round(time.Millisecond)))
+		}
+		if len(leases) > len(out) {
+			out = append(out, fmt.Sprintf("and %d more", len(leases)-len(out)))
+		}
+		n = len(leases)
+	})
+	return n, out
 }

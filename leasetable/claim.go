@@ -198,7 +198,7 @@ func (c *Client) checkClaim(group string, n int) error {
 // to the waiters ahead of it first (semaphores).
 func (c *Client) claim(ctx context.Context, group string, n int, waitStart time.Time, w *waiting, fair bool) ([]*Lease, error) {
 	start := time.Now()
-	s, err := c.lifelineFor(ctx)
+	s, err := c.sessionFor(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -217,49 +217,18 @@ func (c *Client) claim(ctx context.Context, group string, n int, waitStart time.
 		// As in attempt: by request id, tried again after the next
 		// keep-alive when the server cannot be reached now.
 		if err != nil || len(rows) > 0 {
-			c.releaseRef(ctx, s, p.Ref)
+			c.giveBackRef(ctx, s, p.Ref)
 		}
 	})
 	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		if f, _ := classify(context.Background(), err); f == ambiguous {
-			c.goBackground(func(ctx context.Context) { c.releaseRef(ctx, s, p.Ref) })
+			c.k.giveBackRef(s, p.Ref)
 		}
 	}
 	if err != nil {
 		return nil, c.dbError("claim from "+group, err)
 	}
-	return c.trackClaimed(ctx, group, rows, s, start, waitStart)
-}
-
-// releaseClaimed gives back claimed rows nobody took.
-func (c *Client) releaseClaimed(ctx context.Context, rows []db.LeaseClaimRow) {
-	names, tokens := make([]string, len(rows)), make([]int64, len(rows))
-	for i, r := range rows {
-		names[i], tokens[i] = r.Name, r.Token
-	}
-	c.releaseGrants(ctx, names, tokens)
-}
-
-// trackClaimed turns claimed rows into kept leases. If the client closed
-// meanwhile, every one of them is given back.
-func (c *Client) trackClaimed(ctx context.Context, group string, rows []db.LeaseClaimRow, s *lifeline, start, waitStart time.Time) ([]*Lease, error) {
-	leases := make([]*Lease, 0, len(rows))
-	for i, r := range rows {
-		l, err := c.track(r.Name, group, r.Token, s, r.ExpiresAt, start, waitStart)
-		if err != nil {
-			// Closed meanwhile: track gave this one back; give back the
-			// rest, and the ones tracked already.
-			cctx, cancel := c.cleanupContext(ctx)
-			defer cancel()
-			c.releaseClaimed(cctx, rows[i+1:])
-			for _, l := range leases {
-				_ = l.Release(cctx)
-			}
-			return nil, err
-		}
-		leases = append(leases, l)
-	}
-	return leases, nil
+	return c.track(group, rows, s, start, waitStart)
 }
 
 // Complete ends leases and deletes their rows in one round trip: the work
@@ -347,7 +316,7 @@ func (c *Client) CompleteAndClaim(ctx context.Context, group string, n int, done
 		return nil, cb.finish(nil, r.err)
 	}
 	doneErr := cb.finish(r.deleted, nil)
-	leases, err := c.trackClaimed(ctx, group, r.claimed, r.s, start, start)
+	leases, err := c.track(group, r.claimed, r.s, start, start)
 	if err != nil {
 		return nil, errors.Join(doneErr, err)
 	}
@@ -366,7 +335,7 @@ type completeAndClaimReply struct {
 // completeAndClaim sends complete_many and claim in one batch: one round
 // trip, one implicit transaction up to the batch's Sync, so a failed claim
 // undoes the completions.
-func (c *Client) completeAndClaim(ctx context.Context, p db.LeaseCompleteManyParams, group string, n int, s *lifeline, ref pgtype.UUID) (completeAndClaimReply, error) {
+func (c *Client) completeAndClaim(ctx context.Context, p db.LeaseCompleteManyParams, group string, n int, s *session, ref pgtype.UUID) (completeAndClaimReply, error) {
 	var r completeAndClaimReply
 	b := &pgx.Batch{}
 	b.Queue(db.LeaseCompleteManySQL, p.Names, p.Tokens, p.Owner).Query(func(rows pgx.Rows) error {
@@ -453,7 +422,7 @@ func (c *Client) CompleteTx(ctx context.Context, tx pgbaton.Tx, leases ...*Lease
 	err := c.q.LeaseCompleteTx(ctx, tx, p)
 	// Whatever the outcome, the rows this statement locked stay locked
 	// until tx ends; then settle learns whether it committed.
-	defer c.settleLater(handed)
+	defer c.k.settleLater(handed)
 	if err == nil {
 		for _, l := range handed {
 			l.recordReleased(false)
@@ -521,9 +490,8 @@ func (c *Client) startCompletion(leases []*Lease) (*completion, error) {
 		case first: // lost before
 			cb.unheld = append(cb.unheld, l.name)
 		default:
-			l.mu.Lock()
-			as, err := l.finishedAs, l.releaseErr
-			l.mu.Unlock()
+			st := l.status()
+			as, err := st.finishedAs, st.releaseErr
 			// Released, or a completion that did not take (lost, taken
 			// over, a CompleteTx that failed or rolled back).
 			if as == finishedRelease || errors.Is(err, ErrNotHeld) {
@@ -547,9 +515,11 @@ func (cb *completion) finish(deleted []string, err error) error {
 		for _, l := range cb.leases {
 			l.setReleaseErr(err)
 			l.recordReleased(false)
-			// Stopped but not completed: given back after the next
-			// keep-alive (or by Close), not kept alive with the lifeline.
-			l.c.remember(l)
+		}
+		// Stopped but not completed: given back by the keeper (or by
+		// Close), not kept alive with the session.
+		if len(cb.leases) > 0 {
+			cb.leases[0].c.k.giveBack(cb.leases)
 		}
 		return err
 	}

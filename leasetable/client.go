@@ -43,27 +43,12 @@ type Client struct {
 	waiterPrefix string
 	waiterSeq    atomic.Int64
 
-	mu     sync.Mutex // guards the fields below; lock order in internals.go
-	closed bool
-	leases map[*Lease]struct{}
-	sems   map[string]int // semaphores registered by this client: name -> slots
-	// unreturned are leases whose release or completion could not reach
-	// the database. They are given back after the next successful
-	// keep-alive (returnUnreturned), and by Close at the latest: bound to a
-	// live lifeline, they would otherwise stay held for as long as the
-	// client runs.
-	unreturned map[*Lease]struct{}
-	returning  atomic.Bool // a returnUnreturned is on its way
-	// handedOff are leases completed in a caller's transaction
-	// (CompleteTx), until settle learns how that transaction ended.
-	handedOff map[*Lease]struct{}
-	toSettle  map[*Lease]struct{} // handed off and their complete_tx sent
-	settling  bool                // a settle loop runs
+	// k owns the client's session, its leases and what it has to give
+	// back (keeper.go).
+	k *keeper
 
-	// line is the lifeline new grants bind to (nil: none yet, or the
-	// last one died); lineSem serialises opening one (internals.go).
-	line    *lifeline
-	lineSem chan struct{}
+	// sems are the semaphores this client has checked: name -> slots.
+	sems sync.Map
 
 	// cc queues concurrent CompleteAndClaim calls per group, sent
 	// together (combine.go).
@@ -111,13 +96,10 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	c := &Client{
 		pool: pool, cfg: cfg, ttlMs: cfg.ttlMs(), q: q, log: cfg.Logger,
 		bg: bg, bgCancel: cancel,
-		leases:     make(map[*Lease]struct{}),
-		sems:       make(map[string]int),
-		unreturned: make(map[*Lease]struct{}),
-		handedOff:  make(map[*Lease]struct{}),
-		toSettle:   make(map[*Lease]struct{}),
-		lineSem:    make(chan struct{}, 1),
 	}
+	c.k = newKeeper(c)
+	c.background.Add(1)
+	go c.k.run()
 	// Room for a slash and 20 digits; cut on a character boundary.
 	if cfg.MeterProvider != nil {
 		c.tel = telemetry.New("lease", telemetry.Config{MeterProvider: cfg.MeterProvider, WithNames: cfg.MetricNames})
@@ -160,39 +142,29 @@ func (c *Client) Pool() (*pgxpool.Pool, error) {
 // Config.ReleaseTimeout (or ctx's deadline, if later). Leases it could not
 // give back stay held until their TTL; its error names them.
 func (c *Client) Close(ctx context.Context) error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	left, ok := c.closeKeeper()
+	if !ok {
 		return nil
 	}
-	c.closed = true
-	held := make([]*Lease, 0, len(c.leases))
-	for l := range c.leases {
-		held = append(held, l)
-	}
-	retry := make([]*Lease, 0, len(c.unreturned))
-	for l := range c.unreturned {
-		retry = append(retry, l)
-	}
-	handed := make([]*Lease, 0, len(c.handedOff))
-	for l := range c.handedOff {
-		handed = append(handed, l)
-	}
-	c.mu.Unlock()
 	var errs []error
 	var stopped []*Lease
-	for _, l := range held {
+	for _, l := range left.held {
 		if _, proceed := l.beginFinish(finishedRelease); proceed {
 			stopped = append(stopped, l)
 		}
 	}
-	if err := c.releaseAll(ctx, stopped, retry); err != nil {
+	if err := c.releaseAll(ctx, stopped, left.back); err != nil {
 		errs = append(errs, err)
 	}
-	for _, l := range handed {
+	cctx, cancel := c.cleanupContext(ctx)
+	defer cancel()
+	for _, r := range left.refs {
+		_ = c.releaseRef(cctx, r.s, r.ref)
+	}
+	for _, l := range left.handed {
 		l.endHandedOff("client closed")
 	}
-	if err := c.closeLifeline(ctx); err != nil {
+	if err := c.closeSession(ctx, left.sess); err != nil {
 		errs = append(errs, err)
 	}
 	c.ln.close()
@@ -202,8 +174,6 @@ func (c *Client) Close(ctx context.Context) error {
 	c.bgCancel()
 	c.background.Wait()
 	// Registrations whose removal was skipped because Close had begun.
-	cctx, cancel := c.cleanupContext(ctx)
-	defer cancel()
 	if err := c.q.LeaseStopWaitingAll(cctx, c.pool, c.waiterPrefix[:len(c.waiterPrefix)-1]); err != nil {
 		errs = append(errs, c.dbError("remove waiter registrations", err))
 	}
@@ -225,39 +195,11 @@ func (c *Client) cleanupContext(ctx context.Context) (context.Context, context.C
 // goBackground runs fn on its own goroutine, which Close waits for. After
 // Close has begun it does nothing.
 func (c *Client) goBackground(fn func(ctx context.Context)) {
-	c.spawn(func() { fn(c.bg) })
-}
-
-// spawn runs fn on a goroutine Close waits for, and reports whether it
-// did: not after Close has begun.
-func (c *Client) spawn(fn func()) bool {
-	if !c.enter() {
-		return false
-	}
-	go func() {
-		defer c.background.Done()
-		fn()
-	}()
-	return true
-}
-
-// enter counts work Close waits for, and reports whether it did: not
-// after Close has begun. The caller calls c.background.Done when the work
-// is over.
-func (c *Client) enter() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return false
-	}
-	c.background.Add(1)
-	return true
+	c.k.spawn(func() { fn(c.bg) })
 }
 
 func (c *Client) checkOpen() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
+	if c.k.isClosed() {
 		return pgbaton.ErrClosed
 	}
 	return nil

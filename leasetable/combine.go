@@ -3,6 +3,7 @@ package leasetable
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
@@ -34,13 +35,15 @@ type combined struct {
 	n    int
 	done chan combinedReply // buffered: the sender never blocks on it
 
-	mu   sync.Mutex // guards gone; a leaf lock
-	gone bool       // the caller gave up: the sender settles the reply
+	// taken: the turn to decide who reads the reply, taken by the sender
+	// once the reply is in done or by the caller giving up (as in
+	// inFlight); the caller reads it unless the caller took the turn.
+	taken atomic.Bool
 }
 
 // combinedReply is a caller's part of the reply.
 type combinedReply struct {
-	s       *lifeline
+	s       *session
 	deleted []string // every caller's completed names (each looks up its own)
 	claimed []db.LeaseClaimRow
 	err     error
@@ -81,7 +84,7 @@ func (c *Client) completeAndClaimCombined(ctx context.Context, group string, cal
 		cc.sending[group]++
 	}
 	cc.mu.Unlock()
-	if start && ctx.Done() == nil && c.enter() {
+	if start && ctx.Done() == nil && c.k.enter() {
 		// call is among those taken, waits for the next, or went with
 		// another sender's; none taken ends this turn (takeCombined).
 		if calls := c.takeCombined(group); calls != nil {
@@ -92,7 +95,7 @@ func (c *Client) completeAndClaimCombined(ctx context.Context, group string, cal
 		}
 		c.background.Done()
 	}
-	if !start || c.spawn(func() { c.sendCombined(group) }) {
+	if !start || c.k.spawn(func() { c.sendCombined(group) }) {
 		return
 	}
 	// Closed: nothing will send what is queued for group.
@@ -168,7 +171,7 @@ func (c *Client) sendCalls(group string, calls []*combined) {
 	// use. Not cancelled by Close, which waits for it.
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.TTL)
 	defer cancel()
-	s, err := c.lifelineFor(ctx)
+	s, err := c.sessionFor(ctx)
 	if err != nil {
 		for _, call := range calls {
 			c.deliver(call, combinedReply{err: err})
@@ -192,7 +195,7 @@ func (c *Client) sendCalls(group string, calls []*combined) {
 		if f, _ := classify(context.Background(), err); f == ambiguous || ctx.Err() != nil {
 			// The claim may have landed (a broken connection, the TTL's
 			// timeout): give back by its request id whatever it granted.
-			c.goBackground(func(ctx context.Context) { c.releaseRef(ctx, s, ref) })
+			c.k.giveBackRef(s, ref)
 		}
 		err = c.dbError("complete and claim from "+group, err)
 		for _, call := range calls {
@@ -211,13 +214,11 @@ func (c *Client) sendCalls(group string, calls []*combined) {
 // deliver hands r to call's caller or, if it gave up, settles r: its
 // finished leases from the reply, its share of the claim given back.
 func (c *Client) deliver(call *combined, r combinedReply) {
-	call.mu.Lock()
-	if !call.gone {
-		call.done <- r
-		call.mu.Unlock()
+	call.done <- r
+	if call.taken.CompareAndSwap(false, true) {
 		return
 	}
-	call.mu.Unlock()
+	<-call.done // the caller gave up
 	_ = call.cb.finish(r.deleted, r.err)
 	if len(r.claimed) > 0 {
 		names := make([]string, len(r.claimed))
@@ -243,13 +244,8 @@ func awaitCombined(ctx context.Context, call *combined) (r combinedReply, ok boo
 		return r, true
 	case <-ctx.Done():
 	}
-	call.mu.Lock()
-	defer call.mu.Unlock()
-	select {
-	case r = <-call.done:
-		return r, true
-	default:
-		call.gone = true
+	if call.taken.CompareAndSwap(false, true) {
 		return r, false
 	}
+	return <-call.done, true
 }

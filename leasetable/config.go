@@ -28,7 +28,7 @@ type Config struct {
 	// clock. Sent as whole milliseconds (rounded up). Default 15s.
 	TTL time.Duration
 
-	// RenewInterval is how often the client's lifeline is kept
+	// RenewInterval is how often the client's session is kept
 	// alive: one statement for all the leases it holds. Default TTL/3. It
 	// must be shorter than TTL - SafetyMargin, or the local deadline would
 	// pass before the first keep-alive.
@@ -42,7 +42,7 @@ type Config struct {
 	// (ErrClockStep). Default TTL/10.
 	SafetyMargin time.Duration
 
-	// Logger receives lost leases and lifelines, keep-alive failures and
+	// Logger receives lost leases and sessions, keep-alive failures and
 	// forward steps of the database's clock (Warn), reconnects
 	// of the LISTEN connection (Warn when it fails, Info when it is back),
 	// refusals of a standby or an unmigrated database (Error), and waits
@@ -103,7 +103,7 @@ type Config struct {
 
 	// Retention says how long the rows of leasetable's tables that pile
 	// up with use (waiter registrations, unused named leases, dead
-	// lifelines) are kept, and how this client prunes them in the
+	// sessions) are kept, and how this client prunes them in the
 	// background: once per Retention.Interval one client of all those
 	// sharing the database takes the lease RetentionLease and deletes old
 	// rows in small batches. The zero value prunes with the documented

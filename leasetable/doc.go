@@ -34,12 +34,12 @@
 //
 // A Client keeps all its leases alive with one statement per
 // Config.RenewInterval, however many it holds: every grant is bound to the
-// client's lifeline, a row of pgbaton.lease_session, and the database
-// counts a lease valid while its own grant or its lifeline has not
-// expired. A lifeline that expired is never revived: a client paused past
+// client's lease session, a row of pgbaton.lease_session, and the database
+// counts a lease valid while its own grant or its session has not
+// expired. A session that expired is never revived: a client paused past
 // its TTL cannot bring back leases the database already let go. An
 // operator's forced release reaches the holder at the next keep-alive.
-// A lifeline with no lease for a TTL lapses, and Close deletes it.
+// A session with no lease for a TTL lapses, and Close deletes it.
 //
 // # Calls by job
 //
@@ -98,8 +98,8 @@
 // waited). A lease nobody holds goes to the oldest live waiter: Acquire,
 // Semaphore and Elect are served first come, first served, and TryAcquire
 // on a free lease that others wait for returns a *HeldError whose Ahead
-// says how many. A waiter is bound to its Client's lifeline, so one whose
-// process died leaves the queue when its lifeline expires (a TTL at most);
+// says how many. A waiter is bound to its Client's session, so one whose
+// process died leaves the queue when its session expires (a TTL at most);
 // one that gives up is removed by its client in the background, within
 // about 100ms, and hands its turn on. A release or a
 // Register wakes as many waiters as leases became free, oldest first, not
@@ -165,14 +165,14 @@
 //
 // The protocol is SQL functions in the pgbaton schema (try_acquire, renew,
 // release, release_many, complete, complete_many, complete_tx, register,
-// claim, wait_for, stop_waiting, and the lifeline functions session_open,
+// claim, wait_for, stop_waiting, and the session functions session_open,
 // session_keepalive, session_close), so psql or any other client can take
 // part; this package calls them. See [SQL protocol].
 //
 // # Retention, metrics and logs
 //
 // The rows of this package's tables that pile up with use (waiter
-// registrations, named leases nobody uses, dead lifelines) are pruned in
+// registrations, named leases nobody uses, dead sessions) are pruned in
 // the background by one Client at a time, under RetentionLease
 // (Config.Retention, Prune). The other tables are package retention's.
 //
@@ -207,84 +207,25 @@ package leasetable
 //     (retention.go).
 //
 // The machinery under them: a Lease and its deadline (lease.go), the
-// keep-alive lifeline (lifeline.go), waits and the LISTEN connection
-// (wait.go, listener.go), giving leases back (release.go), completions in
-// callers' transactions (settle.go), retries after failovers (retry.go).
+// client's keeper, the one goroutine that owns its session, its leases and
+// what it has to give back (keeper.go), the session and its keep-alive
+// (session.go), waits and the LISTEN connection (wait.go, listener.go),
+// giving leases back (release.go), retries after failovers (retry.go).
 //
-// # Why lifelines are safe
-//
-// The database counts a lease bound to a lifeline as valid while
-//
-//	greatest(lease.expires_at, lease_session.expires_at) > clock_timestamp()
-//
-// (pgbaton.lease_expiry; the view pgbaton.lease_status shows it).
-//
-//   - Each lease's local deadline is the later of the send time of its
-//     grant (or of its last explicit Renew) and the send time of its
-//     lifeline's last successful keep-alive, plus TTL - SafetyMargin. Both
-//     requests were sent before the database took the time their expiry
-//     counts from, so the local deadline comes before the database's
-//     expiry.
-//   - A keep-alive extends only a lifeline that has not expired; it never
-//     revives one. A client paused past its TTL opens a new lifeline for
-//     new grants.
-//   - While a lifeline lives, the database lets none of its leases go. The
-//     one exception, pgbaton.force_release_lease, bumps the lifeline's
-//     revoked counter; the next keep-alive returns it and the client ends
-//     exactly the leases that were taken, in one query.
-//   - When keep-alives fail or hang, every lease of the lifeline ends at its
-//     own deadline (a lease granted after the last successful keep-alive
-//     later than the others), never later.
-//
-// Measured: 20,000 leases at TTL 3s cost one write transaction per second.
-// Clients of the SQL protocol that renew leases one by one (try_acquire +
-// renew) are unaffected; they may also use lifelines (session_open,
-// session_keepalive, session_close, and the p_session argument of
-// lease_attempt and claim).
-//
-// # Clock steps in detail
-//
-// Each keep-alive compares how far the database's clock moved since the
-// previous one with how far the client's monotonic clock did, counting the
-// client's side from the previous send to this reply, so that a slow
-// round trip never looks like a step. If the keep-alive that sees a step
-// found the lifeline alive, the database let none of its leases go, and
-// they are kept; every other lease the client holds (all of them when the
-// lifeline was gone) is lost at once. A step between SafetyMargin and
-// SafetyMargin plus the round trips of two keep-alives may go unnoticed:
-// keep SafetyMargin well above the round trip. A client whose own
-// monotonic clock stood still (its machine was suspended) sees the same
-// as a step of the database's. A step back lengthens leases in the
-// database, never a holder's hold; only the lease of a holder that died
-// stays taken for as much longer as the step.
-//
-// # Failover grace in detail
-//
-// The grace starts when the new timeline's epoch is stored (by the first
-// keep-alive, session_open or refused grant on it). By its end every
-// holder of a lost grant has reached its local deadline, and a holder
-// whose lifeline reached the new primary without a later grant bound to it
-// is told at its next keep-alive, which sees the epoch move and looks up
-// its leases (ErrLeaseLost, cause superseded). Every timeline change
-// imposes it (a clean switchover cannot be told apart from a failover).
-// The longest TTL in use is the largest TTL of any grant or lifeline so far
-// (pgbaton.lease_ttl: a TTL is noted before its first grant is
-// acknowledged, and never forgotten); a grant with a TTL longer than every
-// one before, itself lost in the failover, is not covered (a Client notes
-// its TTL when it opens its lifeline, before its first grant). Waiters
-// register again when their LISTEN connection comes back: a crash or a
-// failover empties the unlogged table of registrations.
+// Why lease sessions are safe, how clock steps are seen and what the
+// failover grace covers is argued once, in docs/safety.md.
 //
 // # Goroutines
 //
-//   - Per Client: the LISTEN connection's loop, started by a waiter when
-//     a listen slot is free (never with Config.NoListen), until Close or
-//     30s without waiters (Close lets its statement in flight finish and
-//     frees the slot before it returns, a second for each at most); the
-//     retention
-//     loop (unless Config.Retention.Disabled), until Close; a settle loop
-//     while completions in callers' transactions (CompleteTx) wait to
-//     learn how those ended, until none is left or Close.
+//   - Per Client: the keeper, one goroutine with one timer (the
+//     keep-alive, the session's deadline, the deadlines of leases held by
+//     their own, the next look at completions in transactions), until
+//     Close; the LISTEN connection's loop, started by a waiter when a
+//     listen slot is free (never with Config.NoListen), until Close or 30s
+//     without waiters (Close lets its statement in flight finish and frees
+//     the slot before it returns, a second for each at most); the
+//     retention loop (unless Config.Retention.Disabled), until Close. Per
+//     session and per Lease: no goroutine, no timer.
 //   - Per call that may grant leases (TryAcquire, each look of Acquire and
 //     Semaphore, Claim, Keep's claims), and per statement
 //     a wait sends between its looks (the waiter's registration, the
@@ -300,17 +241,12 @@ package leasetable
 //     each round trip is bounded by the TTL, and Close waits for it. A
 //     caller whose context can never end, finding no sender, sends its own
 //     round trip on its goroutine instead.
-//   - Short tasks, each bounded by a timeout and cancelled by Close:
-//     giving back a lost lease, grants by request id, or releases that
-//     failed; ending force-released leases; removing a waiter
-//     registration when no LISTEN connection is up to remove it (the
-//     LISTEN connection's loop removes those of its own waiters, off the
-//     pool); deleting an idle lifeline; each Lease.OnRenew hook
-//     after a keep-alive (bounded by RenewInterval).
-//   - Per lifeline: no goroutine, two timers (the keep-alive every
-//     RenewInterval and the local deadline); Close stops them and waits
-//     for one that runs. Per Lease: no goroutine, one deadline timer,
-//     stopped when the lease ends (Close ends every lease it holds).
+//   - Short tasks, each bounded by a timeout and cancelled by Close: the
+//     keeper's round trips (a keep-alive, giving back what is queued,
+//     asking how CompleteTx transactions ended, finding force-released
+//     leases, deleting an idle session), each Lease.OnRenew hook after a
+//     keep-alive (bounded by RenewInterval), and removing a waiter
+//     registration when no LISTEN connection is up to remove it.
 //   - Per Keep: one goroutine per lease kept, running KeepConfig.Work;
 //     Work's context ends when Keep's context does or the lease ends
 //     (Close releases it), and Keep returns only after every Work has.

@@ -96,7 +96,7 @@ func (c *Client) FailoverGrace(ctx context.Context) (FailoverGrace, error) {
 
 // startGrace stores the epoch of a new timeline, which starts its failover
 // grace, after a grant was refused for it: a grace is measured from when
-// the new timeline's epoch is stored (lifelines' keep-alives do it too),
+// the new timeline's epoch is stored (sessions' keep-alives do it too),
 // and until then every grant is refused. Best effort: the next
 // keep-alive does it otherwise.
 func (c *Client) startGrace(ctx context.Context) {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,58 +13,83 @@ import (
 )
 
 // Lease is one grant of a named lease. The client keeps it alive in the
-// background — with the keep-alive of its lifeline, one statement per
+// background — with the keep-alive of its lease session, one statement per
 // renew interval for all its leases — until Release, Complete,
 // Client.Close or loss. Its methods are safe for concurrent use.
+//
+// A Lease has no lock: what changes is one immutable leaseStatus behind an
+// atomic pointer, replaced whole (update), and the context that closes
+// Done. Which leases the client keeps, and their timers, belong to the
+// client's keeper (keeper.go).
 type Lease struct {
-	c     *Client
-	name  string
-	group string
-	token int64
-	line  *lifeline // the lifeline keeping it alive, or nil
+	c         *Client
+	name      string
+	group     string
+	token     int64
+	sess      *session  // the session that keeps it alive (it may have ended since)
+	grantedAt time.Time // when the acquire was sent, for metrics
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	mu sync.Mutex // guards the fields below; lock order in internals.go
-	// state is where the lease is in its life (leaseState); it moves only
-	// through transitionLocked, which sets err when the lease ends.
+	st         atomic.Pointer[leaseStatus]
+	afterRenew atomic.Pointer[func(context.Context)] // set by OnRenew
+}
+
+// leaseStatus is a lease's state at one instant. It is never changed in
+// place: update stores a changed copy.
+type leaseStatus struct {
+	// state is where the lease is in its life; err says why it ended.
 	state leaseState
 	err   error
 	// expiresAt and own are the grant's own expiry (database clock) and
 	// local deadline (monotonic clock), moved only by an explicit Renew.
-	// While its lifeline carries it, the lease lasts until the lifeline's
+	// While its session carries it, the lease lasts until the session's
 	// deadline if that is later.
-	expiresAt  time.Time
-	own        time.Time
-	deadlineT  *time.Timer           // at own; idle while the lifeline carries the lease
-	onLifeline bool                  // own passed while the lifeline was alive
-	afterRenew func(context.Context) // set by OnRenew
-
+	expiresAt time.Time
+	own       time.Time
 	// finishedAs is the first of Release, Complete, Client.Complete and
 	// CompleteTx (beginFinish), set once whatever the state; releaseErr is
 	// what the database answered it.
 	finishedAs finishKind
 	releaseErr error
-
-	// For metrics.
-	grantedAt time.Time // when the acquire was sent
-	recorded  bool      // its end was recorded: once, at a loss or when the database answered the give-back
+	// recorded: its end was recorded in the metrics, once, at a loss or
+	// when the database answered the give-back.
+	recorded bool
 }
 
+// update applies f to a copy of l's status and stores it, unless f
+// returns false or the status changed meanwhile (then f runs again on the
+// new one). It returns the status f last saw and whether it stored one.
+func (l *Lease) update(f func(s *leaseStatus) bool) (old leaseStatus, changed bool) {
+	for {
+		cur := l.st.Load()
+		next := *cur
+		if !f(&next) {
+			return *cur, false
+		}
+		if l.st.CompareAndSwap(cur, &next) {
+			return *cur, true
+		}
+	}
+}
+
+// status is l's status now.
+func (l *Lease) status() *leaseStatus { return l.st.Load() }
+
 // leaseState is where a lease is in its life. It moves only forward, along
-// leaseTransitions, through Lease.transitionLocked.
+// leaseTransitions, through Lease.transition.
 type leaseState uint8
 
 const (
-	// leaseHeld: granted and kept alive, by its lifeline's keep-alives or
+	// leaseHeld: granted and kept alive, by its session's keep-alives or
 	// its own deadline (Renew). Done is open. A lease is created held.
 	leaseHeld leaseState = iota
 	// leaseHandedOff: being completed in a caller's transaction
 	// (CompleteTx). Done stays open, so the transaction can still commit
 	// under Context; its local deadline no longer ends it and Close no
-	// longer releases it: settleLoop ends it when it learns how the
-	// transaction ended, or Close does.
+	// longer releases it: the keeper ends it when it learns how the
+	// transaction ended (settle), or Close does.
 	leaseHandedOff
 	// leaseReleased: ended on purpose, by Release, Complete, Client.Close,
 	// the settling of its CompleteTx transaction, or a close while its
@@ -103,57 +128,55 @@ func (s leaseState) String() string {
 // ended reports whether s is final: Done is closed.
 func (s leaseState) ended() bool { return s == leaseReleased || s == leaseLost }
 
-// transitionLocked moves l, whose mu is held, to state to if
-// leaseTransitions allows it, and does what entering to entails:
-//
-//   - leaseHandedOff: the client counts l as being completed in a
-//     transaction, no longer as held;
-//   - leaseReleased, leaseLost: l.err = cause (wrapping ErrReleased or
-//     ErrLeaseLost), its deadline timer stops, it leaves its lifeline and
-//     the client, and Done closes with cause. A loss is first recorded in
-//     the metrics with lostCause (so whoever wakes on Done sees it there),
-//     then logged, and the grant is given back in the background; a
-//     release is recorded once the database has answered (recordReleased).
-//
-// It returns the state l was in, and whether it moved.
-func (l *Lease) transitionLocked(to leaseState, cause error, lostCause string) (from leaseState, ok bool) {
-	from = l.state
-	if !leaseTransitions[from][to] {
-		return from, false
+// transition moves l to state to if leaseTransitions allows it, and does
+// what entering to entails. Into leaseReleased or leaseLost: l's err is
+// cause (wrapping ErrReleased or ErrLeaseLost) and Done closes with it. A
+// loss is first recorded in the metrics with lostCause (so whoever wakes
+// on Done sees it there), then logged, and the grant goes to the keeper to
+// be given back; a release is recorded once the database has answered
+// (recordReleased). The keeper drops ended leases at its next pass. It
+// returns the state l was in, and whether it moved.
+func (l *Lease) transition(to leaseState, cause error, lostCause string) (from leaseState, ok bool) {
+	old, ok := l.update(func(s *leaseStatus) bool { return s.move(to, cause) })
+	if ok {
+		l.entered(to, old, cause, lostCause)
 	}
-	l.state = to
-	if to == leaseHandedOff {
-		l.c.handOff(l)
-		return from, true
+	return old.state, ok
+}
+
+// move moves s to state to, if leaseTransitions allows it.
+func (s *leaseStatus) move(to leaseState, cause error) bool {
+	if !leaseTransitions[s.state][to] {
+		return false
 	}
-	l.err = cause
-	if l.deadlineT != nil {
-		l.deadlineT.Stop()
-	}
-	if l.line != nil {
-		l.line.unbind(l)
+	s.state = to
+	if to.ended() {
+		s.err = cause
 	}
 	if to == leaseLost {
-		l.recordEndLocked(lostCause)
+		s.recorded = true
+	}
+	return true
+}
+
+// entered does what entering to entails, once the status that says so is
+// stored; old is the status before.
+func (l *Lease) entered(to leaseState, old leaseStatus, cause error, lostCause string) {
+	if !to.ended() {
+		return
+	}
+	if to == leaseLost && !old.recorded && l.c.tel != nil {
+		l.c.tel.Ended(context.Background(), l.metricName(), time.Since(l.grantedAt), lostCause)
 	}
 	l.cancel(cause)
-	l.c.untrack(l)
 	if to == leaseLost {
 		l.c.log.Warn("pgbaton: lease lost", "lease", l.name, "token", l.token, "cause", lostCause, "error", cause)
 		// Superseded: the database no longer has this grant, so there is
 		// nothing to give back.
 		if lostCause != CauseSuperseded {
-			l.c.goBackground(l.releaseLost)
+			l.c.k.giveBack([]*Lease{l})
 		}
 	}
-	return from, true
-}
-
-// transition is transitionLocked for callers not holding l.mu.
-func (l *Lease) transition(to leaseState, cause error, lostCause string) (from leaseState, ok bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.transitionLocked(to, cause, lostCause)
 }
 
 // finishKind is how a lease was given back: the first of Release,
@@ -168,29 +191,11 @@ const (
 	finishedCompleteTx
 )
 
-func newLease(c *Client, name, group string, token int64, line *lifeline, expires, start time.Time) *Lease {
+func newLease(c *Client, name, group string, token int64, s *session, expires, start time.Time) *Lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Lease{c: c, name: name, group: group, token: token, line: line, ctx: ctx, cancel: cancel,
-		expiresAt: expires, own: start.Add(c.cfg.TTL - c.cfg.SafetyMargin), grantedAt: start}
-}
-
-// start binds the lease to its lifeline and arms its deadline timer.
-func (l *Lease) start() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.state != leaseHeld { // Client.Close got to it first
-		return
-	}
-	if l.line != nil {
-		l.line.bind(l)
-		if l.line.dead() {
-			// The lifeline died between the grant and now; the lease holds
-			// by its own deadline, as in the database.
-			l.line.unbind(l)
-			l.line = nil
-		}
-	}
-	l.deadlineT = time.AfterFunc(time.Until(l.own), l.checkDeadline)
+	l := &Lease{c: c, name: name, group: group, token: token, sess: s, grantedAt: start, ctx: ctx, cancel: cancel}
+	l.st.Store(&leaseStatus{expiresAt: expires, own: start.Add(c.cfg.TTL - c.cfg.SafetyMargin)})
+	return l
 }
 
 // Name is the lease's name.
@@ -207,15 +212,11 @@ func (l *Lease) Token() int64 { return l.token }
 // ExpiresAt is when the grant expires by the database clock unless kept
 // alive further, as of the last successful acquire, renew or keep-alive.
 func (l *Lease) ExpiresAt() time.Time {
-	l.mu.Lock()
-	exp := l.expiresAt
-	l.mu.Unlock()
-	if s := l.line; s != nil && s.carries(time.Now()) {
-		s.mu.Lock()
-		if s.expiresAt.After(exp) {
-			exp = s.expiresAt
+	exp := l.status().expiresAt
+	if s := l.sess; s != nil && s.carries(time.Now()) {
+		if se := s.expiresAt(); se.After(exp) {
+			exp = se
 		}
-		s.mu.Unlock()
 	}
 	return exp
 }
@@ -223,17 +224,13 @@ func (l *Lease) ExpiresAt() time.Time {
 // Deadline is the local instant (monotonic clock) at which the holder
 // counts the lease lost unless a keep-alive or renewal succeeds first;
 // always before the database's expiry.
-func (l *Lease) Deadline() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.deadlineLocked(time.Now())
-}
+func (l *Lease) Deadline() time.Time { return l.deadline(l.status(), time.Now()) }
 
-// deadlineLocked is the later of the lease's own deadline and, while it
-// carries the lease, its lifeline's.
-func (l *Lease) deadlineLocked(now time.Time) time.Time {
-	d := l.own
-	if s := l.line; s != nil && s.carries(now) {
+// deadline is the later of st's own deadline and, while it carries the
+// lease, its session's.
+func (l *Lease) deadline(st *leaseStatus, now time.Time) time.Time {
+	d := st.own
+	if s := l.sess; s != nil && s.carries(now) {
 		if sd := s.until(); sd.After(d) {
 			d = sd
 		}
@@ -243,8 +240,8 @@ func (l *Lease) deadlineLocked(now time.Time) time.Time {
 
 // Done is closed when the lease ends: lost, released or completed. Once
 // the monotonic clock has passed Deadline without a successful renewal, it
-// is closed by the time Done returns, whether or not the deadline timer has
-// run yet.
+// is closed by the time Done returns, whether or not the keeper has
+// noticed yet.
 func (l *Lease) Done() <-chan struct{} {
 	l.expireIfPast()
 	return l.ctx.Done()
@@ -265,13 +262,15 @@ func (l *Lease) Err() error {
 }
 
 // OnRenew has fn run in the background after every successful keep-alive
-// of the lease's lifeline, while the lease is held, with a context that
+// of the lease's session, while the lease is held, with a context that
 // ends after RenewInterval: package jobs moves a run's heartbeat with it.
 // fn replaces the one set before; nil removes it.
 func (l *Lease) OnRenew(fn func(ctx context.Context)) {
-	l.mu.Lock()
-	l.afterRenew = fn
-	l.mu.Unlock()
+	if fn == nil {
+		l.afterRenew.Store(nil)
+		return
+	}
+	l.afterRenew.Store(&fn)
 }
 
 // Context is cancelled when the lease ends, with Err as its cause: run
@@ -297,13 +296,11 @@ func (c leaseContext) Err() error {
 }
 
 // expireIfPast ends the lease now if its local deadline has passed: the
-// deadline timer may not have run yet (the process was paused, or the
-// runtime is busy), and the loss must not wait for it.
+// keeper may not have looked yet (the process was paused, or the runtime
+// is busy), and the loss must not wait for it.
 func (l *Lease) expireIfPast() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if now := time.Now(); !l.state.ended() && !now.Before(l.deadlineLocked(now)) {
-		l.deadlinePassedLocked(now, l.line != nil && l.line.trouble())
+	if st, now := l.status(), time.Now(); !st.state.ended() && !now.Before(l.deadline(st, now)) {
+		l.deadlinePassed(now, l.sess != nil && l.sess.trouble())
 	}
 }
 
@@ -313,50 +310,11 @@ func (l *Lease) lose(cause error, lostCause string) {
 	l.transition(leaseLost, cause, lostCause)
 }
 
-// checkDeadline runs on the deadline timer, at the lease's own deadline.
-func (l *Lease) checkDeadline() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.state.ended() {
-		return
-	}
-	now := time.Now()
-	if d := l.own.Sub(now); d > 0 { // a Renew moved it
-		l.deadlineT.Reset(d)
-		return
-	}
-	if s := l.line; s != nil && s.carries(now) {
-		// The lifeline keeps it alive from here on; when the lifeline dies,
-		// it ends the lease (lifelineEnded).
-		l.onLifeline = true
-		return
-	}
-	l.deadlinePassedLocked(now, l.line != nil && l.line.trouble())
-}
-
-// lifelineEnded is called when the lease's lifeline no longer carries it:
-// the lease holds until its own deadline, and is lost now if that passed.
-// trouble tells keep-alives that were failing or hanging when the
-// lifeline ended.
-func (l *Lease) lifelineEnded(trouble bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.state.ended() || !l.onLifeline {
-		return // its own timer still runs, and sees the lifeline gone
-	}
-	l.onLifeline = false
-	now := time.Now()
-	if d := l.own.Sub(now); d > 0 {
-		l.deadlineT.Reset(d)
-		return
-	}
-	l.deadlinePassedLocked(now, trouble)
-}
-
-// deadlinePassedLocked ends a lease whose local deadline has passed;
-// trouble tells keep-alives that were failing or hanging.
-func (l *Lease) deadlinePassedLocked(now time.Time, trouble bool) {
-	if l.state == leaseHandedOff {
+// deadlinePassed ends a lease whose local deadline has passed; trouble
+// tells keep-alives that were failing or hanging.
+func (l *Lease) deadlinePassed(now time.Time, trouble bool) {
+	st := l.status()
+	if st.state != leaseHeld {
 		// Completed in a transaction: its end is settled there.
 		return
 	}
@@ -365,46 +323,34 @@ func (l *Lease) deadlinePassedLocked(now time.Time, trouble bool) {
 	// process must have been paused: then it is an expiry, whatever the
 	// keep-alive.
 	lostCause := CauseExpired
-	passed := l.own
-	if s := l.line; s != nil && s.until().After(passed) {
-		passed = s.until() // the lifeline's last deadline, dead or not
+	passed := st.own
+	if s := l.sess; s != nil && s.until().After(passed) {
+		passed = s.until() // the session's last deadline, ended or not
 	}
-	late := now.Sub(passed)
-	if trouble && late < max(l.c.cfg.SafetyMargin, 50*time.Millisecond) {
+	if trouble && now.Sub(passed) < max(l.c.cfg.SafetyMargin, lateNotice) {
 		lostCause = CauseRenew
 	}
-	l.transitionLocked(leaseLost, fmt.Errorf("%w: %q token %d: no successful keep-alive or renewal before the local deadline", ErrLeaseLost, l.name, l.token), lostCause)
+	l.transition(leaseLost, fmt.Errorf("%w: %q token %d: no successful keep-alive or renewal before the local deadline", ErrLeaseLost, l.name, l.token), lostCause)
 }
 
-// releaseLost gives back a grant the holder counts as lost, best effort:
-// a keep-alive the client gave up on may still have been applied by the
-// server, and waiters need not wait for the expiry. Guarded by the token
-// like every release, so it never frees somebody else's grant.
-func (l *Lease) releaseLost(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, l.c.cfg.ReleaseTimeout)
-	defer cancel()
-	if _, err := l.release(ctx); err != nil {
-		l.c.log.Debug("pgbaton: release of lost lease failed; it expires at its TTL", "lease", l.name, "error", err)
-	}
-}
+// lateNotice is how late after a deadline a loss noticed while keep-alives
+// fail still counts as a renewal failure, when the safety margin is
+// shorter: later than that, the process must have been paused.
+const lateNotice = 50 * time.Millisecond
 
-// Renew extends this grant's own expiry now, in addition to the lifeline's
+// Renew extends this grant's own expiry now, in addition to the session's
 // keep-alives, in a statement of its own. It returns an error wrapping
 // ErrNotHeld, and the lease ends as lost, when the database no longer has
 // this grant; a lease that already ended returns its Err.
 func (l *Lease) Renew(ctx context.Context) error {
-	l.mu.Lock()
-	if l.state.ended() {
-		l.mu.Unlock()
-		return l.err
+	st := l.status()
+	if st.state.ended() {
+		return st.err
 	}
-	if l.state == leaseHandedOff {
-		l.mu.Unlock()
+	if st.state == leaseHandedOff {
 		return fmt.Errorf("%w: %q token %d: completed in a transaction", ErrReleased, l.name, l.token)
 	}
-	deadline := l.deadlineLocked(time.Now())
-	l.mu.Unlock()
-	ctx, cancel := context.WithDeadline(ctx, deadline)
+	ctx, cancel := context.WithDeadline(ctx, l.deadline(st, time.Now()))
 	defer cancel()
 	start := time.Now()
 	var exp time.Time
@@ -424,16 +370,16 @@ func (l *Lease) Renew(ctx context.Context) error {
 		l.c.renewFailed(l.metricName(), err)
 		return l.c.dbError("renew "+l.name, err)
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	// Renewals may overlap; keep the latest.
-	if d := start.Add(l.c.cfg.TTL - l.c.cfg.SafetyMargin); !l.state.ended() && d.After(l.own) {
-		l.own, l.expiresAt = d, exp
-		if l.onLifeline {
-			l.onLifeline = false
-			l.deadlineT.Reset(time.Until(d))
+	// Renewals may overlap; keep the latest. A lease the keeper holds by
+	// its own deadline is looked at again then (keeper.checkLoose).
+	d := start.Add(l.c.cfg.TTL - l.c.cfg.SafetyMargin)
+	l.update(func(s *leaseStatus) bool {
+		if s.state.ended() || !d.After(s.own) {
+			return false
 		}
-	}
+		s.own, s.expiresAt = d, exp
+		return true
+	})
 	return nil
 }
 
@@ -473,9 +419,8 @@ func (l *Lease) finish(ctx context.Context, kind finishKind) error {
 	if proceed {
 		l.giveBack(ctx, kind == finishedComplete)
 	}
-	l.mu.Lock()
-	as, err := l.finishedAs, l.releaseErr
-	l.mu.Unlock()
+	st := l.status()
+	as, err := st.finishedAs, st.releaseErr
 	switch {
 	case first:
 	case kind == finishedComplete && as == finishedRelease:
@@ -494,20 +439,30 @@ func (l *Lease) finish(ctx context.Context, kind finishKind) error {
 // release of the lost grant in the background frees it unless somebody
 // took it over).
 func (l *Lease) beginFinish(kind finishKind) (first, proceed bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.finishedAs != notFinished {
-		return false, false
-	}
-	l.finishedAs = kind
-	if l.state == leaseLost && kind != finishedRelease {
-		l.releaseErr = fmt.Errorf("%w: %q token %d was lost before completion; the item was not completed: %w", ErrNotHeld, l.name, l.token, l.err)
-		return true, false
-	}
+	to, cause := leaseReleased, error(&releasedError{l.name, l.token})
 	if kind == finishedCompleteTx {
-		l.transitionLocked(leaseHandedOff, nil, "")
-	} else {
-		l.transitionLocked(leaseReleased, &releasedError{l.name, l.token}, "")
+		to, cause = leaseHandedOff, nil
+	}
+	var moved bool
+	old, ok := l.update(func(s *leaseStatus) bool {
+		if s.finishedAs != notFinished {
+			return false
+		}
+		s.finishedAs = kind
+		if s.state == leaseLost && kind != finishedRelease {
+			s.releaseErr = fmt.Errorf("%w: %q token %d was lost before completion; the item was not completed: %w", ErrNotHeld, l.name, l.token, s.err)
+			return true
+		}
+		moved = s.move(to, cause)
+		return true
+	})
+	switch {
+	case !ok:
+		return false, false
+	case old.state == leaseLost && kind != finishedRelease:
+		return true, false
+	case moved:
+		l.entered(to, old, cause, "")
 	}
 	return true, true
 }
@@ -547,7 +502,7 @@ func (l *Lease) giveBack(ctx context.Context, complete bool) {
 	switch {
 	case err != nil:
 		l.setReleaseErr(l.c.dbError("release "+l.name, err))
-		l.c.remember(l)
+		l.c.k.giveBack([]*Lease{l})
 	case !ok && complete:
 		l.setReleaseErr(fmt.Errorf("%w: %q token %d was taken over before completion; the item was not completed", ErrNotHeld, l.name, l.token))
 	case !ok:
@@ -585,7 +540,5 @@ func (l *Lease) release(ctx context.Context) (ok bool, err error) {
 }
 
 func (l *Lease) setReleaseErr(err error) {
-	l.mu.Lock()
-	l.releaseErr = err
-	l.mu.Unlock()
+	l.update(func(s *leaseStatus) bool { s.releaseErr = err; return true })
 }

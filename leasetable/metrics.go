@@ -56,24 +56,6 @@ func (c *Client) attemptFailed(ctx context.Context, name string, err error, star
 	}
 }
 
-// recordEndLocked records the end of a hold once. cause is "" for a
-// normal release.
-func (l *Lease) recordEndLocked(cause string) {
-	if l.recorded {
-		return
-	}
-	l.recorded = true
-	if l.c.tel != nil {
-		l.c.tel.Ended(context.Background(), l.metricName(), time.Since(l.grantedAt), cause)
-	}
-}
-
-func (l *Lease) recordEnd(cause string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.recordEndLocked(cause)
-}
-
 // notAttempt tells errors raised before anything was asked of the
 // database.
 func notAttempt(err error) bool {
@@ -84,11 +66,23 @@ func notAttempt(err error) bool {
 // Complete; taken over (the database no longer had the grant) counts as
 // superseded. A lease lost before was recorded then.
 func (l *Lease) recordReleased(takenOver bool) {
+	if l.c.tel == nil {
+		return
+	}
+	if _, first := l.update(func(s *leaseStatus) bool {
+		if s.recorded {
+			return false
+		}
+		s.recorded = true
+		return true
+	}); !first {
+		return
+	}
 	cause := ""
 	if takenOver {
 		cause = CauseSuperseded
 	}
-	l.recordEnd(cause)
+	l.c.tel.Ended(context.Background(), l.metricName(), time.Since(l.grantedAt), cause)
 }
 
 // waitEnded records the end of a waiting acquire that did not succeed at

@@ -40,11 +40,6 @@ func (c *Client) releaseAll(ctx context.Context, stopped, retried []*Lease) erro
 	for _, n := range freed {
 		gone[n] = true
 	}
-	c.mu.Lock()
-	for _, l := range retried {
-		delete(c.unreturned, l)
-	}
-	c.mu.Unlock()
 	for _, l := range stopped {
 		if !gone[l.name] {
 			l.setReleaseErr(fmt.Errorf("%w: %q token %d was taken over before release", ErrNotHeld, l.name, l.token))
@@ -114,56 +109,4 @@ func quoteNames(names []string, max int) string {
 		quoted = append(quoted, fmt.Sprintf("and %d more", len(names)-max))
 	}
 	return strings.Join(quoted, ", ")
-}
-
-// returnUnreturned gives back, in one round trip, the leases whose release
-// or completion could not reach the database — the lifeline's keep-alive
-// has just reached it again. They are released, never completed: a
-// completion whose caller was told it failed must leave the item to be
-// claimed again. Best effort: what fails now is tried again after the
-// next keep-alive, and by Close.
-func (c *Client) returnUnreturned(ctx context.Context) {
-	if !c.returning.CompareAndSwap(false, true) {
-		return
-	}
-	defer c.returning.Store(false)
-	c.mu.Lock()
-	leases := make([]*Lease, 0, len(c.unreturned))
-	for l := range c.unreturned {
-		leases = append(leases, l)
-	}
-	c.mu.Unlock()
-	if len(leases) == 0 {
-		return
-	}
-	names, tokens := grants(leases)
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReleaseTimeout)
-	defer cancel()
-	freed, err := c.releaseMany(ctx, names, tokens)
-	if err != nil {
-		c.log.Debug("pgbaton: giving back leases whose release failed; trying again later", "leases", len(leases), "error", err)
-		return
-	}
-	c.mu.Lock()
-	for _, l := range leases {
-		delete(c.unreturned, l)
-	}
-	c.mu.Unlock()
-	c.log.Info("pgbaton: gave back leases whose release had failed", "leases", len(leases), "freed", len(freed))
-}
-
-// hasUnreturned reports whether some release or completion could not
-// reach the database yet.
-func (c *Client) hasUnreturned() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.unreturned) > 0
-}
-
-// remember keeps a lease whose release could not reach the database, to
-// be given back after the next keep-alive or by Close.
-func (c *Client) remember(l *Lease) {
-	c.mu.Lock()
-	c.unreturned[l] = struct{}{}
-	c.mu.Unlock()
 }

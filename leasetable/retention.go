@@ -42,7 +42,7 @@ type Retention struct {
 
 	Waiters  time.Duration // waiter registrations of crashed waiters; default 1 day
 	Leases   time.Duration // named leases (no group) neither held nor granted since; default 7 days
-	Sessions time.Duration // dead lifelines (pgbaton.lease_session rows); default 1 minute
+	Sessions time.Duration // dead sessions (pgbaton.lease_session rows); default 1 minute
 }
 
 // rules are leasetable's tables that pgbaton.prune knows, with the

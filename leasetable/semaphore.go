@@ -82,10 +82,7 @@ func (c *Client) waitSemaphore(ctx context.Context, name string, names []string,
 }
 
 func (c *Client) registerSemaphore(ctx context.Context, name string, names []string) error {
-	c.mu.Lock()
-	known := c.sems[name]
-	c.mu.Unlock()
-	if known == len(names) {
+	if known, ok := c.sems.Load(name); ok && known.(int) == len(names) {
 		return nil
 	}
 	// Count before registering, so a wrong count changes nothing. Sent
@@ -112,8 +109,6 @@ func (c *Client) registerSemaphore(ctx context.Context, name string, names []str
 	if int(n) != len(names) {
 		return invalid("semaphore %q has %d slots, not %d: every caller must pass the same count", name, n, len(names))
 	}
-	c.mu.Lock()
-	c.sems[name] = len(names)
-	c.mu.Unlock()
+	c.sems.Store(name, len(names))
 	return nil
 }

@@ -35,9 +35,9 @@ type waiting struct {
 // LISTEN is active. Waiters that poll (NoListen, no listen slot, a pooler)
 // queue the same way: their place is kept, and they find out at their next
 // look that their turn came. The registration is bound to the client's
-// lifeline, so a waiter whose process dies leaves the queue with it.
+// session, so a waiter whose process dies leaves the queue with it.
 func (c *Client) startWaiting(ctx context.Context, name string, group bool) (*waiting, error) {
-	s, err := c.lifelineFor(ctx)
+	s, err := c.sessionFor(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,479 @@
+package leasetable
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgbaton/pgbaton/internal/db"
+)
+
+// keeper is a client's one owner of what its goroutines share, as etcd's
+// Session and River's elector own theirs: one goroutine (run) owns
+//
+//   - the client's lease session (session.go): one row that one keep-alive
+//     per RenewInterval keeps alive for every lease bound to it, its
+//     keep-alives, and its ending (lost at its local deadline, closed
+//     after a TTL idle);
+//   - the leases the client holds: those its session carries (held) and
+//     those held by their own deadline because their session ended
+//     (loose), with one timer for every deadline;
+//   - one queue of things to give back: lost grants, releases and
+//     completions that could not reach the database, grants whose caller
+//     gave up (by request id). It is sent when something joins it and
+//     after each keep-alive, and Close takes what is left;
+//   - the completions in callers' transactions (CompleteTx) whose end it
+//     has yet to learn (settle).
+//
+// Other goroutines talk to it through its mailbox: a message is a
+// function the keeper runs (post). Its round trips run on goroutines of
+// their own that report back by message, so the keeper never waits on the
+// database and handles a message at once.
+//
+// What callers read without asking: a session's deadline, expiry, state
+// and trouble are atomics, so a Lease's Err and Deadline are answered on
+// the caller's goroutine; a Lease's status is one atomic pointer
+// (lease.go).
+//
+// The mutexes of the package, each a leaf (nothing is called or locked
+// under it):
+//
+//   - keeper.mu: the mailbox, and whether the client is closed: enter
+//     counts work Close waits for under it, so nothing starts after Close
+//     began (a sync.WaitGroup must not grow while it is waited for).
+//   - listener.mu: the LISTEN connection's waiters, registrations and
+//     probes, which callers subscribe and unsubscribe from their own
+//     goroutines while the listener's goroutine delivers.
+//   - combiner.mu: the CompleteAndClaim calls queued per group, which
+//     callers add and senders take (combine.go).
+//   - replicationLog.mu: the last replication warning logged, read and
+//     written by Check and New.
+type keeper struct {
+	c *Client
+
+	mu     sync.Mutex // guards closed and inbox; a leaf
+	closed bool
+	inbox  []func(*keeper)
+	signal chan struct{} // one slot: the inbox has messages
+
+	// cur is the session new grants bind to (nil: none yet, or it ended);
+	// stored by the keeper, read by grants without asking.
+	cur atomic.Pointer[session]
+
+	// Owned by the keeper's goroutine.
+	sess     *session
+	opening  *opening
+	held     map[*Lease]struct{} // carried by sess
+	loose    map[*Lease]struct{} // held by their own deadline: their session ended
+	back     map[*Lease]struct{} // to give back by token (released, never completed)
+	refs     []grantRef          // to give back by request id
+	sending  bool                // a give-back is on its way
+	settling map[*Lease]struct{} // handed off, their complete_tx sent
+	settleAt time.Time
+	settleIn time.Duration
+	asking   bool // a settle is on its way
+	timer    *time.Timer
+	stopped  bool
+}
+
+// grantRef is a request whose grants are to be given back by its id: its
+// reply was lost, or its caller gave up.
+type grantRef struct {
+	s   *session
+	ref pgtype.UUID
+}
+
+func newKeeper(c *Client) *keeper {
+	return &keeper{c: c, signal: make(chan struct{}, 1),
+		held: map[*Lease]struct{}{}, loose: map[*Lease]struct{}{}, back: map[*Lease]struct{}{}, settling: map[*Lease]struct{}{}}
+}
+
+// post has the keeper run m, and reports whether it will: not once Close
+// has begun.
+func (k *keeper) post(m func(*keeper)) bool {
+	k.mu.Lock()
+	if k.closed {
+		k.mu.Unlock()
+		return false
+	}
+	k.inbox = append(k.inbox, m)
+	k.mu.Unlock()
+	select {
+	case k.signal <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// close posts last, the keeper's last message, and closes the mailbox;
+// false if it was closed already.
+func (k *keeper) close(last func(*keeper)) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return false
+	}
+	k.inbox = append(k.inbox, last)
+	k.closed = true
+	select {
+	case k.signal <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// enter counts work Close waits for, and reports whether it did: not
+// after Close has begun. The caller calls c.background.Done when the work
+// is over.
+func (k *keeper) enter() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return false
+	}
+	k.c.background.Add(1)
+	return true
+}
+
+func (k *keeper) isClosed() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.closed
+}
+
+// run is the keeper's goroutine: messages first, then what is due, then
+// the one timer set for the next thing due.
+func (k *keeper) run() {
+	defer k.c.background.Done()
+	k.timer = time.NewTimer(time.Hour)
+	defer k.timer.Stop()
+	for !k.stopped {
+		select {
+		case <-k.signal:
+		case <-k.timer.C:
+		}
+		k.mu.Lock()
+		inbox := k.inbox
+		k.inbox = nil
+		k.mu.Unlock()
+		for _, m := range inbox {
+			m(k)
+		}
+		if k.stopped {
+			return
+		}
+		now := time.Now()
+		k.tick(now)
+		k.arm(now)
+	}
+}
+
+// tick does what is due at now.
+func (k *keeper) tick(now time.Time) {
+	if s := k.sess; s != nil {
+		switch {
+		case !now.Before(s.until()):
+			k.end(s, sessionDead, "no successful keep-alive before the local deadline")
+		case !s.keeping && !now.Before(s.keepAt):
+			k.keepalive(s, now)
+		}
+	}
+	for l := range k.loose {
+		st := l.status()
+		switch {
+		case st.state.ended():
+			delete(k.loose, l)
+		case st.state == leaseHeld && !now.Before(st.own):
+			l.deadlinePassed(now, l.sess != nil && l.sess.trouble())
+			delete(k.loose, l)
+		}
+	}
+	if len(k.settling) > 0 && !k.asking && !now.Before(k.settleAt) {
+		k.settle()
+	}
+}
+
+// arm sets the timer for the next thing due after now.
+func (k *keeper) arm(now time.Time) {
+	next := now.Add(time.Hour)
+	if s := k.sess; s != nil {
+		next = earliest(next, s.until())
+		if !s.keeping {
+			next = earliest(next, s.keepAt)
+		}
+	}
+	for l := range k.loose {
+		if st := l.status(); st.state == leaseHeld {
+			next = earliest(next, st.own)
+		}
+	}
+	if len(k.settling) > 0 && !k.asking {
+		next = earliest(next, k.settleAt)
+	}
+	k.timer.Reset(max(next.Sub(now), 0))
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// spawn runs fn on a goroutine Close waits for, and reports whether it
+// did: not after Close has begun.
+func (k *keeper) spawn(fn func()) bool {
+	if !k.enter() {
+		return false
+	}
+	go func() {
+		defer k.c.background.Done()
+		fn()
+	}()
+	return true
+}
+
+// add keeps leases granted in one round trip; false when the client
+// closed (the caller gives them back).
+func (k *keeper) add(leases []*Lease) bool {
+	return k.post(func(k *keeper) {
+		for _, l := range leases {
+			if l.sess == k.sess && l.sess.carries(time.Now()) {
+				k.held[l] = struct{}{}
+			} else {
+				// Its session ended between the grant and now: it holds by its
+				// own deadline, as in the database.
+				k.loose[l] = struct{}{}
+			}
+		}
+	})
+}
+
+// live drops the ended leases from held and returns those left.
+func (k *keeper) live() []*Lease {
+	out := make([]*Lease, 0, len(k.held))
+	for l := range k.held {
+		if l.status().state.ended() {
+			delete(k.held, l)
+			continue
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// giveBack queues grants to be given back by token: lost ones, and those
+// whose release or completion could not reach the database (released
+// then, never completed: a completion whose caller was told it failed
+// must leave the item to be claimed again).
+func (k *keeper) giveBack(leases []*Lease) {
+	k.post(func(k *keeper) {
+		for _, l := range leases {
+			k.back[l] = struct{}{}
+		}
+		k.sendBack()
+	})
+}
+
+// giveBackRef queues the grants of request ref in session s.
+func (k *keeper) giveBackRef(s *session, ref pgtype.UUID) {
+	k.post(func(k *keeper) {
+		k.refs = append(k.refs, grantRef{s, ref})
+		k.sendBack()
+	})
+}
+
+// sendBack sends the give-back queue in the background; what fails stays
+// queued until the next keep-alive succeeds, and Close takes what is left.
+func (k *keeper) sendBack() {
+	if k.sending || len(k.back) == 0 && len(k.refs) == 0 {
+		return
+	}
+	c := k.c
+	leases := make([]*Lease, 0, len(k.back))
+	for l := range k.back {
+		leases = append(leases, l)
+	}
+	refs := k.refs
+	k.refs, k.sending = nil, true
+	ok := k.spawn(func() {
+		ctx, cancel := context.WithTimeout(c.bg, c.cfg.ReleaseTimeout)
+		defer cancel()
+		var failed []grantRef
+		for _, r := range refs {
+			if err := c.releaseRef(ctx, r.s, r.ref); err != nil {
+				failed = append(failed, r)
+			}
+		}
+		var err error
+		if len(leases) > 0 {
+			names, tokens := grants(leases)
+			_, err = c.releaseMany(ctx, names, tokens)
+		}
+		if err != nil || len(failed) > 0 {
+			c.log.Debug("pgbaton: giving back grants failed; trying again after the next keep-alive", "leases", len(leases), "requests", len(failed), "error", err)
+		}
+		k.post(func(k *keeper) {
+			k.sending = false
+			k.refs = append(k.refs, failed...)
+			if err == nil {
+				for _, l := range leases {
+					delete(k.back, l)
+				}
+			}
+		})
+	})
+	if !ok {
+		k.sending = false
+	}
+}
+
+// settleLater has the keeper learn how the transaction of handed-off
+// leases ends. Call it only once their complete_tx was sent: before, an
+// unlocked row would look like a rolled-back completion.
+func (k *keeper) settleLater(leases []*Lease) {
+	if len(leases) == 0 {
+		return
+	}
+	k.post(func(k *keeper) {
+		if len(k.settling) == 0 {
+			k.settleIn = settleFirst
+			k.settleAt = time.Now().Add(k.settleIn)
+		}
+		for _, l := range leases {
+			if l.status().state == leaseHandedOff {
+				k.settling[l] = struct{}{}
+			}
+		}
+	})
+}
+
+// settleFirst is how soon the keeper first asks how a CompleteTx
+// transaction ended; it asks less and less often while they stay open, up
+// to once per RenewInterval.
+const settleFirst = 10 * time.Millisecond
+
+// settle asks, in one statement for all of them, how the transactions of
+// the handed-off leases ended: a committed completion's lease ends; a
+// rolled-back one's row is released at once, so its item is claimable
+// again without waiting for the session to end.
+func (k *keeper) settle() {
+	c := k.c
+	pending := make([]*Lease, 0, len(k.settling))
+	for l := range k.settling {
+		pending = append(pending, l)
+	}
+	k.asking = true
+	ok := k.spawn(func() {
+		settled := c.settle(pending)
+		k.post(func(k *keeper) {
+			k.asking = false
+			for _, l := range pending {
+				if l.status().state.ended() {
+					delete(k.settling, l)
+				}
+			}
+			if settled {
+				k.settleIn = settleFirst
+			} else {
+				k.settleIn = min(2*k.settleIn, c.cfg.RenewInterval)
+			}
+			k.settleAt = time.Now().Add(k.settleIn)
+		})
+	})
+	if !ok {
+		k.asking = false
+	}
+}
+
+// settle asks once how pending's transactions ended and ends the leases
+// whose transaction did; it reports whether any did.
+func (c *Client) settle(pending []*Lease) bool {
+	names, tokens := grants(pending)
+	ctx, cancel := context.WithTimeout(c.bg, c.cfg.ReleaseTimeout)
+	defer cancel()
+	rows, err := c.q.LeaseSettleMany(ctx, c.pool, db.LeaseSettleManyParams{Names: names, Tokens: tokens, Owner: c.cfg.Owner})
+	if err != nil {
+		c.log.Debug("pgbaton: asking how completions in transactions ended failed; asking again", "error", err)
+		return false
+	}
+	state := make(map[string]string, len(rows))
+	for _, r := range rows {
+		state[r.Name] = r.State
+	}
+	settled := false
+	var released []string
+	for _, l := range pending {
+		switch state[l.name] {
+		case "gone":
+			l.endHandedOff("committed")
+			settled = true
+		case "released":
+			// Said before Done closes: a Complete after it must not
+			// report the item completed.
+			l.setReleaseErr(fmt.Errorf("%w: %q token %d: its completion in a transaction rolled back; the item was released, not completed", ErrNotHeld, l.name, l.token))
+			l.endHandedOff("rolled back; the item was released")
+			released = append(released, l.name)
+			settled = true
+		}
+	}
+	c.notifyWaiters(ctx, released)
+	return settled
+}
+
+// endHandedOff ends a lease completed in a transaction, as released.
+func (l *Lease) endHandedOff(how string) {
+	l.transition(leaseReleased, fmt.Errorf("%w: %q token %d: completed in a transaction (%s)", ErrReleased, l.name, l.token, how), "")
+}
+
+// leftover is what Close takes from the keeper: the leases still held or
+// handed off, and the give-back queue.
+type leftover struct {
+	held, handed, back []*Lease
+	refs               []grantRef
+	sess               *session
+}
+
+// closeKeeper stops the keeper and returns what it kept; ok is false when
+// Close had begun already.
+func (c *Client) closeKeeper() (left leftover, ok bool) {
+	reply := make(chan leftover, 1)
+	if !c.k.close(func(k *keeper) {
+		var left leftover
+		for _, set := range []map[*Lease]struct{}{k.held, k.loose} {
+			for l := range set {
+				switch l.status().state {
+				case leaseHeld:
+					left.held = append(left.held, l)
+				case leaseHandedOff:
+					left.handed = append(left.handed, l)
+				}
+			}
+		}
+		for l := range k.back {
+			left.back = append(left.back, l)
+		}
+		left.refs, left.sess = k.refs, k.sess
+		k.cur.Store(nil)
+		k.stopped = true
+		reply <- left
+	}) {
+		return leftover{}, false
+	}
+	return <-reply, true
+}
+
+// ask runs f on the keeper's goroutine and waits for it; false when the
+// client is closed.
+func (k *keeper) ask(f func(k *keeper)) bool {
+	done := make(chan struct{})
+	if !k.post(func(k *keeper) { f(k); close(done) }) {
+		return false
+	}
+	<-done
+	return true
+}
