@@ -72,7 +72,7 @@
 //   - Words: a "session" is a PostgreSQL session, a connection and its
 //     backend (advisory locks are held by sessions); the row of
 //     pgbaton.lease_session that keeps a leasetable client's leases alive
-//     is its "lifeline".
+//     is its "lease session" (a session in leasetable's Go and SQL).
 //   - Connection names: a connection pgbaton opens itself carries the
 //     application_name "pgbaton <role> <owner>" (for example "pgbaton
 //     advisory host:pid"), so pg_stat_activity shows whose it is.

@@ -237,7 +237,7 @@ func (e *env) claimScenario(batch, backlog int, deep *backlogs) *scenario {
 				owner := fmt.Sprintf("bench-raw-claimer-%d", w)
 				return pool.AcquireFunc(ctx, func(c *pgxpool.Conn) error {
 					// What pgbaton's client sends: its claims bound to a
-					// lease session (its lifeline; here one per worker for
+					// lease session (here one per worker for
 					// the run, closed at its end) and to a request id, so
 					// that a claim is safe to retry and to give back;
 					// completions as one complete_many.

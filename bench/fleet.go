@@ -60,7 +60,7 @@ func (e *env) fleetScenario(clients int) *scenario {
 			"others poll, from 50ms up to PollInterval); skipped when %s "+
 			"clients × %d connections would not fit the server's max_connections. raw pgx: the same loop calling the same "+
 			"SQL functions (try_acquire, renew, release, register, claim, complete_many) on each client's pool, a waiter "+
-			"trying again every PollInterval, no lifeline: what pgbaton's client adds is the difference.",
+			"trying again every PollInterval, no lease session: what pgbaton's client adds is the difference.",
 			thousands(clients), fleetMaxConns, thousands(clients), 2*e.fleetPause, thousands(fleetNames(clients)),
 			fleetWaitLimit, fleetItems, fleetItems, 2*e.fleetPause, e.fleetPause, e.fleetWarmup(), e.fleetWindow,
 			fleetSampleEvery, thousands(clients), fleetMaxConns+1),
@@ -142,7 +142,7 @@ func (f clientFleet) claimComplete(ctx context.Context, group string, n int, don
 func (f clientFleet) close(ctx context.Context) { _ = f.c.Close(ctx) }
 
 // rawFleet is a fleet member calling pgbaton's SQL functions directly: no
-// lifeline (each grant carries its own TTL), no LISTEN, a waiter tries
+// lease session (each grant carries its own TTL), no LISTEN, a waiter tries
 // again every poll.
 type rawFleet struct {
 	pool  *pgxpool.Pool

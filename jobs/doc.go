@@ -23,7 +23,7 @@
 // however skewed the nodes' tickers.
 //
 // Every call takes the *leasetable.Client the caller already has, so a
-// job's lease, its lifeline and its owner are the client's.
+// job's lease, its lease session and its owner are the client's.
 //
 // Rows of pgbaton.job_run and pgbaton.cron_slot pile up with use; package
 // retention prunes them (a job's newest run is always kept).

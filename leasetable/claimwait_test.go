@@ -250,7 +250,7 @@ func TestClaimWaitCancelled(t *testing.T) {
 	pool := d.Pool(t)
 	ctx := pgtest.Context(t, time.Minute)
 	worker, waiting := claimWaiter(t, pool, leasetable.Config{Owner: "worker", TTL: neverPoll, PollInterval: neverPoll})
-	// Start the listener and the lifeline first: they live until Close.
+	// Start the listener and the session first: they live until Close.
 	_, err := worker.Register(ctx, "warm", "w")
 	require.NoError(t, err)
 	warm, err := worker.ClaimWait(ctx, "warm", 1)

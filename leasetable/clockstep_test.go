@@ -66,7 +66,7 @@ func (h *errorLog) logged(target error) bool {
 }
 
 // renewals returns a channel that gets a value after every successful
-// keep-alive of l's lifeline.
+// keep-alive of l's session.
 func renewals(l *leasetable.Lease) <-chan struct{} {
 	ch := make(chan struct{}, 100)
 	l.OnRenew(func(context.Context) {
@@ -135,8 +135,8 @@ func waitRenewals(t *testing.T, ch <-chan struct{}, n int, within time.Duration)
 }
 
 // A forward step within the safety margin is absorbed; a larger one that
-// a keep-alive still finds the lifeline alive after is reported (logged,
-// counted), but costs no lease: the database let none of the lifeline's
+// a keep-alive still finds the session alive after is reported (logged,
+// counted), but costs no lease: the database let none of the session's
 // leases go, and B still cannot take them.
 func TestClockStepForwardKeptAliveLosesNothing(t *testing.T) {
 	ctx := pgtest.Context(t, 2*time.Minute)
@@ -154,12 +154,12 @@ func TestClockStepForwardKeptAliveLosesNothing(t *testing.T) {
 	waitRenewals(t, renewals(held), 2, 3*interval+5*time.Second)
 	assert.Zero(t, m.sum(t, "pgbaton.clock.steps", "", ""), "a step within the safety margin is absorbed")
 
-	// Less than TTL - RenewInterval - SafetyMargin, so the lifeline outlives it.
+	// Less than TTL - RenewInterval - SafetyMargin, so the session outlives it.
 	require.NoError(t, cl.StepClock(4*time.Second))
 	waitRenewals(t, renewals(held), 2, 3*interval+5*time.Second)
 	assert.Equal(t, int64(1), m.sum(t, "pgbaton.clock.steps", "", ""))
 	assert.True(t, logs.logged(leasetable.ErrClockStep))
-	require.NoError(t, held.Err(), "the lifeline was kept alive across the step")
+	require.NoError(t, held.Err(), "the session was kept alive across the step")
 	_, err = b.TryAcquire(ctx, "job")
 	require.ErrorIs(t, err, leasetable.ErrHeld)
 	require.NoError(t, held.Release(ctx))

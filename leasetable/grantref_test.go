@@ -63,16 +63,16 @@ func TestGrantRefLookupsReadOnlyTheirRows(t *testing.T) {
 	require.Less(t, read, int64(100), "release_ref read %d lease rows to find its 2 grants", read)
 }
 
-// TestNoGrantOutlivesItsLifelineRow: a grant bound to a lifeline
+// TestNoGrantOutlivesItsSessionRow: a grant bound to a session
 // (pgbaton.lease_session row) in a transaction still open while the
-// lifeline is pruned or closed kept a session_id pointing nowhere once it
+// session is pruned or closed kept a session_id pointing nowhere once it
 // committed: pruning and closing unbind the leases they can see, and the
 // grant was not visible yet. claim picks expired rows only when they have
-// no lifeline or when their lifeline row says it is dead, so such an item
-// was never claimed again. A grant now holds its lifeline row (FOR KEY
-// SHARE) until it commits: pruning skips that lifeline, closing waits for
+// no session or when their session row says it is dead, so such an item
+// was never claimed again. A grant now holds its session row (FOR KEY
+// SHARE) until it commits: pruning skips that session, closing waits for
 // the grant and then unbinds it.
-func TestNoGrantOutlivesItsLifelineRow(t *testing.T) {
+func TestNoGrantOutlivesItsSessionRow(t *testing.T) {
 	ctx := pgtest.Context(t, time.Minute)
 	pool := env.DB(t).Pool(t)
 	_, err := pool.Exec(ctx, "SELECT pgbaton.register('g', ARRAY['pruned', 'closed'])")
@@ -84,7 +84,7 @@ func TestNoGrantOutlivesItsLifelineRow(t *testing.T) {
 			   AND NOT EXISTS (SELECT FROM pgbaton.lease_session s WHERE s.id = l.session_id)`).Scan(&n))
 		return n
 	}
-	// grantOpen claims one item bound to a new lifeline of TTL ttlMs in a
+	// grantOpen claims one item bound to a new session of TTL ttlMs in a
 	// transaction left open.
 	grantOpen := func(ttlMs int) (pgx.Tx, int64) {
 		var line int64
@@ -99,17 +99,17 @@ func TestNoGrantOutlivesItsLifelineRow(t *testing.T) {
 		return tx, line
 	}
 
-	// Pruning: the lifeline (TTL 1 ms) is long dead when it is pruned.
+	// Pruning: the session (TTL 1 ms) is long dead when it is pruned.
 	tx, line := grantOpen(1)
 	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
 		var dead bool
 		err := pool.QueryRow(ctx, "SELECT expires_at < clock_timestamp() FROM pgbaton.lease_session WHERE id = $1", line).Scan(&dead)
 		return dead, err
-	}, "the lifeline did not expire")
+	}, "the session did not expire")
 	_, err = pool.Exec(ctx, "SELECT pgbaton.prune_sessions('0 s', 100)")
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
-	require.Zero(t, orphans(), "a grant committed bound to a pruned lifeline")
+	require.Zero(t, orphans(), "a grant committed bound to a pruned session")
 	_, err = pool.Exec(ctx, "SELECT pgbaton.prune_sessions('0 s', 100)")
 	require.NoError(t, err, "pruned once the grant committed")
 
@@ -137,14 +137,14 @@ func TestNoGrantOutlivesItsLifelineRow(t *testing.T) {
 	}, "session_close neither finished nor waited")
 	require.NoError(t, tx.Commit(ctx))
 	require.NoError(t, <-closed)
-	require.Zero(t, orphans(), "a grant committed bound to a closed lifeline")
+	require.Zero(t, orphans(), "a grant committed bound to a closed session")
 
 	// Both items expire (TTL 1 ms) and are claimable again.
 	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
 		var n int
 		err := pool.QueryRow(ctx, "SELECT count(*) FROM pgbaton.claim('g', 'other', 2, 60000)").Scan(&n)
 		return n == 2, err
-	}, "the items of the pruned and the closed lifeline are not claimable")
+	}, "the items of the pruned and the closed session are not claimable")
 }
 
 // TestReleaseManyLooksUpWaitersOnce: release_many (Close, a grant whose

@@ -93,7 +93,7 @@ func TestWaitLeavesThePoolToTheCaller(t *testing.T) {
 	own := d.Pool(t, func(c *pgxpool.Config) { c.MaxConns = 2 })
 	holder := newClient(t, pool, leasetable.Config{Owner: "holder", TTL: time.Minute})
 	waiting := make(chan string, 1)
-	// A TTL of an hour: no keep-alive of the lifeline in the test's time.
+	// A TTL of an hour: no keep-alive of the session in the test's time.
 	c := newClient(t, own, leasetable.Config{Owner: "busy-waiter", TTL: time.Hour, PollInterval: time.Hour, Logger: logTo(waiting)})
 	const rounds = 30
 	for round := range rounds {

@@ -105,7 +105,7 @@ func TestClaimStaysOnIndexesWithStaleStatistics(t *testing.T) {
 // enable_seqscan = off, so a seq scan of pgbaton.token_epoch (one row) is
 // planned at the disabled cost of 10^10, which sends the query through
 // JIT compilation: session_open took 130 ms and a fleet of 200 clients
-// could not open its lifelines. Counted with the backend's own statistics
+// could not open its sessions. Counted with the backend's own statistics
 // in one transaction.
 func TestEpochReadByKey(t *testing.T) {
 	ctx := pgtest.Context(t, time.Minute)

@@ -66,14 +66,14 @@ func TestAcquireServesWaitersInOrder(t *testing.T) {
 }
 
 // TryAcquire on a free lease that callers wait for is refused, saying so,
-// as etcd's TryLock is; a waiter whose lifeline ended is no longer in the
+// as etcd's TryLock is; a waiter whose session ended is no longer in the
 // way, nor shown to operators.
 func TestTryAcquireBehindWaiters(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
 	ctx := pgtest.Context(t, time.Minute)
 	c := newClient(t, pool, leasetable.Config{Owner: "trier"})
-	// A waiter of the SQL protocol (no lifeline: it waits for a minute
+	// A waiter of the SQL protocol (no session: it waits for a minute
 	// unless it registers again).
 	_, err := pool.Exec(ctx, "SELECT pgbaton.wait_for('queued', 'sql-client/1')")
 	require.NoError(t, err)
@@ -91,7 +91,7 @@ func TestTryAcquireBehindWaiters(t *testing.T) {
 	assert.Equal(t, "sql-client", owner)
 	assert.Greater(t, waited, time.Duration(0))
 
-	// Bound to a lifeline that has ended: dead, out of the way.
+	// Bound to a session that has ended: dead, out of the way.
 	_, err = pool.Exec(ctx, `SELECT pgbaton.stop_waiting('queued', 'sql-client/1'),
 		pgbaton.wait_for('queued', 'ghost/1', false, (SELECT id FROM pgbaton.session_open('ghost', 1)))`)
 	require.NoError(t, err)

@@ -80,7 +80,7 @@ INSERT INTO pgbaton.cron_slot (job, scheduled_at, owner) VALUES ('j', now() - in
 	pgtest.Eventually(t, 30*time.Second, func() (bool, error) {
 		return pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease WHERE name LIKE 'old-%'")+
 			pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease_session WHERE owner = 'crashed'") == 0, nil
-	}, "old leases and dead lifelines not pruned")
+	}, "old leases and dead sessions not pruned")
 	assert.Equal(t, 1, pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.cron_slot"))
 }
 

@@ -228,7 +228,7 @@ func (k *keeper) keepalive(s *session, now time.Time) {
 	s.inflight.Store(true)
 	if !k.spawn(func() {
 		defer cancel()
-		c.awaitIdle(ctx, min(c.cfg.RenewInterval, time.Until(s.until()))/4)
+		c.awaitIdle(ctx, min(c.cfg.RenewInterval, time.Until(s.until()))/idleWaitShare)
 		start := time.Now()
 		var row db.SessionKeepaliveRow
 		err := c.retry(ctx, true, func(ctx context.Context) (err error) {
@@ -298,7 +298,7 @@ func (k *keeper) keptAlive(s *session, n int, start, replied time.Time, row db.S
 		k.end(s, sessionDead, "the database no longer has the lease session")
 	default:
 		s.failing.Store(true)
-		retry := max(c.cfg.RenewInterval/5, time.Millisecond)
+		retry := max(c.cfg.RenewInterval/keepaliveRetries, time.Millisecond)
 		c.log.Warn("pgbaton: lease keep-alive failed; retrying", "session", s.id, "leases", n,
 			"retry_in", retry, "until", time.Until(s.until()), "error", err)
 		s.keepAt = time.Now().Add(retry)
@@ -340,6 +340,17 @@ func (c *Client) awaitIdle(ctx context.Context, d time.Duration) {
 
 // idlePoll is how often awaitIdle looks for an idle connection.
 const idlePoll = 5 * time.Millisecond
+
+// idleWaitShare: a keep-alive waits for an idle connection (awaitIdle)
+// at most this share of what is left of RenewInterval or of the session's
+// deadline, whichever is sooner; keepaliveRetries: a failing keep-alive
+// is sent again this many times per RenewInterval, so several tries fit
+// before the deadline (TTL - SafetyMargin, three RenewIntervals by
+// default).
+const (
+	idleWaitShare    = 4
+	keepaliveRetries = 5
+)
 
 // clockStep returns how much further the database's clock moved than the
 // client's monotonic clock, from the last request that told the database's

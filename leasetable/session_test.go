@@ -195,10 +195,10 @@ func TestIdleSessionLapses(t *testing.T) {
 	require.NoError(t, l.Release(ctx))
 }
 
-// A grant waiting for another grant to open the client's lifeline gives up
-// at its own context's deadline: opening the lifeline is stalled here (the
-// lifeline table is locked), and the second Acquire must not wait for it.
-func TestLifelineOpenHonoursContext(t *testing.T) {
+// A grant waiting for another grant to open the client's session gives up
+// at its own context's deadline: opening the session is stalled here (the
+// session table is locked), and the second Acquire must not wait for it.
+func TestSessionOpenHonoursContext(t *testing.T) {
 	d := env.DB(t)
 	direct := d.Pool(t)
 	c := newClient(t, direct, leasetable.Config{TTL: 5 * time.Second, Owner: "stalled-open"})
@@ -217,7 +217,7 @@ func TestLifelineOpenHonoursContext(t *testing.T) {
 	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
 		n := pgtest.Count(t, direct, "SELECT count(*) FROM pg_locks l JOIN pg_class r ON r.oid = l.relation WHERE r.relname = 'lease_session' AND NOT l.granted")
 		return n > 0, nil
-	}, "the first Acquire never waited to open the lifeline")
+	}, "the first Acquire never waited to open the session")
 
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
@@ -230,7 +230,7 @@ func TestLifelineOpenHonoursContext(t *testing.T) {
 	case err := <-second:
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 	case <-time.After(5 * time.Second):
-		t.Error("the second Acquire did not return at its context's deadline while the lifeline was being opened")
+		t.Error("the second Acquire did not return at its context's deadline while the session was being opened")
 	}
 	require.NoError(t, tx.Rollback(ctx))
 	require.NoError(t, <-first)
@@ -239,7 +239,7 @@ func TestLifelineOpenHonoursContext(t *testing.T) {
 	}
 }
 
-// The lifeline's keep-alive runs on a timer, beside the caller's own
+// The session's keep-alive runs on a timer, beside the caller's own
 // statements on the same pool. Sent while a caller's statement held the
 // pool's only connection, it made the pool open a second one, for good: a
 // fleet of 500 clients with pools of 2 opened 0.9 connections per client

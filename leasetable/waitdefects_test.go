@@ -17,7 +17,7 @@ import (
 )
 
 // otherHolds registers item in group and claims it for owner "other"
-// through the SQL protocol (no lifeline), for ttl, returning its token.
+// through the SQL protocol (no session), for ttl, returning its token.
 func otherHolds(t *testing.T, ctx context.Context, pool *pgxpool.Pool, group, item string, ttl time.Duration) int64 {
 	t.Helper()
 	_, err := pool.Exec(ctx, "SELECT pgbaton.register($1, ARRAY[$2])", group, item)

@@ -18,7 +18,7 @@ func Count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 	return n
 }
 
-// BlockKeepalives makes the keep-alives of owner's lifelines (its
+// BlockKeepalives makes the keep-alives of owner's sessions (its
 // pgbaton.lease_session rows) hang behind a row lock until unblock is
 // called (or the test ends), so its leases lapse. FOR NO KEY UPDATE, as a
 // keep-alive's own update: grants, which hold the row FOR KEY SHARE
@@ -30,7 +30,7 @@ func BlockKeepalives(t testing.TB, pool *pgxpool.Pool, owner string) (unblock fu
 	require.NoError(t, err)
 	var n int
 	require.NoError(t, tx.QueryRow(ctx, "SELECT count(*) FROM (SELECT 1 FROM pgbaton.lease_session WHERE owner = $1 FOR NO KEY UPDATE) s", owner).Scan(&n))
-	require.Positive(t, n, "owner %s has no lifeline", owner)
+	require.Positive(t, n, "owner %s has no session", owner)
 	var once sync.Once
 	unblock = func() { once.Do(func() { _ = tx.Rollback(ctx) }) }
 	t.Cleanup(unblock)
