@@ -253,12 +253,30 @@ COMMENT ON VIEW pgbaton.lease_queue IS
 -- never saw the first's timeline (both pick the same timeline number; keep
 -- a WAL archive, which makes PostgreSQL skip numbers already used), and
 -- copies that do not carry the sequence (logical replication).
+--
+-- The two bounds of that layout are named once here. token_seq_limit is
+-- 2^40: the sequence's part of a token stays below it, and an epoch is
+-- worth that much. token_epoch_limit is 2^23: the epoch stays below it,
+-- so that a token stays below 2^63 and fits a bigint. Constant functions
+-- in SQL: Postgres puts their value in place when it plans a call.
+CREATE FUNCTION pgbaton.token_seq_limit()
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT 1099511627776::bigint
+$$;
+
+CREATE FUNCTION pgbaton.token_epoch_limit()
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT 8388608::bigint
+$$;
+
 CREATE TABLE pgbaton.token_epoch (
     one      boolean PRIMARY KEY DEFAULT true CHECK (one),
     -- The timeline the epoch was last set on; NULL when the server does
     -- not tell (see insert_timeline).
     timeline bigint CHECK (timeline > 0),
-    epoch    bigint NOT NULL CHECK (epoch >= 0 AND epoch < 8388608),
+    epoch    bigint NOT NULL CHECK (epoch >= 0 AND epoch < pgbaton.token_epoch_limit()),
     -- The failover grace (below): whether it is on, and the last one a
     -- timeline change imposed: from which timeline (to timeline), when it
     -- started and until when no grant is made.
@@ -503,14 +521,14 @@ LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     e bigint := coalesce(p_epoch, pgbaton.token_epoch_now());
 BEGIN
-    IF e >= 8388608 THEN
+    IF e >= pgbaton.token_epoch_limit() THEN
         RAISE EXCEPTION 'pgbaton: fencing token epoch exhausted (2^23 timeline changes)'
             USING ERRCODE = 'sequence_generator_limit_exceeded';
     END IF;
     IF current_setting('synchronous_commit') = 'off' THEN
         PERFORM set_config('synchronous_commit', 'local', true);
     END IF;
-    RETURN e * 1099511627776;
+    RETURN e * pgbaton.token_seq_limit();
 END $$;
 
 -- token_draw draws the next token on p_base (token_base). Call it only
@@ -521,7 +539,7 @@ LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     seq bigint := nextval('pgbaton.lease_token_seq');
 BEGIN
-    IF seq >= 1099511627776 THEN
+    IF seq >= pgbaton.token_seq_limit() THEN
         RAISE EXCEPTION 'pgbaton: fencing token sequence exhausted (2^40 grants)'
             USING ERRCODE = 'sequence_generator_limit_exceeded';
     END IF;
@@ -923,6 +941,18 @@ BEGIN
     RETURNING pgbaton.lease_expiry(l.expires_at, l.session_id);
 END $$;
 
+-- reserved_pair_hi is the first half of the (int4, int4) advisory keys
+-- the lease protocol takes for itself: (reserved_pair_hi(), slot) is a
+-- listen slot (listen_start) and (reserved_pair_hi() + 1, hashtext(group))
+-- a group's gate (group_gate). 1885495924 is 0x70626274, "pbbt"; the Go
+-- advisory package refuses pairs with either first half to its users
+-- (advisory.ReservedPairHi, which must stay equal to it).
+CREATE FUNCTION pgbaton.reserved_pair_hi()
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT 1885495924
+$$;
+
 -- group_gate takes the advisory lock that orders registrations of waiters
 -- on a group (wait_for, exclusive, held for an instant) with whatever
 -- makes a lease of the group claimable: registering items (register),
@@ -934,9 +964,8 @@ END $$;
 -- wakes it. New rows cannot be locked, and a row lock would make waiters
 -- wait for every open transaction that holds a row of the group (a
 -- CompleteTx still running), holding up every Register behind them.
--- The key is the pair (1885495925, hashtext(group)): the Go advisory
--- package refuses pairs with that first half to its users
--- (advisory.ReservedPairHi + 1). Two groups that hash alike share a gate,
+-- The key is the pair (reserved_pair_hi() + 1, hashtext(group)), which
+-- the Go advisory package refuses to its users. Two groups that hash alike share a gate,
 -- which costs only some waiting. plpgsql, so that a release, which takes
 -- it every time, does not plan it again at every call.
 CREATE FUNCTION pgbaton.group_gate(p_group text, p_exclusive boolean)
@@ -944,9 +973,9 @@ RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     IF p_exclusive THEN
-        PERFORM pg_advisory_xact_lock(1885495925, hashtext(p_group));
+        PERFORM pg_advisory_xact_lock(pgbaton.reserved_pair_hi() + 1, hashtext(p_group));
     ELSE
-        PERFORM pg_advisory_xact_lock_shared(1885495925, hashtext(p_group));
+        PERFORM pg_advisory_xact_lock_shared(pgbaton.reserved_pair_hi() + 1, hashtext(p_group));
     END IF;
 END $$;
 
@@ -1079,8 +1108,8 @@ END $$;
 -- channel, and each wakes to read the queue, so a fleet whose clients all
 -- listened paid per release once per client (pgbench, 50 clients, NOTIFY
 -- alone: 1,944/s with no listener, 178/s with 200). A client listens only
--- while holding a slot, a session-level advisory lock (key1 1885495924,
--- 'pgbl'; key2 the slot) on its LISTEN connection: it ends with the
+-- while holding a slot, a session-level advisory lock (key1
+-- reserved_pair_hi(), 1885495924; key2 the slot) on its LISTEN connection: it ends with the
 -- connection, so a client that dies frees its slot without anyone
 -- cleaning up. A client without a slot makes its waiters poll. The slot
 -- held is kept in the session setting pgbaton.listen_slot ('' for none).
@@ -1101,7 +1130,7 @@ BEGIN
     IF coalesce(current_setting('pgbaton.listen_slot', true), '') = '' THEN
         first := floor(random() * p_slots)::integer;
         FOR i IN 0 .. p_slots - 1 LOOP
-            IF pg_try_advisory_lock(1885495924, (first + i) % p_slots) THEN
+            IF pg_try_advisory_lock(pgbaton.reserved_pair_hi(), (first + i) % p_slots) THEN
                 PERFORM set_config('pgbaton.listen_slot', ((first + i) % p_slots)::text, false);
                 EXIT;
             END IF;
@@ -1130,7 +1159,7 @@ BEGIN
         RAISE EXCEPTION 'pgbaton: listen slots must be 1 to 10000, got %', p_slots USING ERRCODE = 'invalid_parameter_value';
     END IF;
     FOR i IN 0 .. p_slots - 1 LOOP
-        IF pg_try_advisory_xact_lock_shared(1885495924, i) THEN
+        IF pg_try_advisory_xact_lock_shared(pgbaton.reserved_pair_hi(), i) THEN
             RETURN true;
         END IF;
     END LOOP;
@@ -1146,7 +1175,7 @@ DECLARE
 BEGIN
     UNLISTEN pgbaton_lease;
     IF slot <> '' THEN
-        PERFORM pg_advisory_unlock(1885495924, slot::integer);
+        PERFORM pg_advisory_unlock(pgbaton.reserved_pair_hi(), slot::integer);
         PERFORM set_config('pgbaton.listen_slot', '', false);
     END IF;
 END $$;
