@@ -61,11 +61,12 @@ CREATE SEQUENCE pgbaton.lease_seq AS bigint;
 --     valid  <=>  owner IS NOT NULL AND token matches AND
 --                 greatest(lease.expires_at, session.expires_at) > clock_timestamp()
 --
--- (pgbaton.lease_expiry computes the right-hand side; pgbaton.lease_status
--- shows it.) A session is never revived: a keep-alive of a session that has
--- expired fails, so a client paused past its TTL cannot bring back leases
--- others may have taken. Leases without a session (psql and other clients
--- of the SQL protocol: try_acquire + renew) are renewed one by one.
+-- (pgbaton.lease_expiry, the one place that says so, computes the
+-- right-hand side; pgbaton.lease_status shows it.) A session is never
+-- revived: a keep-alive of a session that has expired fails, so a client
+-- paused past its TTL cannot bring back leases others may have taken.
+-- Leases without a session (psql and other clients of the SQL protocol:
+-- try_acquire + renew) are renewed one by one.
 CREATE TABLE pgbaton.lease_session (
     id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     owner      text NOT NULL CHECK (owner <> '' AND octet_length(owner) <= 255),
@@ -117,7 +118,7 @@ ALTER SEQUENCE pgbaton.lease_token_seq OWNED BY pgbaton.lease.token;
 ALTER SEQUENCE pgbaton.lease_seq OWNED BY pgbaton.lease.seq;
 
 COMMENT ON TABLE pgbaton.lease IS
-    'pgbaton leases. (name, token) is valid iff owner IS NOT NULL AND token matches AND expires_at > clock_timestamp().';
+    'pgbaton leases. (name, token) is valid iff token matches AND pgbaton.lease_expiry(expires_at, pgbaton.session_expiry(session_id)) > clock_timestamp().';
 COMMENT ON COLUMN pgbaton.lease.session_id IS
     'pgbaton.lease_session keeping this lease alive beyond expires_at; NULL for leases renewed one by one';
 
@@ -179,16 +180,59 @@ CREATE INDEX lease_waiter_since_idx ON pgbaton.lease_waiter (since);
 -- The queue of a name, in order.
 CREATE INDEX lease_waiter_queue_idx ON pgbaton.lease_waiter (name, seq);
 
+-- lease_expiry is the one definition of whether a grant holds: the instant
+-- a lease row stops being held, from its own expiry p_expires_at and the
+-- expiry p_session_expires_at of the session it is bound to (NULL when
+-- none): the later of the two, and NULL for a free row (no expiry: nobody
+-- holds it). So
+--
+--     held  <=>  pgbaton.lease_expiry(l.expires_at, pgbaton.session_expiry(l.session_id)) > clock_timestamp()
+--
+-- and a name is free for a new grant when that is not true. Every
+-- function, view and query that asks whether a lease is held, or until
+-- when, calls it; where the session's row is joined already (lease_status,
+-- claim's dead sessions) it passes that row's expires_at instead of
+-- looking it up again. A failover grace does not enter it: the grace holds
+-- back new grants (grant_state), not the expiry of the ones made.
+--
+-- It must stay inlinable: LANGUAGE sql, one expression with no subquery,
+-- no SET clause, not SECURITY DEFINER, not STRICT. The planner then puts
+-- the expression itself where it is called, so the index conditions of
+-- the statements around it (claim, group_free) stay as they were. That is
+-- why it takes the session's expiry and not the session's id: looking the
+-- session up takes a subquery, which would rule inlining out (Postgres
+-- would then parse and plan the body again in every statement that calls
+-- it) and, in the views, cost a lookup per row the join has already made.
+CREATE FUNCTION pgbaton.lease_expiry(p_expires_at timestamptz, p_session_expires_at timestamptz)
+RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN p_expires_at IS NOT NULL THEN greatest(p_expires_at, p_session_expires_at) END
+$$;
+
+COMMENT ON FUNCTION pgbaton.lease_expiry(timestamptz, timestamptz) IS
+    'pgbaton: when a lease stops being held: the later of its own expiry and its session''s, NULL when free; held iff this > clock_timestamp()';
+
+-- session_expiry is when lease session p_session expires: NULL for no
+-- session (STRICT: a lease without one costs no call), or for one that is
+-- gone (closed or pruned, which unbound its leases). plpgsql, which keeps
+-- its plan for the connection.
+CREATE FUNCTION pgbaton.session_expiry(p_session bigint)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE AS $$
+BEGIN
+    RETURN (SELECT s.expires_at FROM pgbaton.lease_session s WHERE s.id = p_session);
+END $$;
+
 -- lease_status is pgbaton.lease with the expiry and renewal of a session's
 -- leases taken from their session, and whether each lease is held now:
--- read leases through it.
+-- read leases through it. (held tests owner first so that it is false,
+-- not NULL, for a free lease.)
 CREATE VIEW pgbaton.lease_status AS
 SELECT l.name, l.lease_group, l.owner, l.token, l.acquired_at,
        CASE WHEN s.id IS NULL THEN l.renewed_at ELSE greatest(l.renewed_at, s.renewed_at) END AS renewed_at,
-       CASE WHEN s.id IS NULL THEN l.expires_at ELSE greatest(l.expires_at, s.expires_at) END AS expires_at,
+       pgbaton.lease_expiry(l.expires_at, s.expires_at) AS expires_at,
        l.metadata, l.session_id, l.seq,
-       (l.owner IS NOT NULL AND
-        CASE WHEN s.id IS NULL THEN l.expires_at ELSE greatest(l.expires_at, s.expires_at) END > clock_timestamp()) AS held
+       (l.owner IS NOT NULL AND pgbaton.lease_expiry(l.expires_at, s.expires_at) > clock_timestamp()) AS held
   FROM pgbaton.lease l
   LEFT JOIN pgbaton.lease_session s ON s.id = l.session_id;
 
@@ -574,16 +618,6 @@ BEGIN
     END IF;
 END $$;
 
--- lease_expiry is when a lease with expiry p_expires_at bound to session
--- p_session expires: the later of its own expiry and its session's.
-CREATE FUNCTION pgbaton.lease_expiry(p_expires_at timestamptz, p_session bigint)
-RETURNS timestamptz
-LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT CASE WHEN p_session IS NULL THEN p_expires_at
-                ELSE greatest(p_expires_at, (SELECT s.expires_at FROM pgbaton.lease_session s WHERE s.id = p_session))
-           END
-$$;
-
 -- session_of is the session a grant to p_owner binds to: p_session if it
 -- is a session of p_owner, NULL if there is no such session (closed or
 -- pruned meanwhile: the grant then lives by its own expiry), and an
@@ -839,6 +873,8 @@ DECLARE
     t   timestamptz;
     sid bigint;
     present boolean;
+    locked  boolean := false;
+    until   timestamptz;
     epoch   bigint;
     grace   timestamptz;
 BEGIN
@@ -847,21 +883,32 @@ BEGIN
     PERFORM pgbaton.requeue(p_name, p_waiter, false, sid, p_ttl_ms);
     LOOP
         -- Look before locking: an attempt on a live lease takes no row lock
-        -- and no transaction id, so contended attempts write no WAL.
-        SELECT * INTO cur FROM pgbaton.lease l WHERE l.name = p_name;
+        -- and no transaction id, so contended attempts write no WAL. The
+        -- second time round the row is locked, and the token is drawn only
+        -- while that lock is held, so grants of a name get strictly
+        -- increasing tokens in the order they happen.
+        IF locked THEN
+            SELECT * INTO cur FROM pgbaton.lease l WHERE l.name = p_name FOR UPDATE;
+        ELSE
+            SELECT * INTO cur FROM pgbaton.lease l WHERE l.name = p_name;
+        END IF;
         present := FOUND;
-        IF present AND cur.owner IS NOT NULL AND pgbaton.lease_expiry(cur.expires_at, cur.session_id) > clock_timestamp() THEN
+        until := pgbaton.lease_expiry(cur.expires_at, pgbaton.session_expiry(cur.session_id));
+        -- Held, whether found so at the look or granted to someone else
+        -- between the look and the lock.
+        IF present AND until > clock_timestamp() THEN
             -- A request sent again finds the grant it made.
             acquired := coalesce(cur.grant_ref = p_ref AND cur.owner = p_owner, false);
             token := cur.token; holder := cur.owner;
             -- A waiter learns its place: one that polls looks again soon
             -- only at the head of the queue.
             ahead := CASE WHEN p_waiter IS NULL OR acquired THEN 0 ELSE pgbaton.waiters_ahead(p_name, p_waiter) END;
-            expires_at := CASE WHEN acquired THEN cur.expires_at
-                               ELSE pgbaton.lease_expiry(cur.expires_at, cur.session_id) END;
+            expires_at := CASE WHEN acquired THEN cur.expires_at ELSE until END;
             db_now := clock_timestamp();
             RETURN;
         END IF;
+        -- Free or expired, and locked: grant it.
+        EXIT WHEN locked AND present;
         -- Free or expired: not granted during a failover grace (before any
         -- row is made or locked). Attempts on live leases skip this.
         IF epoch IS NULL THEN
@@ -884,19 +931,11 @@ BEGIN
         -- The session first, the lease row second: closing a session locks
         -- it and then the leases bound to it.
         sid := pgbaton.session_hold(sid);
-        -- The token is drawn only while this row lock is held, so grants of
-        -- a name get strictly increasing tokens in the order they happen.
-        SELECT * INTO cur FROM pgbaton.lease l WHERE l.name = p_name FOR UPDATE;
-        EXIT WHEN FOUND; -- else deleted under us (complete): go round again
+        -- Round again to lock the row (or, if it was deleted under us by a
+        -- completion, to make it again).
+        locked := true;
     END LOOP;
     t := clock_timestamp();
-    IF cur.owner IS NOT NULL AND pgbaton.lease_expiry(cur.expires_at, cur.session_id) > t THEN
-        acquired := coalesce(cur.grant_ref = p_ref AND cur.owner = p_owner, false);
-        token := cur.token; holder := cur.owner; db_now := t; ahead := 0;
-        expires_at := CASE WHEN acquired THEN cur.expires_at
-                           ELSE pgbaton.lease_expiry(cur.expires_at, cur.session_id) END;
-        RETURN;
-    END IF;
     PERFORM pgbaton.note_ttl(p_ttl_ms);
     UPDATE pgbaton.lease l
        SET owner = p_owner, token = pgbaton.token_draw(pgbaton.token_base(epoch)), session_id = sid, grant_ref = p_ref,
@@ -937,8 +976,8 @@ BEGIN
     UPDATE pgbaton.lease l
        SET renewed_at = t, expires_at = t + p_ttl_ms * interval '1 millisecond'
      WHERE l.name = p_name AND l.owner = p_owner AND l.token = p_token
-       AND pgbaton.lease_expiry(l.expires_at, l.session_id) > t
-    RETURNING pgbaton.lease_expiry(l.expires_at, l.session_id);
+       AND pgbaton.lease_expiry(l.expires_at, pgbaton.session_expiry(l.session_id)) > t
+    RETURNING pgbaton.lease_expiry(l.expires_at, pgbaton.session_expiry(l.session_id));
 END $$;
 
 -- reserved_pair_hi is the first half of the (int4, int4) advisory keys
@@ -1046,10 +1085,11 @@ BEGIN
     n := (SELECT count(*) FROM (SELECT 1 FROM pgbaton.lease l
                                  WHERE l.lease_group = p_group AND l.owner IS NULL LIMIT p_cap) f);
     IF n < p_cap THEN
-        n := n + (SELECT count(*) FROM (SELECT 1 FROM pgbaton.lease l
-                                         WHERE l.lease_group = p_group AND l.owner IS NOT NULL
-                                           AND pgbaton.lease_expiry(l.expires_at, l.session_id) <= clock_timestamp()
-                                         LIMIT p_cap - n) e);
+        n := n + (SELECT count(*) FROM (
+                      SELECT 1 FROM pgbaton.lease l
+                       WHERE l.lease_group = p_group AND l.owner IS NOT NULL
+                         AND pgbaton.lease_expiry(l.expires_at, pgbaton.session_expiry(l.session_id)) <= clock_timestamp()
+                       LIMIT p_cap - n) e);
     END IF;
     RETURN n;
 END $$;
@@ -1089,8 +1129,8 @@ BEGIN
         ELSE
             free := CASE WHEN EXISTS (
                         SELECT 1 FROM pgbaton.lease l
-                         WHERE l.name = q.name AND l.owner IS NOT NULL
-                           AND pgbaton.lease_expiry(l.expires_at, l.session_id) > clock_timestamp()) THEN 0 ELSE 1 END;
+                         WHERE l.name = q.name
+                           AND pgbaton.lease_expiry(l.expires_at, pgbaton.session_expiry(l.session_id)) > clock_timestamp()) THEN 0 ELSE 1 END;
         END IF;
         -- Waiters that poll are not notified: they find their turn at
         -- their next look.
@@ -1428,7 +1468,8 @@ END $$;
 -- each with a new token, skipping rows other claims have locked (FOR UPDATE
 -- SKIP LOCKED), so concurrent workers never wait on or get the same row.
 -- Rows come back in that order. Grants are bound to p_session; expired
--- rows are those whose own expiry and session (if any) have both passed.
+-- rows are those whose lease_expiry (their own expiry and their session's,
+-- if any) has passed.
 -- With p_fair (semaphores), the group's free leases go to its live waiters
 -- in their order first (the wait queue, wait_for): the call claims only
 -- what is left over for it, behind the waiters ahead of p_waiter (all of
@@ -1467,8 +1508,8 @@ BEGIN
         WITH mine AS MATERIALIZED (
             SELECT l.* FROM pgbaton.lease l WHERE l.grant_ref = p_ref)
         SELECT l.name, l.token, l.expires_at FROM mine l
-         WHERE l.session_id IS NOT DISTINCT FROM sid AND l.owner = p_owner
-           AND l.lease_group = p_group AND pgbaton.lease_expiry(l.expires_at, l.session_id) > t
+         WHERE l.session_id IS NOT DISTINCT FROM sid AND l.owner = p_owner AND l.lease_group = p_group
+           AND pgbaton.lease_expiry(l.expires_at, pgbaton.session_expiry(l.session_id)) > t
          ORDER BY l.seq;
         IF FOUND THEN
             RETURN;
@@ -1494,20 +1535,26 @@ BEGIN
     -- the oldest n of all are granted. Rows locked but not granted stay as
     -- they were and are unlocked when this call's transaction ends. A dead
     -- session never comes back, so reading the sessions unlocked is safe.
+    -- Whether a held row has expired is lease_expiry's to say; the other
+    -- conditions are what the indexes serve (lease_free_idx, lease_held_idx
+    -- by group and session, lease_session_expires_idx for the sessions that
+    -- have ended), split so that each scan stays on its index.
     WITH free AS (
         SELECT l.name, l.seq FROM pgbaton.lease l
          WHERE l.lease_group = p_group AND l.owner IS NULL
          ORDER BY l.seq LIMIT want FOR UPDATE SKIP LOCKED
     ), expired AS (
         SELECT l.name, l.seq FROM pgbaton.lease l
-         WHERE l.lease_group = p_group AND l.owner IS NOT NULL AND l.session_id IS NULL AND l.expires_at <= t
+         WHERE l.lease_group = p_group AND l.owner IS NOT NULL AND l.session_id IS NULL
+           AND pgbaton.lease_expiry(l.expires_at, pgbaton.session_expiry(l.session_id)) <= t
          ORDER BY l.seq LIMIT want FOR UPDATE SKIP LOCKED
     ), dead AS (
         SELECT e.name, e.seq
           FROM pgbaton.lease_session s
          CROSS JOIN LATERAL (
             SELECT l.name, l.seq FROM pgbaton.lease l
-             WHERE l.lease_group = p_group AND l.owner IS NOT NULL AND l.session_id = s.id AND l.expires_at <= t
+             WHERE l.lease_group = p_group AND l.owner IS NOT NULL AND l.session_id = s.id
+               AND pgbaton.lease_expiry(l.expires_at, s.expires_at) <= t
              ORDER BY l.seq LIMIT want FOR UPDATE SKIP LOCKED) e
          WHERE s.expires_at <= t
     )

@@ -80,7 +80,8 @@ BEGIN
     END IF;
     -- READ COMMITTED: if a takeover is in progress this waits for it and
     -- then reads the row as that takeover left it.
-    SELECT l.token, l.owner, pgbaton.lease_expiry(l.expires_at, l.session_id) INTO l_token, l_owner, l_expires
+    SELECT l.token, l.owner, pgbaton.lease_expiry(l.expires_at, pgbaton.session_expiry(l.session_id))
+      INTO l_token, l_owner, l_expires
       FROM pgbaton.lease l WHERE l.name = p_name FOR SHARE;
     IF NOT FOUND THEN
         PERFORM pgbaton.raise_stale_token(p_name, p_token, 0, 'unknown lease');

@@ -85,7 +85,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'pgbaton: no lease named %', p_name USING ERRCODE = 'PB404';
     END IF;
-    IF cur.owner IS NULL OR pgbaton.lease_expiry(cur.expires_at, cur.session_id) <= clock_timestamp() THEN
+    IF (pgbaton.lease_expiry(cur.expires_at, pgbaton.session_expiry(cur.session_id)) > clock_timestamp()) IS NOT TRUE THEN
         RAISE EXCEPTION 'pgbaton: lease % is not held', p_name USING ERRCODE = 'PB404';
     END IF;
     UPDATE pgbaton.lease l
@@ -101,7 +101,7 @@ BEGIN
     VALUES ('force_release_lease', p_name, p_reason, cur.token, new_token,
             jsonb_build_object('owner', cur.owner, 'group', cur.lease_group, 'session', cur.session_id,
                                'acquired_at', cur.acquired_at,
-                               'expires_at', pgbaton.lease_expiry(cur.expires_at, cur.session_id)));
+                               'expires_at', pgbaton.lease_expiry(cur.expires_at, pgbaton.session_expiry(cur.session_id))));
     IF cur.lease_group IS NOT NULL THEN
         PERFORM pgbaton.group_gate(cur.lease_group, false);
     END IF;
@@ -258,7 +258,7 @@ BEGIN
         DELETE FROM pgbaton.lease l USING (
             SELECT x.name FROM pgbaton.lease x
              WHERE x.lease_group IS NULL AND coalesce(x.acquired_at, '-infinity') < cutoff
-               AND (x.owner IS NULL OR pgbaton.lease_expiry(x.expires_at, x.session_id) < cutoff)
+               AND (x.owner IS NULL OR pgbaton.lease_expiry(x.expires_at, pgbaton.session_expiry(x.session_id)) < cutoff)
              ORDER BY x.acquired_at LIMIT p_batch FOR UPDATE SKIP LOCKED) o
          WHERE l.name = o.name;
     WHEN 'lease_session' THEN

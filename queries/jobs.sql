@@ -15,7 +15,7 @@ WITH lost AS (
 ), l AS (
     SELECT 1 FROM pgbaton.lease
      WHERE name = @job::text AND owner = @owner::text AND token = @token::bigint
-       AND pgbaton.lease_expiry(expires_at, session_id) > clock_timestamp()
+       AND pgbaton.lease_expiry(expires_at, pgbaton.session_expiry(session_id)) > clock_timestamp()
        FOR SHARE
 ), prev AS (
     SELECT r.status, r.checkpoint FROM pgbaton.job_run r
@@ -35,7 +35,7 @@ RETURNING id, checkpoint, started_at;
 WITH l AS (
     SELECT 1 FROM pgbaton.lease
      WHERE name = @job::text AND owner = @owner::text AND token = @token::bigint
-       AND pgbaton.lease_expiry(expires_at, session_id) > clock_timestamp()
+       AND pgbaton.lease_expiry(expires_at, pgbaton.session_expiry(session_id)) > clock_timestamp()
        FOR SHARE
 )
 UPDATE pgbaton.job_run r
@@ -54,7 +54,7 @@ UPDATE pgbaton.job_run SET heartbeat_at = clock_timestamp()
 WITH l AS (
     SELECT 1 FROM pgbaton.lease
      WHERE name = @job::text AND owner = @owner::text AND token = @token::bigint
-       AND pgbaton.lease_expiry(expires_at, session_id) > clock_timestamp()
+       AND pgbaton.lease_expiry(expires_at, pgbaton.session_expiry(session_id)) > clock_timestamp()
        FOR SHARE
 )
 UPDATE pgbaton.job_run r

@@ -40,7 +40,7 @@ const jobRunCheckpoint = `-- name: JobRunCheckpoint :one
 WITH l AS (
     SELECT 1 FROM pgbaton.lease
      WHERE name = $4::text AND owner = $5::text AND token = $3::bigint
-       AND pgbaton.lease_expiry(expires_at, session_id) > clock_timestamp()
+       AND pgbaton.lease_expiry(expires_at, pgbaton.session_expiry(session_id)) > clock_timestamp()
        FOR SHARE
 )
 UPDATE pgbaton.job_run r
@@ -78,7 +78,7 @@ const jobRunFinish = `-- name: JobRunFinish :one
 WITH l AS (
     SELECT 1 FROM pgbaton.lease
      WHERE name = $4::text AND owner = $5::text AND token = $6::bigint
-       AND pgbaton.lease_expiry(expires_at, session_id) > clock_timestamp()
+       AND pgbaton.lease_expiry(expires_at, pgbaton.session_expiry(session_id)) > clock_timestamp()
        FOR SHARE
 )
 UPDATE pgbaton.job_run r
@@ -195,7 +195,7 @@ WITH lost AS (
 ), l AS (
     SELECT 1 FROM pgbaton.lease
      WHERE name = $1::text AND owner = $2::text AND token = $3::bigint
-       AND pgbaton.lease_expiry(expires_at, session_id) > clock_timestamp()
+       AND pgbaton.lease_expiry(expires_at, pgbaton.session_expiry(session_id)) > clock_timestamp()
        FOR SHARE
 ), prev AS (
     SELECT r.status, r.checkpoint FROM pgbaton.job_run r

@@ -223,7 +223,8 @@ func (q *Queries) LeaseCompleteTx(ctx context.Context, db DBTX, arg LeaseComplet
 const leaseGet = `-- name: LeaseGet :one
 SELECT l.name, l.lease_group, l.owner, l.token, l.acquired_at,
        (l.expires_at IS NOT NULL)::boolean AS has_expiry,
-       coalesce(pgbaton.lease_expiry(l.expires_at, l.session_id), clock_timestamp())::timestamptz AS expires_at, l.metadata,
+       coalesce(pgbaton.lease_expiry(l.expires_at, pgbaton.session_expiry(l.session_id)), clock_timestamp())::timestamptz AS expires_at,
+       l.metadata,
        clock_timestamp()::timestamptz AS db_now
   FROM pgbaton.lease l WHERE l.name = $1::text
 `

@@ -60,7 +60,7 @@ type PgbatonJobRun struct {
 	Checkpoint  []byte      `json:"checkpoint"`
 }
 
-// pgbaton leases. (name, token) is valid iff owner IS NOT NULL AND token matches AND expires_at > clock_timestamp().
+// pgbaton leases. (name, token) is valid iff token matches AND pgbaton.lease_expiry(expires_at, pgbaton.session_expiry(session_id)) > clock_timestamp().
 type PgbatonLease struct {
 	Name       string      `json:"name"`
 	LeaseGroup pgtype.Text `json:"lease_group"`
