@@ -150,7 +150,7 @@ CREATE INDEX lease_named_idx ON pgbaton.lease (acquired_at) WHERE lease_group IS
 -- place is seq, so a free lease goes to the oldest live waiter
 -- (waiters_ahead), and a release wakes as many waiters as things became
 -- free, oldest first (notify_waiters), not all of them. A waiter is live
--- while the lifeline it registered with (session_id) lives, or, without
+-- while the session it registered with (session_id) lives, or, without
 -- one, until expires_at (wait_for renews it): one that died leaves the
 -- queue by itself. Unlogged: registrations need no WAL and mean nothing
 -- after a crash (waiters register again when their LISTEN connection
@@ -239,9 +239,9 @@ SELECT l.name, l.lease_group, l.owner, l.token, l.acquired_at,
 COMMENT ON VIEW pgbaton.lease_status IS
     'pgbaton leases with their effective expiry (session keep-alive included) and whether they are held now';
 
--- waiter_alive is whether a registration in the wait queue (its lifeline
+-- waiter_alive is whether a registration in the wait queue (its session
 -- p_session, or without one its own expiry p_expires_at) still waits: a
--- waiter whose process died leaves the queue when its lifeline expires.
+-- waiter whose process died leaves the queue when its session expires.
 CREATE FUNCTION pgbaton.waiter_alive(p_session bigint, p_expires_at timestamptz)
 RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
@@ -253,7 +253,7 @@ $$;
 
 -- lease_queue is the wait queue as operators read it: the live waiters
 -- of each lease or group, with their place (1 is next), their client (its
--- lifeline's owner), and how long they have waited.
+-- session's owner), and how long they have waited.
 CREATE VIEW pgbaton.lease_queue AS
 SELECT w.name, w.is_group,
        row_number() OVER (PARTITION BY w.name ORDER BY w.seq) AS position,
@@ -374,7 +374,7 @@ INSERT INTO pgbaton.token_epoch (timeline, epoch) VALUES (pgbaton.insert_timelin
 -- No two holders across a lossy failover: the failover grace.
 --
 -- A promoted asynchronous standby may lack grants the old primary
--- acknowledged (and keep-alives of lifelines it did). Their holders keep
+-- acknowledged (and keep-alives of sessions it did). Their holders keep
 -- working until their local deadlines, at most the TTL after their last
 -- acknowledged request, so at most the longest TTL in use after the old
 -- primary's end; the new primary sees those leases free or expired.
@@ -393,12 +393,12 @@ INSERT INTO pgbaton.token_epoch (timeline, epoch) VALUES (pgbaton.insert_timelin
 -- synchronous_commit on or remote_apply) an operator turns it off with
 -- pgbaton.set_failover_grace.
 --
--- The longest TTL in use is the largest TTL any grant, lifeline open or
+-- The longest TTL in use is the largest TTL any grant, session_open or
 -- keep-alive used (lease_ttl, noted in the same transaction, before the
 -- grant is acknowledged). It never falls by itself. Not covered: a TTL
 -- larger than every one before whose first grant is itself lost in the
 -- failover (pgbaton's clients note their TTL when they open their
--- lifeline, before their first grant).
+-- session, before their first grant).
 CREATE TABLE pgbaton.lease_ttl (
     -- Rows are only added, never updated: a grant that notes a new
     -- longest TTL inside a caller's open transaction makes no other grant
@@ -813,7 +813,7 @@ END $$;
 -- is not in it: the queue is unlogged, so a crash or a failover empties
 -- it, and a waiter that polls has no LISTEN connection to register it
 -- again; without this it would look behind every waiter forever. A waiter
--- in the queue keeps its place, bound to p_session, the caller's lifeline
+-- in the queue keeps its place, bound to p_session, the caller's session
 -- now; a NULL p_waiter does nothing. It counts
 -- as listening: a listener's own registration again (wait_for) may come
 -- later, and a listener not notified would wait for its timer (after a
@@ -831,7 +831,7 @@ BEGIN
     END IF;
     SELECT w.session_id INTO cur FROM pgbaton.lease_waiter w WHERE w.name = p_name AND w.waiter = p_waiter;
     IF FOUND THEN
-        -- Bound to the caller's lifeline now: one that ended (a failover
+        -- Bound to the caller's session now: one that ended (a failover
         -- outlasting the TTL) made the waiter dead to the queue, and it
         -- was never woken.
         IF p_session IS NOT NULL AND cur IS DISTINCT FROM p_session THEN
@@ -1020,7 +1020,7 @@ END $$;
 
 -- wait_for registers waiter as waiting for lease name (or for any lease of
 -- group name when p_group): it joins the end of the name's queue, or keeps
--- its place when registered already. The waiter waits while its lifeline
+-- its place when registered already. The waiter waits while its session
 -- p_session lives, or, without one, for p_ttl_ms from the last call: call
 -- it again to keep waiting. A waiter that polls passes p_listens false:
 -- its turn sends no NOTIFY, and a release it alone waits for reports no

@@ -22,7 +22,8 @@ SELECT r.released::boolean AS released, r.waiters::boolean AS waiters
 SELECT pgbaton.notify_waiters(@names::text[]);
 
 -- name: LeaseWaitFor :exec
--- Joins the wait queue of a lease or group, bound to the client's lifeline.
+-- Joins the wait queue of a lease or group, bound to the client's lease
+-- session.
 SELECT pgbaton.wait_for(@name::text, @waiter::text, @is_group::boolean, sqlc.narg(session)::bigint, @ttl_ms::bigint, @listens::boolean);
 
 -- name: LeaseStopWaiting :exec

@@ -622,7 +622,8 @@ type LeaseWaitForParams struct {
 	Listens bool        `json:"listens"`
 }
 
-// Joins the wait queue of a lease or group, bound to the client's lifeline.
+// Joins the wait queue of a lease or group, bound to the client's lease
+// session.
 func (q *Queries) LeaseWaitFor(ctx context.Context, db DBTX, arg LeaseWaitForParams) error {
 	_, err := db.Exec(ctx, leaseWaitFor,
 		arg.Name,
