@@ -179,7 +179,7 @@ func TestFiltersStatesWaitersAndPages(t *testing.T) {
 
 // The lease waiters are the wait queues (pgbaton.lease_queue): by name,
 // then in the order they are served, with their owner; a waiter whose
-// lifeline expired is not in the queue and takes no place in it.
+// lease session expired is not in the queue and takes no place in it.
 func TestLeaseWaitersInQueueOrder(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
@@ -192,7 +192,7 @@ func TestLeaseWaitersInQueueOrder(t *testing.T) {
 		_, err := f.pool.Exec(ctx, sql)
 		require.NoError(t, err, sql)
 	}
-	time.Sleep(5 * time.Millisecond) // the ghost's lifeline expires
+	time.Sleep(5 * time.Millisecond) // the ghost's lease session expires
 	ts := serve(t, f.pool, admin.Config{})
 	waiters := func(query string) []string {
 		t.Helper()

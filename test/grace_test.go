@@ -124,13 +124,13 @@ func graceOff(t *testing.T, ctx context.Context, pool *pgxpool.Pool) {
 	require.NoError(t, err)
 }
 
-// A failover can lose a grant while the lifeline it is bound to reaches
+// A failover can lose a grant while the lease session it is bound to reaches
 // the new primary (kept alive there from before the standby fell behind),
-// so the lifeline's keep-alives go on succeeding there. The client sees
+// so the session's keep-alives go on succeeding there. The client sees
 // the timeline change in a keep-alive and ends the lease the new primary
 // does not have, while the failover grace keeps anyone else from taking
 // it; the lease the new primary has stays held.
-func TestGrantLostInFailoverIsToldWhileLifelineLives(t *testing.T) {
+func TestGrantLostInFailoverIsToldWhileSessionLives(t *testing.T) {
 	ctx := pgtest.Context(t, 2*time.Minute)
 	primary := pgtest.NewCluster(t, pgcluster.Config{NoFsync: true})
 	url := newTokenDB(t, ctx, primary)
@@ -174,7 +174,7 @@ func TestGrantLostInFailoverIsToldWhileLifelineLives(t *testing.T) {
 	assert.NoError(t, kept.Err(), "the grant the new primary has is still held")
 }
 
-// The grace lasts the longest TTL any grant or lifeline used, also one a
+// The grace lasts the longest TTL any grant or lease session used, also one a
 // renewal of the SQL protocol asked for: its holder counts on it as on a
 // grant's.
 func TestLongestTTLInUse(t *testing.T) {

@@ -338,9 +338,9 @@ type LeaseWaitersRow struct {
 // The wait queue (pgbaton.lease_queue): callers waiting in leasetable's
 // Acquire (or a semaphore) for a lease, or for any lease of a group
 // (is_group), in the order they are served: position 1 is next. Only live
-// waiters: one whose process died leaves when its lifeline expires. Ordered
-// by name, then position; holder matches the owner or the waiter id
-// (substring, any case). pgbaton.lease_waiter is UNLOGGED: a standby cannot
+// waiters: one whose process died leaves when its lease session expires.
+// Ordered by name, then position; holder matches the owner or the waiter
+// id (substring, any case). pgbaton.lease_waiter is UNLOGGED: a standby cannot
 // read it (0A000).
 func (q *Queries) LeaseWaiters(ctx context.Context, db DBTX, arg LeaseWaitersParams) ([]LeaseWaitersRow, error) {
 	rows, err := db.Query(ctx, leaseWaiters, arg.Prefix, arg.Holder, arg.MaxRows)

@@ -94,9 +94,9 @@ SELECT l.name, coalesce(l.lease_group, '')::text AS lease_group, coalesce(l.owne
 -- The wait queue (pgbaton.lease_queue): callers waiting in leasetable's
 -- Acquire (or a semaphore) for a lease, or for any lease of a group
 -- (is_group), in the order they are served: position 1 is next. Only live
--- waiters: one whose process died leaves when its lifeline expires. Ordered
--- by name, then position; holder matches the owner or the waiter id
--- (substring, any case). pgbaton.lease_waiter is UNLOGGED: a standby cannot
+-- waiters: one whose process died leaves when its lease session expires.
+-- Ordered by name, then position; holder matches the owner or the waiter
+-- id (substring, any case). pgbaton.lease_waiter is UNLOGGED: a standby cannot
 -- read it (0A000).
 SELECT q.name::text AS name, q.is_group::bool AS is_group, q.position::bigint AS position,
        q.waiter::text AS waiter, coalesce(q.owner, '')::text AS owner, q.since::timestamptz AS since,

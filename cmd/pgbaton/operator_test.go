@@ -119,7 +119,7 @@ func TestLocksGolden(t *testing.T) {
 
 // waitInQueues registers three waiters that live a minute: two in the
 // queue of lease:alpha, one in the queue of group shards, and one whose
-// lifeline expired at once, which is in no queue.
+// lease session expired at once, which is in no queue.
 func (f *fixture) waitInQueues(t *testing.T) {
 	t.Helper()
 	pool := f.db.Pool(t)
@@ -132,7 +132,7 @@ func (f *fixture) waitInQueues(t *testing.T) {
 		_, err := pool.Exec(context.Background(), sql)
 		require.NoError(t, err, sql)
 	}
-	time.Sleep(5 * time.Millisecond) // the ghost's lifeline expires
+	time.Sleep(5 * time.Millisecond) // the ghost's lease session expires
 }
 
 // leases --waiting lists the wait queues by name and position; --holder

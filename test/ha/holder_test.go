@@ -33,11 +33,11 @@ import (
 // the lease in Acquire all along.
 //
 // holderTTL is longer than a failover takes (about 5 s) plus the roaming
-// holder's way to the new primary, and the holders keep their lifelines
+// holder's way to the new primary, and the holders keep their lease sessions
 // alive every holderRenew: the pinned holder's deadline (holderTTL -
 // SafetyMargin after its last keep-alive, just before the fault) lies
 // well after the new primary is up, while in the lag phase the lagging
-// standby's copy of its lifeline (last kept alive lagFor before the
+// standby's copy of its lease session (last kept alive lagFor before the
 // fault) expires about when it is promoted. Without a failover grace the
 // roaming holder got the lease there about 1.5 s before the pinned one
 // was told.
