@@ -1,7 +1,6 @@
 package advisory_test
 
 import (
-	"strconv"
 	"testing"
 	"time"
 
@@ -44,10 +43,14 @@ func TestReservedKeysRefused(t *testing.T) {
 		require.NoError(t, lk.Unlock(ctx))
 	}
 
-	// The constants are the keys the schema takes.
+	// The constant is the first half the schema takes: its listen slots
+	// and its group gate name it through pgbaton.reserved_pair_hi.
+	var hi int32
+	require.NoError(t, pool.QueryRow(ctx, "SELECT pgbaton.reserved_pair_hi()").Scan(&hi))
+	assert.Equal(t, advisory.ReservedPairHi, hi)
 	var slots, gate string
 	require.NoError(t, pool.QueryRow(ctx, "SELECT prosrc FROM pg_proc WHERE proname = 'listen_start'").Scan(&slots))
-	assert.Contains(t, slots, "pg_try_advisory_lock("+strconv.Itoa(int(advisory.ReservedPairHi))+",")
+	assert.Contains(t, slots, "pg_try_advisory_lock(pgbaton.reserved_pair_hi(),")
 	require.NoError(t, pool.QueryRow(ctx, "SELECT prosrc FROM pg_proc WHERE proname = 'group_gate'").Scan(&gate))
-	assert.Contains(t, gate, "pg_advisory_xact_lock("+strconv.Itoa(int(advisory.ReservedPairHi+1))+",")
+	assert.Contains(t, gate, "pg_advisory_xact_lock(pgbaton.reserved_pair_hi() + 1,")
 }
