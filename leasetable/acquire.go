@@ -200,9 +200,9 @@ func ctxErr(ctx context.Context) error {
 
 // releaseRef gives back whatever request ref granted in session s, when
 // its reply was lost or its caller gave up without knowing the tokens.
+// ctx bounds it: ReleaseTimeout for a caller that gave up and for the
+// keeper's queue, Close's own bound at Close.
 func (c *Client) releaseRef(ctx context.Context, s *session, ref pgtype.UUID) error {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReleaseTimeout)
-	defer cancel()
 	var freed []string
 	err := c.retry(ctx, true, func(ctx context.Context) (err error) {
 		freed, err = c.q.LeaseReleaseRef(ctx, c.pool, db.LeaseReleaseRefParams{Owner: c.cfg.Owner, Session: s.id, Ref: ref})

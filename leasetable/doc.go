@@ -39,7 +39,8 @@
 // expired. A session that expired is never revived: a client paused past
 // its TTL cannot bring back leases the database already let go. An
 // operator's forced release reaches the holder at the next keep-alive.
-// A session with no lease for a TTL lapses, and Close deletes it.
+// A session with no lease and no waiter for a TTL lapses, and Close
+// deletes it.
 //
 // # Calls by job
 //

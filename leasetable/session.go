@@ -208,12 +208,12 @@ func (c *Client) openSession(ctx context.Context) (*session, error) {
 }
 
 // keepalive sends s's keep-alive, or closes s when it has carried no lease
-// for a TTL.
+// and had no waiter for a TTL.
 func (k *keeper) keepalive(s *session, now time.Time) {
 	c := k.c
 	n := len(k.live())
 	switch {
-	case n > 0:
+	case n > 0 || k.waiters.Load() > 0:
 		s.idleSince = time.Time{}
 	case s.idleSince.IsZero():
 		s.idleSince = now

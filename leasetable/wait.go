@@ -47,6 +47,7 @@ func (c *Client) startWaiting(ctx context.Context, name string, group bool) (*wa
 		return nil, err
 	}
 	w := &waiting{c: c, name: name, id: id, wake: wake, unsubscribe: unsubscribe}
+	c.k.waiters.Add(1) // until stop: the session is in use
 	if mode == pollingBackoff {
 		w.poll = &backoff.Backoff{Min: slotlessPoll, Max: c.cfg.PollInterval}
 	}
@@ -86,6 +87,7 @@ func (w *waiting) param() pgtype.Text {
 // the caller's goroutine, which goes on at once. The waiter's id is
 // unique, so no later registration can be removed by it.
 func (w *waiting) stop() {
+	w.c.k.waiters.Add(-1)
 	w.c.ln.unregister(w.id)
 	w.unsubscribe()
 	if !w.c.ln.deferStop(w.name, w.id) {
