@@ -192,7 +192,7 @@ func (k *keeper) tick(now time.Time) {
 		case st.state.ended():
 			delete(k.loose, l)
 		case st.state == leaseHeld && !now.Before(st.own):
-			l.deadlinePassed(now, l.sess != nil && l.sess.trouble())
+			l.deadlinePassed(now, l.sess.trouble())
 			delete(k.loose, l)
 		}
 	}
@@ -245,8 +245,9 @@ func (k *keeper) spawn(fn func()) bool {
 // closed (the caller gives them back).
 func (k *keeper) add(leases []*Lease) bool {
 	return k.post(func(k *keeper) {
+		now := time.Now()
 		for _, l := range leases {
-			if l.sess == k.sess && l.sess.carries(time.Now()) {
+			if l.sess == k.sess && l.sess.carries(now) {
 				k.held[l] = struct{}{}
 			} else {
 				// Its session ended between the grant and now: it holds by its

@@ -26,7 +26,7 @@ type Lease struct {
 	name      string
 	group     string
 	token     int64
-	sess      *session  // the session that keeps it alive (it may have ended since)
+	sess      *session  // the session it was granted in (never nil; it may have ended since)
 	grantedAt time.Time // when the acquire was sent, for metrics
 
 	ctx    context.Context
@@ -213,7 +213,7 @@ func (l *Lease) Token() int64 { return l.token }
 // alive further, as of the last successful acquire, renew or keep-alive.
 func (l *Lease) ExpiresAt() time.Time {
 	exp := l.status().expiresAt
-	if s := l.sess; s != nil && s.carries(time.Now()) {
+	if s := l.sess; s.carries(time.Now()) {
 		if se := s.expiresAt(); se.After(exp) {
 			exp = se
 		}
@@ -230,7 +230,7 @@ func (l *Lease) Deadline() time.Time { return l.deadline(l.status(), time.Now())
 // lease, its session's.
 func (l *Lease) deadline(st *leaseStatus, now time.Time) time.Time {
 	d := st.own
-	if s := l.sess; s != nil && s.carries(now) {
+	if s := l.sess; s.carries(now) {
 		if sd := s.until(); sd.After(d) {
 			d = sd
 		}
@@ -300,7 +300,7 @@ func (c leaseContext) Err() error {
 // is busy), and the loss must not wait for it.
 func (l *Lease) expireIfPast() {
 	if st, now := l.status(), time.Now(); !st.state.ended() && !now.Before(l.deadline(st, now)) {
-		l.deadlinePassed(now, l.sess != nil && l.sess.trouble())
+		l.deadlinePassed(now, l.sess.trouble())
 	}
 }
 
@@ -324,7 +324,7 @@ func (l *Lease) deadlinePassed(now time.Time, trouble bool) {
 	// keep-alive.
 	lostCause := CauseExpired
 	passed := st.own
-	if s := l.sess; s != nil && s.until().After(passed) {
+	if s := l.sess; s.until().After(passed) {
 		passed = s.until() // the session's last deadline, ended or not
 	}
 	if trouble && now.Sub(passed) < max(l.c.cfg.SafetyMargin, lateNotice) {
