@@ -62,6 +62,10 @@ func TestMigrateUpAndVersion(t *testing.T) {
 	require.Contains(t, errOut, "--yes")
 	code, _, errOut = cli(t, "migrate", "down", "--yes", "--dsn", db.URL)
 	require.Equal(t, exitOK, code, errOut)
+	code, _, errOut = cli(t, "migrate", "up", "--dsn", db.URL)
+	require.Equal(t, exitOK, code, errOut)
+	code, _, errOut = cli(t, "migrate", "down", "-y", "--dsn", db.URL)
+	require.Equal(t, exitOK, code, "-y as release takes it: %s", errOut)
 }
 
 func TestErrorsAndExitCodes(t *testing.T) {

@@ -40,7 +40,7 @@ func newMigrateCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	down.Flags().BoolVar(&yes, "yes", false, "confirm")
+	down.Flags().BoolVarP(&yes, "yes", "y", false, "confirm")
 	cmd.AddCommand(&cobra.Command{
 		Use:   "up",
 		Short: "Apply every migration not yet applied",

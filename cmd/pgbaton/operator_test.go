@@ -190,6 +190,11 @@ func TestReleaseLeaseIsAuditedAndFencesTheOldHolder(t *testing.T) {
 	require.Equal(t, exitUsage, code, "no reason")
 	require.Contains(t, errOut, "--reason is required")
 
+	code, _, errOut = cli(t, "release", "lease:alpha", "--dsn", f.db.URL, "--reason", "worker-1 is wedged")
+	require.Equal(t, exitUsage, code, "no confirmation without a terminal")
+	require.NotContains(t, errOut, "fail.:", "the question is not glued to the explanation")
+	require.Contains(t, errOut, "nothing was changed; pass --yes")
+
 	code, out, errOut := cli(t, "release", "lease:alpha", "--dsn", f.db.URL, "--reason", "worker-1 is wedged", "--yes", "-o", "json")
 	require.Equal(t, exitOK, code, errOut)
 	var res struct {
@@ -228,7 +233,7 @@ func TestReleaseAdvisoryTerminatesOnlyWhenAsked(t *testing.T) {
 	holderPid := f.holder.PgConn().PID()
 
 	code, _, errOut := cli(t, "release", "job:golden", "--dsn", f.db.URL, "--reason", "stuck", "--yes")
-	require.Equal(t, exitError, code)
+	require.Equal(t, exitUsage, code, "a missing flag is a usage error, as everywhere else")
 	require.Contains(t, errOut, "--terminate-backend")
 	require.Contains(t, errOut, "(7,-8)", "shows what else the backend holds")
 	require.Contains(t, errOut, "-5")
@@ -239,6 +244,8 @@ func TestReleaseAdvisoryTerminatesOnlyWhenAsked(t *testing.T) {
 	require.Equal(t, exitUsage, code, "no confirmation without a terminal")
 	require.Contains(t, errOut, "standard input is not a terminal")
 	require.Contains(t, errOut, "nothing was changed; pass --yes")
+	require.NotContains(t, errOut, "?:", "the question is not glued to the explanation")
+	require.NotContains(t, errOut, ".:", "the question is not glued to the explanation")
 	require.NotContains(t, errOut, "[y/N]", "nothing was asked")
 	require.NoError(t, f.holder.Ping(ctx), "the holder is alive")
 

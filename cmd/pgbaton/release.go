@@ -104,7 +104,7 @@ func (g *globals) confirm(o releaseOpts, prompt string) error {
 		return nil
 	}
 	if !isTerminal(o.stdin) {
-		return usageError{fmt.Errorf("%s: standard input is not a terminal, so nothing was asked and nothing was changed; pass --yes to confirm", strings.TrimSuffix(prompt, "?"))}
+		return usageError{fmt.Errorf("standard input is not a terminal, so nothing was asked (%q) and nothing was changed; pass --yes to confirm", prompt)}
 	}
 	fmt.Fprintf(g.stderr, "%s [y/N] ", prompt)
 	line, _ := bufio.NewReader(o.stdin).ReadString('\n')
@@ -169,7 +169,7 @@ func (g *globals) releaseAdvisory(ctx context.Context, pool *pgxpool.Pool, name 
 		}
 	}
 	if !o.terminate {
-		return fmt.Errorf("an advisory lock is freed only by ending the session that holds it, which frees every lock listed above; pass --terminate-backend to do that")
+		return usageError{fmt.Errorf("an advisory lock is freed only by ending the session that holds it, which frees every lock listed above; pass --terminate-backend to do that")}
 	}
 	if err := g.confirm(o, fmt.Sprintf("Terminate %d backend(s)?", len(holders))); err != nil {
 		return err
