@@ -37,3 +37,5 @@ COMMENT ON TABLE pgbaton.advisory_name IS
     'pgbaton: names of advisory locks taken through pgbaton (key = pgbaton.advisory_key(name, namespace))';
 
 CREATE INDEX advisory_name_last_seen_idx ON pgbaton.advisory_name (last_seen);
+
+UPDATE pgbaton.schema_version SET version = 101;

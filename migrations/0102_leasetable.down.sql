@@ -1,3 +1,5 @@
+UPDATE pgbaton.schema_version SET version = 101;
+
 DROP FUNCTION pgbaton.claim(text,text,integer,bigint,bigint,uuid,boolean,text,boolean);
 DROP FUNCTION pgbaton.register(text,text[]);
 DROP FUNCTION pgbaton.complete_tx(text[],bigint[],text);

@@ -1586,3 +1586,5 @@ BEGIN
         RETURNING l.name, l.token, l.expires_at, l.seq)
     SELECT g.name, g.token, g.expires_at FROM granted g ORDER BY g.seq;
 END $$;
+
+UPDATE pgbaton.schema_version SET version = 102;

@@ -1,3 +1,5 @@
+UPDATE pgbaton.schema_version SET version = 102;
+
 -- Fails while tables still use the fence triggers (the functions are
 -- never dropped with CASCADE): run pgbaton.disable_fencing on them first.
 DROP FUNCTION pgbaton.prune_processed(interval,integer);

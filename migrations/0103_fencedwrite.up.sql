@@ -444,3 +444,5 @@ END $$;
 
 COMMENT ON FUNCTION pgbaton.prune_processed(interval, integer) IS
     'pgbaton: delete up to p_batch processed_message rows older than p_older_than; returns the count';
+
+UPDATE pgbaton.schema_version SET version = 103;

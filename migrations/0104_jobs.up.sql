@@ -32,3 +32,5 @@ CREATE TABLE pgbaton.cron_slot (
 
 -- Slots by scheduled time, for their retention (pgbaton.prune).
 CREATE INDEX cron_slot_scheduled_idx ON pgbaton.cron_slot (scheduled_at);
+
+UPDATE pgbaton.schema_version SET version = 104;

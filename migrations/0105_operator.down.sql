@@ -1,3 +1,5 @@
+UPDATE pgbaton.schema_version SET version = 104;
+
 -- Take back this database's grants. The roles themselves are cluster-wide
 -- and may be used by other databases: they stay.
 DO $$

@@ -304,3 +304,5 @@ BEGIN
 END $$;
 
 SELECT pgbaton.grant_roles();
+
+UPDATE pgbaton.schema_version SET version = 105;

@@ -2,6 +2,12 @@
 // pgbaton, with golang-migrate and the migration files embedded in this
 // package (NNNN_name.up.sql / .down.sql).
 //
+// The files themselves are also pgbaton.Migrations(), for services that
+// apply them with their own tool: every file records the schema's version
+// in pgbaton.schema_version, which the library checks, so this package is
+// only one way to install them (and the only one that links
+// golang-migrate).
+//
 // Migration bookkeeping lives in pgbaton.schema_migrations. Up and Down are
 // safe to run from many processes at once: they serialise on an advisory
 // lock. Every file runs as one implicit transaction, so a failed migration
@@ -31,7 +37,6 @@ package migrations
 
 import (
 	"context"
-	"embed"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -49,8 +54,9 @@ import (
 	"github.com/pgbaton/pgbaton/internal/schema"
 )
 
-//go:embed *.sql
-var files embed.FS
+// files are the migration files, embedded by the root package so that
+// services that apply them with their own tool need not import this one.
+var files = pgbaton.Migrations()
 
 const (
 	// Schema is the Postgres schema that holds every pgbaton object.
@@ -84,7 +90,8 @@ func Latest() uint {
 }
 
 // FS returns the embedded migration files, for tools that apply them some
-// other way.
+// other way: pgbaton.Migrations, which needs no import of this package and
+// so none of golang-migrate's dependencies.
 func FS() fs.FS { return files }
 
 // Version returns the schema version of the database behind pool and whether
@@ -234,6 +241,14 @@ func run(ctx context.Context, pool *pgxpool.Pool, step func(*migrate.Migrate) er
 		case <-done:
 		}
 	}()
+	if _, _, err := m.Version(); errors.Is(err, migrate.ErrNilVersion) && v > 0 {
+		// Another tool installed the schema (the files keep their own
+		// record): take it over from there instead of applying the files
+		// again.
+		if err := m.Force(int(v)); err != nil {
+			return fmt.Errorf("migrations: record version %d: %w", v, err)
+		}
+	}
 	err = step(m)
 	switch {
 	case errors.Is(err, migrate.ErrNoChange):

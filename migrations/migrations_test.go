@@ -2,12 +2,17 @@ package migrations_test
 
 import (
 	"context"
+	"errors"
 	"flag"
+	"io/fs"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/golang-migrate/migrate/v4"
+	_ "github.com/golang-migrate/migrate/v4/database/pgx/v5" // pgx5://
+	"github.com/golang-migrate/migrate/v4/source/iofs"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -66,9 +71,10 @@ func TestPreReleaseSchemaIsRefused(t *testing.T) {
 	ctx := context.Background()
 	db := env.DB(t)
 	pool := db.Pool(t)
-	before := catalog(t, pool)
-	_, err := pool.Exec(ctx, "UPDATE pgbaton.schema_migrations SET version = 16")
+	// A pre-release build kept no record of its own, only golang-migrate's.
+	_, err := pool.Exec(ctx, "DROP TABLE pgbaton.schema_version; UPDATE pgbaton.schema_migrations SET version = 16")
 	require.NoError(t, err)
+	before := catalog(t, pool)
 	for name, err := range map[string]error{
 		"Check": migrations.Check(ctx, pool),
 		"Up":    migrations.Up(ctx, pool),
@@ -205,4 +211,75 @@ func TestNoFunctionIsReplannedAtEveryCall(t *testing.T) {
 	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	require.Empty(t, names, "LANGUAGE sql functions Postgres cannot inline, so plans at every call: make them plpgsql")
+}
+
+// ownTool applies pgbaton's files with golang-migrate as a service's own
+// pipeline would: its bookkeeping in a table of its own, outside pgbaton's
+// schema.
+func ownTool(t *testing.T, url string) *migrate.Migrate {
+	t.Helper()
+	src, err := iofs.New(pgbaton.Migrations(), ".")
+	require.NoError(t, err)
+	m, err := migrate.NewWithSourceInstance("iofs", src, strings.Replace(url, "postgres://", "pgx5://", 1)+"&x-migrations-table=app_migrations")
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = m.Close() })
+	return m
+}
+
+// TestEveryFileRecordsTheVersion: after each file up, and each file down,
+// the schema's own record says the version golang-migrate says, so a tool
+// that keeps its bookkeeping elsewhere leaves a database the library
+// accepts.
+func TestEveryFileRecordsTheVersion(t *testing.T) {
+	ctx := context.Background()
+	db := env.EmptyDB(t)
+	pool := db.Pool(t)
+	m := ownTool(t, db.URL)
+	own := func() uint {
+		var v uint
+		require.NoError(t, pool.QueryRow(ctx, "SELECT version FROM pgbaton.schema_version").Scan(&v))
+		return v
+	}
+	steps := 0
+	for {
+		err := m.Steps(1)
+		if errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		require.NoError(t, err)
+		steps++
+		v, dirty, err := m.Version()
+		require.NoError(t, err)
+		require.False(t, dirty)
+		require.Equal(t, v, own(), "after file %d up", v)
+	}
+	require.Equal(t, migrations.Latest(), own())
+	require.Greater(t, steps, 1)
+	require.NoError(t, migrations.Check(ctx, pool), "the library accepts it")
+	for range steps - 1 {
+		require.NoError(t, m.Steps(-1))
+		v, _, err := m.Version()
+		require.NoError(t, err)
+		require.Equal(t, v, own(), "after the file above %d down", v)
+	}
+}
+
+// TestUpTakesOverAnotherToolsSchema: migrations.Up on a database whose
+// schema another tool installed picks up from its version instead of
+// applying the files again, and Down removes it.
+func TestUpTakesOverAnotherToolsSchema(t *testing.T) {
+	ctx := context.Background()
+	db := env.EmptyDB(t)
+	pool := db.Pool(t)
+	require.NoError(t, ownTool(t, db.URL).Up())
+	v, dirty, err := migrations.Version(ctx, pool)
+	require.NoError(t, err)
+	require.Equal(t, migrations.Latest(), v)
+	require.False(t, dirty)
+	require.NoError(t, migrations.Up(ctx, pool))
+	require.NoError(t, migrations.Check(ctx, pool))
+	require.NoError(t, migrations.Down(ctx, pool))
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname = 'pgbaton'").Scan(&n))
+	require.Zero(t, n, "Down removes the schema")
 }

@@ -1,4 +1,7 @@
 -- name: SchemaVersion :one
+SELECT version FROM pgbaton.schema_version;
+
+-- name: SchemaMigrations :one
 SELECT version, dirty FROM pgbaton.schema_migrations LIMIT 1;
 
 -- name: ServerInfo :one

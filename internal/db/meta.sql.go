@@ -100,15 +100,26 @@ func (q *Queries) ReplicationInfo(ctx context.Context, db DBTX) (ReplicationInfo
 	return i, err
 }
 
-const schemaVersion = `-- name: SchemaVersion :one
+const schemaMigrations = `-- name: SchemaMigrations :one
 SELECT version, dirty FROM pgbaton.schema_migrations LIMIT 1
 `
 
-func (q *Queries) SchemaVersion(ctx context.Context, db DBTX) (PgbatonSchemaMigration, error) {
-	row := db.QueryRow(ctx, schemaVersion)
+func (q *Queries) SchemaMigrations(ctx context.Context, db DBTX) (PgbatonSchemaMigration, error) {
+	row := db.QueryRow(ctx, schemaMigrations)
 	var i PgbatonSchemaMigration
 	err := row.Scan(&i.Version, &i.Dirty)
 	return i, err
+}
+
+const schemaVersion = `-- name: SchemaVersion :one
+SELECT version FROM pgbaton.schema_version
+`
+
+func (q *Queries) SchemaVersion(ctx context.Context, db DBTX) (int32, error) {
+	row := db.QueryRow(ctx, schemaVersion)
+	var version int32
+	err := row.Scan(&version)
+	return version, err
 }
 
 const serverInfo = `-- name: ServerInfo :one

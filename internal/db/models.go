@@ -144,6 +144,12 @@ type PgbatonSchemaMigration struct {
 	Dirty   bool  `json:"dirty"`
 }
 
+// pgbaton: the version of this schema (the number of the last migration file applied); one row
+type PgbatonSchemaVersion struct {
+	Version int32 `json:"version"`
+	Single  bool  `json:"single"`
+}
+
 // pgbaton: the fencing token epoch (high bits of every token), raised on the first token drawn on a new timeline
 type PgbatonTokenEpoch struct {
 	One            bool        `json:"one"`

@@ -1,4 +1,4 @@
-// Package schema reads the pgbaton schema's version with one plain query and
+// Package schema reads the pgbaton schema's version with plain queries and
 // compares it with the newest migration this build knows, so that advisory,
 // leasetable and fencedwrite can refuse an unmigrated database without
 // linking golang-migrate. The migrations package applies the files with
@@ -28,22 +28,32 @@ var ErrDirty = errors.New("pgbaton: schema migration is dirty (a previous migrat
 // wrapped together with pgbaton.ErrNotMigrated.
 var ErrPreRelease = errors.New("pgbaton: schema written by a pre-release development build")
 
-// Version returns the schema version recorded in pgbaton.schema_migrations
-// and whether it is dirty; 0 when pgbaton never migrated this database.
+// Version returns the schema version and whether it is dirty; 0 when
+// pgbaton's schema is not in this database. The version is the schema's
+// own record (pgbaton.schema_version), which every migration file sets,
+// whichever tool applied it. Dirty is golang-migrate's flag, when
+// migrations.Up (or golang-migrate with pgbaton's table) ran: a file that
+// failed half-way. A database without the record is read from
+// golang-migrate's table alone, as pre-release builds left it.
 func Version(ctx context.Context, q db.DBTX) (version uint, dirty bool, err error) {
-	row, err := db.New().SchemaVersion(ctx, q)
+	own, err := db.New().SchemaVersion(ctx, q)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return 0, false, nil
-	case pgerr.Code(err) == pgerr.UndefinedTable:
-		return 0, false, nil
+	case errors.Is(err, pgx.ErrNoRows), pgerr.Code(err) == pgerr.UndefinedTable:
+		own = -1
 	case err != nil:
 		return 0, false, fmt.Errorf("pgbaton: read schema version: %w", err)
 	}
-	if row.Version < 0 {
-		return 0, row.Dirty, nil
+	gm, err := db.New().SchemaMigrations(ctx, q)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows), pgerr.Code(err) == pgerr.UndefinedTable:
+		gm = db.PgbatonSchemaMigration{Version: -1}
+	case err != nil:
+		return 0, false, fmt.Errorf("pgbaton: read schema version: %w", err)
 	}
-	return uint(row.Version), row.Dirty, nil
+	// They agree, except where a file failed: that left the record at the
+	// version before it (each file is one transaction), golang-migrate's
+	// at the failed one, dirty.
+	return uint(max(int64(own), gm.Version, 0)), gm.Dirty, nil
 }
 
 // Check reads the version and compares it with Latest; see CheckVersion.
