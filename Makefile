@@ -16,7 +16,7 @@ GORELEASER  := $(TOOLS)/goreleaser-$(GORELEASER_VERSION)
 # the library at the root, and beside it the modules whose dependencies a
 # service importing the library must never get. bench/ (also a module) has
 # targets of its own (bench, bench-smoke).
-SUBMODULES := admin cmd/pgbaton gocronlock test examples/demo examples/databasesql
+SUBMODULES := admin cmd/pgbaton gocronlock test examples/demo examples/databasesql examples/schematools
 # What test, lint and bench-go cover: every package of those modules. In
 # workspace mode one `go test` takes them all, and runs them in parallel.
 PKGS ?= ./... $(foreach m,$(SUBMODULES),./$(m)/...)

@@ -261,17 +261,32 @@ func (e *Env) newDB(t testing.TB, template string) *DB {
 // function, which has no testing.T; call done when the example ends. It
 // panics on failure, as examples have no other way to fail.
 func (e *Env) ExamplePool() (pool *pgxpool.Pool, done func()) {
-	ctx := context.Background()
-	name := fmt.Sprintf("%s%d", e.prefix, e.seq.Add(1))
-	if _, err := e.admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE "+pgx.Identifier{e.template}.Sanitize()); err != nil {
-		panic(err)
-	}
-	pool, err := pgxpool.New(ctx, e.urlFor(name))
+	url, drop := e.exampleDB(e.template)
+	pool, err := pgxpool.New(context.Background(), url)
 	if err != nil {
+		drop()
 		panic(err)
 	}
 	return pool, func() {
 		pool.Close()
+		drop()
+	}
+}
+
+// ExampleEmptyDB creates a fresh database without the pgbaton schema for
+// an Example function and returns its URL; call done when the example
+// ends. It panics on failure.
+func (e *Env) ExampleEmptyDB() (url string, done func()) {
+	return e.exampleDB("template0")
+}
+
+func (e *Env) exampleDB(template string) (url string, drop func()) {
+	ctx := context.Background()
+	name := fmt.Sprintf("%s%d", e.prefix, e.seq.Add(1))
+	if _, err := e.admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE "+pgx.Identifier{template}.Sanitize()); err != nil {
+		panic(err)
+	}
+	return e.urlFor(name), func() {
 		_, _ = e.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
 	}
 }
