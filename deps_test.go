@@ -24,7 +24,7 @@ var libraryDeps = []string{
 // through migrations, and never import the test harness.
 func TestLibraryLinksOnlyItsOwnDependencies(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}",
-		".", "./advisory", "./leasetable", "./fencedwrite", "./health", "./jobs", "./retention", "./databasesql").CombinedOutput()
+		".", "./advisory", "./leasetable", "./fencedwrite", "./health", "./jobs", "./retention", "./databasesql", "./pgbatontest").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}

@@ -25,6 +25,9 @@ const (
 	// AlreadyProcessed reports a message processed before
 	// (fencedwrite.SQLStateAlreadyProcessed).
 	AlreadyProcessed = "PB409"
+	// NotFound: an operator's call named a lease that is not there or not
+	// held (pgbaton.force_release_lease).
+	NotFound = "PB404"
 )
 
 // PostgreSQL's SQLSTATEs that pgbaton acts on.
