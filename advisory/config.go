@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pgbaton/pgbaton"
 )
@@ -90,6 +91,12 @@ type Config struct {
 	// Default: none; then, as with OpenTelemetry's no-op provider,
 	// nothing is recorded and the lock path does no extra work.
 	MeterProvider metric.MeterProvider
+
+	// TracerProvider receives an OpenTelemetry span for each TryLock,
+	// Lock, TryRLock and RLock, waits included (see the package
+	// documentation). Default: none; then no span is started and the lock
+	// path allocates nothing for tracing.
+	TracerProvider trace.TracerProvider
 
 	// MetricNames adds the lock name as the pgbaton.name attribute of
 	// lock metrics (the decimal key for Int64 keys, "hi,lo" for Pair).

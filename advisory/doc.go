@@ -152,6 +152,14 @@
 // number of series unbounded. Without a MeterProvider nothing is recorded
 // and the lock path does no extra work.
 //
+// With Config.TracerProvider set, each TryLock, Lock, TryRLock and RLock
+// is a span "pgbaton.advisory.lock" under the caller's, waits included,
+// with db.system.name = postgresql, pgbaton.layer, pgbaton.name (always:
+// a span is not a series), pgbaton.owner, pgbaton.mode, pgbaton.wait,
+// pgbaton.wait.seconds and pgbaton.outcome = acquired | held | error (and
+// error.type with the error recorded). Without one no span is started
+// and the lock path allocates nothing for it.
+//
 // Config.Logger (log/slog, silent by default) gets a Warn for each lost
 // session with the number of locks it took with it, an Info when a
 // session opens again after a loss, Error or Warn for refusals, and Debug

@@ -10,10 +10,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/advisory/internal/pgsession"
 	"github.com/pgbaton/pgbaton/internal/appname"
+	"github.com/pgbaton/pgbaton/internal/telemetry"
 )
 
 // Locker takes session advisory locks on connections it owns. It is safe
@@ -41,6 +44,7 @@ type Locker struct {
 
 	stats   counters
 	metrics metrics
+	tracer  telemetry.Tracer
 	reopen  atomic.Bool // a session was lost: log when the next one opens
 }
 
@@ -102,6 +106,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Locker, error) {
 		entries: make(map[lockID]*entry),
 		names:   make(map[string]struct{}),
 		metrics: newMetrics(cfg),
+		tracer:  telemetry.NewTracer(cfg.TracerProvider),
 	}
 	l.conn = pgsession.Config{
 		Pool: pool, PingInterval: cfg.PingInterval, PingTimeout: cfg.PingTimeout, SessionPooler: cfg.SessionPooler,
@@ -141,9 +146,21 @@ func (l *Locker) RLock(ctx context.Context, key Key) (*Lock, error) {
 	return l.acquire(ctx, key, true, true)
 }
 
-func (l *Locker) acquire(ctx context.Context, key Key, shared, wait bool) (*Lock, error) {
+func (l *Locker) acquire(ctx context.Context, key Key, shared, wait bool) (_ *Lock, err error) {
 	start := l.metrics.start()
+	var span trace.Span = noop.Span{}
+	if ctx != nil {
+		ctx, span = l.tracer.Start(ctx, "pgbaton.advisory.lock", "advisory")
+	}
+	if span.IsRecording() && start.IsZero() {
+		start = time.Now() // for the span's wait, with metrics off
+	}
 	lk, contended, err := l.acquireKey(ctx, key, shared, wait)
+	defer func() {
+		if span.IsRecording() {
+			traceLock(span, l.cfg.Owner, key, shared, wait, start, contended, err)
+		}
+	}()
 	l.metrics.attempt(key, start, err, contended)
 	if err != nil {
 		l.logRefusal("lock "+key.String(), err)

@@ -56,6 +56,11 @@ func (m *metrics) name(key Key) string {
 	if !m.withNames {
 		return ""
 	}
+	return keyName(key)
+}
+
+// keyName is key as the pgbaton.name attribute shows it.
+func keyName(key Key) string {
 	switch key.kind {
 	case kindName:
 		return key.name
@@ -82,18 +87,28 @@ func (m *metrics) attempt(key Key, start time.Time, err error, contended bool) {
 	if !m.on {
 		return
 	}
-	result := telemetry.Acquired
+	switch r := result(err, contended); r {
+	case "":
+	case telemetry.Error:
+		m.tel.AttemptFailed(context.Background(), m.name(key), err, time.Since(start))
+	default:
+		m.tel.Attempt(context.Background(), m.name(key), r, time.Since(start))
+	}
+}
+
+// result is what came of an acquire that returned err: acquired, held
+// (found held: ErrLocked, or a wait that ran out) or error; "" for bad
+// input and a closed Locker, which are not attempts.
+func result(err error, contended bool) string {
 	switch {
 	case err == nil:
+		return telemetry.Acquired
 	case errors.Is(err, pgbaton.ErrInvalidArgument), errors.Is(err, pgbaton.ErrClosed):
-		return
+		return ""
 	case errors.Is(err, ErrLocked), contended:
-		result = telemetry.Held
-	default:
-		m.tel.AttemptFailed(context.Background(), m.name(key), err, time.Since(start))
-		return
+		return telemetry.Held
 	}
-	m.tel.Attempt(context.Background(), m.name(key), result, time.Since(start))
+	return telemetry.Error
 }
 
 // ended records the end of lk's hold; cause is "" for Unlock. Called with

@@ -120,6 +120,14 @@
 // large token instead would stay in the rows and lock every holder out.
 // Setting pgbaton.fence_bypass by hand bypasses nothing.
 //
+// # Traces
+//
+// InTx and InSQLTx take no Config, so they trace only inside a caller's
+// trace: when ctx carries a recording OpenTelemetry span, each is a span
+// "pgbaton.fencedwrite.tx" under it, on that span's TracerProvider, with
+// pgbaton.name, pgbaton.token and pgbaton.outcome = committed | stale |
+// error. Outside a trace they start none.
+//
 // # Standby
 //
 // Fenced writes need the primary. On a standby (pg_is_in_recovery) Guard,

@@ -59,11 +59,13 @@ func InTx(ctx context.Context, pool Beginner, lease Lease, fn func(pgx.Tx) error
 	if err != nil {
 		return err
 	}
-	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	if err != nil {
-		return fmt.Errorf("fencedwrite: begin transaction for lease %q: %w", name, err)
-	}
-	return guardedTx(ctx, pool, name, token, tx, func() error { return fn(tx) })
+	return traced(ctx, name, token, func(ctx context.Context) error {
+		tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+		if err != nil {
+			return fmt.Errorf("fencedwrite: begin transaction for lease %q: %w", name, err)
+		}
+		return guardedTx(ctx, pool, name, token, tx, func() error { return fn(tx) })
+	})
 }
 
 // InSQLTx is InTx for database/sql: it runs fn in a READ COMMITTED
@@ -83,11 +85,13 @@ func InSQLTx(ctx context.Context, db *sql.DB, lease Lease, fn func(*sql.Tx) erro
 	if err != nil {
 		return err
 	}
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		return fmt.Errorf("fencedwrite: begin transaction for lease %q: %w", name, err)
-	}
-	return guardedTx(ctx, databasesql.WrapQuerier(db), name, token, databasesql.Wrap(tx), func() error { return fn(tx) })
+	return traced(ctx, name, token, func(ctx context.Context) error {
+		tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		if err != nil {
+			return fmt.Errorf("fencedwrite: begin transaction for lease %q: %w", name, err)
+		}
+		return guardedTx(ctx, databasesql.WrapQuerier(db), name, token, databasesql.Wrap(tx), func() error { return fn(tx) })
+	})
 }
 
 func checkInTx(nilPool bool, lease Lease, nilFn bool) (name string, token int64, err error) {

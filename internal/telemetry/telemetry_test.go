@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
@@ -143,5 +144,23 @@ func TestErrorType(t *testing.T) {
 		telemetry.ErrorOther:            errors.New("something else"),
 	} {
 		require.Equal(t, strings.TrimSpace(want), telemetry.ErrorType(err), "%v", err)
+	}
+}
+
+// Tracing off costs the hot path nothing: no span, no allocation.
+func TestTracerOffAllocatesNothing(t *testing.T) {
+	for name, tr := range map[string]telemetry.Tracer{"nil": telemetry.NewTracer(nil), "noop": telemetry.NewTracer(tracenoop.NewTracerProvider())} {
+		ctx := context.Background()
+		allocs := testing.AllocsPerRun(1000, func() {
+			c, span := tr.Start(ctx, "pgbaton.test", "lease")
+			if span.IsRecording() {
+				t.Fatal("a span records with tracing off")
+			}
+			telemetry.End(span, telemetry.Acquired, nil)
+			_ = c
+		})
+		if allocs != 0 {
+			t.Errorf("%s: tracing off allocates %.1f times per call", name, allocs)
+		}
 	}
 }

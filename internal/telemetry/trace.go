@@ -1,0 +1,85 @@
+package telemetry
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+)
+
+// Span attributes besides error.type. db.system.name is the database
+// conventions' (the spans are a client's calls to PostgreSQL, waits
+// included); the others are pgbaton's, the ones an operator filters on.
+const (
+	DBSystemKey = "db.system.name"  // always "postgresql"
+	LayerKey    = "pgbaton.layer"   // advisory, lease, fencedwrite
+	NameKey     = "pgbaton.name"    // the lock, lease or election name
+	GroupKey    = "pgbaton.group"   // a claim's group
+	OwnerKey    = "pgbaton.owner"   // the client's Config.Owner
+	TokenKey    = "pgbaton.token"   // the fencing token granted or used
+	OutcomeKey  = "pgbaton.outcome" // acquired, held, grace, error; lost, released, ...
+	WaitKey     = "pgbaton.wait.seconds"
+	CountKey    = "pgbaton.count" // items claimed or completed
+)
+
+var postgres = attribute.String(DBSystemKey, "postgresql")
+
+// Tracer starts pgbaton's spans. Made without a TracerProvider it starts
+// none: Start then returns a span that records nothing, allocated
+// nowhere, and callers skip their attributes (Span.IsRecording), so the
+// hot path pays nothing (TestTracerOffAllocatesNothing).
+type Tracer struct{ t trace.Tracer }
+
+// NewTracer is a Tracer on tp; nil and OpenTelemetry's no-op provider turn
+// tracing off.
+func NewTracer(tp trace.TracerProvider) Tracer {
+	if _, off := tp.(noop.TracerProvider); off || tp == nil {
+		return Tracer{}
+	}
+	return Tracer{t: tp.Tracer(ScopeName)}
+}
+
+// FromContext is a Tracer on the provider of ctx's span when that span
+// records: for calls without a Config of their own (fencedwrite.InTx),
+// which trace only inside a caller's trace.
+func FromContext(ctx context.Context) Tracer {
+	s := trace.SpanFromContext(ctx)
+	if !s.IsRecording() {
+		return Tracer{}
+	}
+	return NewTracer(s.TracerProvider())
+}
+
+// Start starts span name (e.g. "pgbaton.lease.acquire") as a client span
+// under ctx's, with the layer and db.system.name set.
+func (tr Tracer) Start(ctx context.Context, name, layer string) (context.Context, trace.Span) {
+	if tr.t == nil {
+		return ctx, noop.Span{}
+	}
+	return tr.t.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(postgres, attribute.String(LayerKey, layer)))
+}
+
+// End ends span with outcome, recording err (its error.type and status)
+// when there is one. Callers set their attributes first, only when
+// span.IsRecording().
+func End(span trace.Span, outcome string, err error) {
+	if !span.IsRecording() {
+		return
+	}
+	if outcome != "" {
+		span.SetAttributes(attribute.String(OutcomeKey, outcome))
+	}
+	if err != nil {
+		span.SetAttributes(attribute.String(ErrorTypeKey, ErrorType(err)))
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
+// Waited is the wait attribute: how long a call waited for a holder.
+func Waited(d time.Duration) attribute.KeyValue { return attribute.Float64(WaitKey, d.Seconds()) }
