@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/pgbaton/pgbaton/internal/telemetry"
 )
 
 // MaxSlots bounds Semaphore's slot count.
@@ -20,6 +22,43 @@ const MaxSlots = 10000
 // the one that has waited longest (woken by the release), or is taken at
 // the earliest expiry of a held one.
 func (c *Client) Semaphore(ctx context.Context, name string, slots int) (*Lease, error) {
+	names, err := c.semaphoreNames(name, slots)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	l, stillHeld, err := c.waitSemaphore(ctx, name, names, start)
+	c.waitEnded(ctx, name, start, stillHeld, err)
+	return l, err
+}
+
+// TrySemaphore is Semaphore without the wait: it takes a free permit if
+// there is one and no waiter is ahead, and returns an error wrapping
+// ErrHeld otherwise.
+func (c *Client) TrySemaphore(ctx context.Context, name string, slots int) (*Lease, error) {
+	names, err := c.semaphoreNames(name, slots)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.registerSemaphore(ctx, name, names); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	got, err := c.claim(ctx, name, 1, start, nil, true)
+	switch {
+	case err != nil:
+		c.attemptFailed(ctx, name, err, start)
+		return nil, err
+	case len(got) == 0:
+		c.attempted(ctx, name, telemetry.Held, start)
+		return nil, fmt.Errorf("%w: semaphore %q: all %d permits held, or waiters ahead", ErrHeld, name, slots)
+	}
+	return got[0], nil
+}
+
+// semaphoreNames checks a semaphore's arguments and that c is open, and
+// names its permits.
+func (c *Client) semaphoreNames(name string, slots int) ([]string, error) {
 	if err := checkName("semaphore name", name); err != nil {
 		return nil, err
 	}
@@ -36,10 +75,7 @@ func (c *Client) Semaphore(ctx context.Context, name string, slots int) (*Lease,
 	for i := range names {
 		names[i] = name + "#" + strconv.Itoa(i)
 	}
-	start := time.Now()
-	l, stillHeld, err := c.waitSemaphore(ctx, name, names, start)
-	c.waitEnded(ctx, name, start, stillHeld, err)
-	return l, err
+	return names, nil
 }
 
 // waitSemaphore is Semaphore without the failure metric; stillHeld tells a
