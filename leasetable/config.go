@@ -50,18 +50,10 @@ type Config struct {
 	Logger *slog.Logger
 
 	// MeterProvider receives OpenTelemetry metrics, all with attribute
-	// pgbaton.layer = "lease" (the advisory package reports the same
-	// names): pgbaton.acquire.attempts and pgbaton.acquire.wait.duration
-	// by pgbaton.result ("acquired", "held": somebody else held it, also
-	// for a wait that gave up; "grace": nobody held it but a failover
-	// grace held every grant back; "error"), pgbaton.held (leases held now),
-	// pgbaton.hold.duration, pgbaton.lost by pgbaton.cause (CauseExpired,
-	// CauseRenew, CauseSuperseded, CauseClockStep), pgbaton.renew.failures
-	// (failed keep-alives, which carry no lease name, and explicit Renews)
-	// and pgbaton.clock.steps (forward steps of the database's clock by
-	// more than SafetyMargin that keep-alives saw). Claim
-	// counts one acquired attempt per lease it returns, one held attempt
-	// when it returns none. Default: none (no-op).
+	// pgbaton.layer = "lease", under the names package advisory uses, plus
+	// pgbaton.clock.steps; docs/operating.md lists them. Claim counts one
+	// acquired attempt per lease it returns, one held attempt when it
+	// returns none. Default: none (no-op).
 	MeterProvider metric.MeterProvider
 
 	// MetricNames adds the lease name (for Claim, Semaphore and Keep: the
@@ -90,15 +82,10 @@ type Config struct {
 	PollInterval time.Duration
 
 	// ListenSlots is how many clients of the database may listen at once,
-	// default 16; give every client the same value. Every NOTIFY signals
-	// every listening backend of the database, so a fleet whose clients
-	// all listened would spend the server on signals. A slot is a session
-	// advisory lock on the client's LISTEN connection, which the client
-	// opens only when a slot is free (it asks on the pool, at most once a
-	// second while its waiters wait); it listens while its waiters wait and
-	// keeps the slot and the connection for 30s after the last one left. A
-	// waiter of a client without a slot looks again after 50ms, doubling
-	// up to PollInterval.
+	// default 16; give every client the same value. A slot is a session
+	// advisory lock on the client's LISTEN connection; the package doc
+	// (Waiting) says when a client takes and frees one, and how the waiters
+	// of a client without one poll.
 	ListenSlots int
 
 	// Retention says how long the rows of leasetable's tables that pile
