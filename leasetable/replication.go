@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -85,10 +85,7 @@ func (c *Client) Replication(ctx context.Context) (ReplicationStatus, error) {
 
 // replicationLog logs the replication warning when it appears, changes or
 // goes away, not on every Check.
-type replicationLog struct {
-	mu   sync.Mutex
-	last string
-}
+type replicationLog struct{ last atomic.Value } // the last warning, "" for none
 
 // observe reads the replication status and logs a change: a warning when
 // grants can be lost in a failover. Errors reading it are left to the
@@ -102,10 +99,8 @@ func (rl *replicationLog) observe(ctx context.Context, c *Client) {
 	if err := r.Err(); err != nil {
 		msg = err.Error()
 	}
-	rl.mu.Lock()
-	changed := msg != rl.last
-	rl.last = msg
-	rl.mu.Unlock()
+	last, _ := rl.last.Swap(msg).(string)
+	changed := msg != last
 	switch {
 	case !changed:
 	case msg != "":
