@@ -155,25 +155,14 @@
 // 'reason'). New and Check log a warning when no standby is synchronous
 // (Client.Replication: ErrNoSyncStandby). See [Running in production].
 //
-// # SQL protocol
+// # SQL protocol, retention, metrics and logs
 //
-// The protocol is SQL functions in the pgbaton schema (try_acquire, renew,
-// release, release_many, complete, complete_many, complete_tx, register,
-// claim, wait_for, stop_waiting, and the session functions session_open,
-// session_keepalive, session_close), so psql or any other client can take
-// part; this package calls them. See [SQL protocol].
-//
-// # Retention, metrics and logs
-//
-// The rows of this package's tables that pile up with use (waiter
-// registrations, named leases nobody uses, dead sessions) are pruned in
-// the background by one Client at a time, under RetentionLease
-// (Config.Retention, Prune). The other tables are package retention's.
-//
-// Config.MeterProvider records the OpenTelemetry instruments package
-// advisory records (attribute pgbaton.layer = "lease"; lease names only
-// with Config.MetricNames), plus pgbaton.clock.steps; Config.Logger
-// (log/slog) gets losses, reconnects and refusals. See [Operating].
+// The protocol is SQL functions in the pgbaton schema, so psql or any
+// other client can take part ([SQL protocol]). The rows of this package's
+// tables that pile up with use are pruned in the background by one Client
+// at a time (Config.Retention, Prune). Config.MeterProvider and
+// Config.Logger (log/slog) get metrics, losses, reconnects and refusals
+// ([Operating]).
 //
 // [Work queues]: https://github.com/pgbaton/pgbaton/blob/main/docs/work-queues.md
 // [Shards]: https://github.com/pgbaton/pgbaton/blob/main/docs/shards.md
