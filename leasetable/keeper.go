@@ -273,7 +273,7 @@ func (k *keeper) sendBack() {
 		}
 		var err error
 		if len(leases) > 0 {
-			names, tokens := grants(leases)
+			names, tokens := grants(byName(leases))
 			_, err = c.releaseMany(ctx, names, tokens)
 		}
 		if err != nil || len(failed) > 0 {

@@ -20,7 +20,7 @@ func (c *Client) releaseAll(ctx context.Context, stopped, retried []*Lease) erro
 	if len(leases) == 0 {
 		return nil
 	}
-	names, tokens := grants(leases)
+	names, tokens := grants(byName(leases))
 	ctx, cancel := c.cleanupContext(ctx)
 	defer cancel()
 	freed, err := c.releaseMany(ctx, names, tokens)
@@ -90,6 +90,14 @@ func grants(leases []*Lease) (names []string, tokens []int64) {
 		names[i], tokens[i] = l.name, l.token
 	}
 	return names, tokens
+}
+
+// byName sorts leases by name, so that two statements giving back some of
+// the same rows (Close and the keeper's give-back) lock them in one order
+// instead of deadlocking.
+func byName(leases []*Lease) []*Lease {
+	slices.SortFunc(leases, func(a, b *Lease) int { return strings.Compare(a.name, b.name) })
+	return leases
 }
 
 // quoteNames lists names quoted, at most max of them and how many more.
