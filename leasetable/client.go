@@ -153,8 +153,11 @@ func (c *Client) Close(ctx context.Context) error {
 	for _, l := range left.handed {
 		l.endHandedOff("client closed")
 	}
-	if err := c.closeSession(ctx, left.sess); err != nil {
-		errs = append(errs, err)
+	// Its row deleted, leases not given back keep only their own expiry.
+	if s := left.sess; s != nil && s.state.CompareAndSwap(sessionAlive, sessionClosed) {
+		if err := c.closeSessionRow(ctx, s); err != nil && !errors.Is(err, context.Canceled) {
+			errs = append(errs, c.dbError("close lease session", err))
+		}
 	}
 	c.ln.close()
 	// Background work is best effort: it must not hold Close up. Grants
@@ -185,7 +188,9 @@ func (c *Client) goBackground(fn func(ctx context.Context)) {
 }
 
 func (c *Client) checkOpen() error {
-	if c.k.isClosed() {
+	c.k.mu.Lock()
+	defer c.k.mu.Unlock()
+	if c.k.closed {
 		return pgbaton.ErrClosed
 	}
 	return nil

@@ -108,12 +108,6 @@ func (k *keeper) enter() bool {
 	return true
 }
 
-func (k *keeper) isClosed() bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.closed
-}
-
 // run is the keeper's goroutine: messages first, then what is due.
 func (k *keeper) run() {
 	defer k.c.background.Done()

@@ -112,14 +112,11 @@ func (s leaseState) String() string {
 func (s leaseState) ended() bool { return s == leaseReleased || s == leaseLost }
 
 // transition moves l to state to if leaseTransitions allows it, and does
-// what entering it entails (entered). It returns the state l was in, and
-// whether it moved.
-func (l *Lease) transition(to leaseState, cause error, lostCause string) (from leaseState, ok bool) {
-	old, ok := l.update(func(s *leaseStatus) bool { return s.move(to, cause) })
-	if ok {
+// what entering it entails (entered).
+func (l *Lease) transition(to leaseState, cause error, lostCause string) {
+	if old, ok := l.update(func(s *leaseStatus) bool { return s.move(to, cause) }); ok {
 		l.entered(to, old, cause, lostCause)
 	}
-	return old.state, ok
 }
 
 // move moves s to state to, if leaseTransitions allows it.
@@ -192,7 +189,7 @@ func (l *Lease) Token() int64 { return l.token }
 func (l *Lease) ExpiresAt() time.Time {
 	exp := l.status().expiresAt
 	if s := l.sess; s.carries(time.Now()) {
-		if se := s.expiresAt(); se.After(exp) {
+		if se := time.Unix(0, s.expires.Load()); se.After(exp) {
 			exp = se
 		}
 	}

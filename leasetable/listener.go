@@ -538,13 +538,14 @@ func (ln *listener) connect(ctx context.Context) (*pgx.Conn, error) {
 }
 
 // probe sends a notification through the pool and waits for conn to
-// deliver it, at most probeTimeout: errUndelivered.
+// deliver it; errUndelivered if it does not in time.
 func (ln *listener) probe(ctx context.Context, conn *pgx.Conn) error {
 	payload := ln.c.waiterPrefix + "probe/" + strconv.FormatInt(ln.c.waiterSeq.Add(1), 10)
 	if err := ln.c.q.LeaseNotify(ctx, ln.c.pool, payload); err != nil {
 		return err
 	}
-	pctx, cancel := context.WithTimeout(ctx, probeTimeout(ln.c.cfg.TTL))
+	// On a working connection it comes back in a round trip.
+	pctx, cancel := context.WithTimeout(ctx, min(max(ln.c.cfg.TTL/10, 250*time.Millisecond), time.Second))
 	defer cancel()
 	for {
 		n, err := conn.WaitForNotification(pctx)
@@ -558,12 +559,6 @@ func (ln *listener) probe(ctx context.Context, conn *pgx.Conn) error {
 		}
 		ln.dispatch(n)
 	}
-}
-
-// probeTimeout is how long the first notification may take: on a working
-// connection it comes back in a round trip.
-func probeTimeout(ttl time.Duration) time.Duration {
-	return min(max(ttl/10, 250*time.Millisecond), time.Second)
 }
 
 // register records a waiter's registration, to be made again on a new

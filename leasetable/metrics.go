@@ -47,15 +47,10 @@ func (c *Client) attemptFailed(ctx context.Context, name string, err error, star
 		c.attempted(ctx, name, telemetry.Grace, start)
 	case errors.Is(err, ErrHeld):
 		c.attempted(ctx, name, telemetry.Held, start)
-	case notAttempt(err):
+	case errors.Is(err, pgbaton.ErrInvalidArgument), errors.Is(err, pgbaton.ErrClosed):
 	case c.tel != nil:
 		c.tel.AttemptFailed(context.WithoutCancel(ctx), name, err, time.Since(start))
 	}
-}
-
-// notAttempt tells errors raised before anything was asked.
-func notAttempt(err error) bool {
-	return errors.Is(err, pgbaton.ErrInvalidArgument) || errors.Is(err, pgbaton.ErrClosed)
 }
 
 // recordReleased records, once, the end of a lease given back; taken over

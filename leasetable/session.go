@@ -2,7 +2,6 @@ package leasetable
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -59,10 +58,6 @@ func (s *session) param() pgtype.Int8 { return pgtype.Int8{Int64: s.id, Valid: t
 
 // until is the session's local deadline.
 func (s *session) until() time.Time { return s.base.Add(time.Duration(s.deadline.Load())) }
-
-// expiresAt is the session's expiry by the database clock, as of the last
-// keep-alive.
-func (s *session) expiresAt() time.Time { return time.Unix(0, s.expires.Load()) }
 
 // carries reports whether the session keeps leases alive now: it has not
 // ended and its deadline has not passed.
@@ -458,16 +453,4 @@ func (k *keeper) afterKeepalive() {
 			})
 		}
 	}
-}
-
-// closeSession ends the client's session for good at Close: its row is
-// deleted (leases not given back keep only their own expiry).
-func (c *Client) closeSession(ctx context.Context, s *session) error {
-	if s == nil || !s.state.CompareAndSwap(sessionAlive, sessionClosed) {
-		return nil
-	}
-	if err := c.closeSessionRow(ctx, s); err != nil && !errors.Is(err, context.Canceled) {
-		return c.dbError("close lease session", err)
-	}
-	return nil
 }
