@@ -113,34 +113,24 @@ func (c Config) withDefaults() (Config, error) {
 	if err := checkName("owner", c.Owner); err != nil {
 		return c, err
 	}
-	if c.TTL == 0 {
-		c.TTL = 15 * time.Second
-	}
+	orDefault(&c.TTL, 15*time.Second)
 	if c.TTL < time.Millisecond {
 		return c, invalid("TTL must be at least 1ms, got %s", c.TTL)
 	}
-	if c.SafetyMargin == 0 {
-		c.SafetyMargin = c.TTL / 10
-	}
+	orDefault(&c.SafetyMargin, c.TTL/10)
 	if c.SafetyMargin < 0 || c.SafetyMargin >= c.TTL {
 		return c, invalid("SafetyMargin must be in [0, TTL), got %s with TTL %s", c.SafetyMargin, c.TTL)
 	}
-	if c.RenewInterval == 0 {
-		c.RenewInterval = c.TTL / 3
-	}
+	orDefault(&c.RenewInterval, c.TTL/3)
 	if c.RenewInterval <= 0 || c.RenewInterval >= c.TTL-c.SafetyMargin {
 		return c, invalid("RenewInterval must be positive and shorter than TTL - SafetyMargin (%s), got %s",
 			c.TTL-c.SafetyMargin, c.RenewInterval)
 	}
-	if c.PollInterval == 0 {
-		c.PollInterval = time.Second
-	}
+	orDefault(&c.PollInterval, time.Second)
 	if c.PollInterval < 0 {
 		return c, invalid("PollInterval must be positive, got %s", c.PollInterval)
 	}
-	if c.ListenSlots == 0 {
-		c.ListenSlots = 16
-	}
+	orDefault(&c.ListenSlots, 16)
 	if c.ListenSlots < 0 || c.ListenSlots > 10000 {
 		return c, invalid("ListenSlots must be 1 to 10000, got %d", c.ListenSlots)
 	}
@@ -157,16 +147,20 @@ func (c Config) withDefaults() (Config, error) {
 		return c, err
 	}
 	c.Retention = r
-	if c.ReleaseTimeout == 0 {
-		c.ReleaseTimeout = 5 * time.Second
-	}
+	orDefault(&c.ReleaseTimeout, 5*time.Second)
 	if c.ReleaseTimeout < 0 {
 		return c, invalid("ReleaseTimeout must be positive, got %s", c.ReleaseTimeout)
 	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	orDefault(&c.Logger, slog.New(slog.DiscardHandler))
 	return c, nil
+}
+
+// orDefault sets *v to def if it is the zero value.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
 }
 
 func (c Config) ttlMs() int64 {
