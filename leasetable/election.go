@@ -56,16 +56,12 @@ func (ld *Leadership) Resign(ctx context.Context) error { return ld.lease.Releas
 
 // Leader describes the current leader of an election.
 type Leader struct {
-	// Owner is the leader's client, as its Config.Owner.
-	Owner string
+	Owner string // the leader's client, as its Config.Owner
 	// Value is what the leader passed to Campaign or Elect, e.g. its
 	// address; empty when the lease's metadata holds no value.
-	Value string
-	// Term is the leadership's fencing token: the lease token, larger for
-	// every new leader.
-	Term int64
-	// Remaining is how long the leadership lasts without renewal.
-	Remaining time.Duration
+	Value     string
+	Term      int64         // the leadership's fencing token (the lease token)
+	Remaining time.Duration // how long the leadership lasts without renewal
 }
 
 // Leader returns the current leader of election name, or ErrNoLeader.
