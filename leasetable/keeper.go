@@ -3,6 +3,8 @@ package leasetable
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -250,10 +252,7 @@ func (k *keeper) sendBack() {
 		return
 	}
 	c := k.c
-	leases := make([]*Lease, 0, len(k.back))
-	for l := range k.back {
-		leases = append(leases, l)
-	}
+	leases := slices.Collect(maps.Keys(k.back))
 	refs := k.refs
 	k.refs, k.sending = nil, true
 	ok := k.spawn(func() {
@@ -319,10 +318,7 @@ const settleFirst = 10 * time.Millisecond
 // again without waiting for the session to end.
 func (k *keeper) settle() {
 	c := k.c
-	pending := make([]*Lease, 0, len(k.settling))
-	for l := range k.settling {
-		pending = append(pending, l)
-	}
+	pending := slices.Collect(maps.Keys(k.settling))
 	k.asking = true
 	ok := k.spawn(func() {
 		settled := c.settle(pending)
@@ -410,10 +406,7 @@ func (c *Client) closeKeeper() (left leftover, ok bool) {
 				}
 			}
 		}
-		for l := range k.back {
-			left.back = append(left.back, l)
-		}
-		left.refs, left.sess = k.refs, k.sess
+		left.back, left.refs, left.sess = slices.Collect(maps.Keys(k.back)), k.refs, k.sess
 		k.cur.Store(nil)
 		k.stopped = true
 		reply <- left

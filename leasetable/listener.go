@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -260,10 +262,9 @@ func (ln *listener) run(ctx context.Context) {
 		}
 		if errors.Is(err, errNoSlot) || errors.Is(err, errIdle) || errors.Is(err, errUndelivered) {
 			ln.mu.Lock()
+			ln.setReady() // subscribers waiting for it poll
 			if errors.Is(err, errUndelivered) {
-				// Reconnecting would not help: waiters poll from now on.
-				ln.undelivered = err
-				ln.setReady()
+				ln.undelivered = err // reconnecting would not help
 			} else {
 				ln.started, ln.down, ln.lastErr = false, time.Time{}, nil
 				// The next connection makes the registrations again.
@@ -271,7 +272,6 @@ func (ln *listener) run(ctx context.Context) {
 				if errors.Is(err, errNoSlot) {
 					ln.slotTried = time.Now()
 				}
-				ln.setReady() // subscribers waiting for it poll
 				ln.ready = make(chan struct{})
 			}
 			ln.mu.Unlock()
@@ -581,10 +581,7 @@ func (ln *listener) unregister(id string) {
 // on the LISTEN connection: the pool is the callers'.
 func (ln *listener) reregister(ctx context.Context, conn *pgx.Conn) error {
 	ln.mu.Lock()
-	regs := make([]registration, 0, len(ln.regs))
-	for _, r := range ln.regs {
-		regs = append(regs, r)
-	}
+	regs := slices.Collect(maps.Values(ln.regs))
 	ln.mu.Unlock()
 	for _, r := range regs {
 		if err := ln.c.q.LeaseWaitFor(ctx, conn, r); err != nil {
