@@ -42,11 +42,10 @@ type Config struct {
 	// (ErrClockStep). Default TTL/10.
 	SafetyMargin time.Duration
 
-	// Logger receives lost leases and sessions, keep-alive failures and
-	// forward steps of the database's clock (Warn), reconnects
-	// of the LISTEN connection (Warn when it fails, Info when it is back),
-	// refusals of a standby or an unmigrated database (Error), and waits
-	// (Debug). Default: silent.
+	// Logger receives lost leases and sessions, keep-alive failures,
+	// forward steps of the database's clock and LISTEN connection failures
+	// (Warn; Info when it is back), refusals of a standby or an unmigrated
+	// database (Error), and waits (Debug). Default: silent.
 	Logger *slog.Logger
 
 	// MeterProvider receives OpenTelemetry metrics, all with attribute
@@ -98,11 +97,8 @@ type Config struct {
 	Retention Retention
 
 	// ReleaseTimeout bounds how long a release or completion may take
-	// once the caller's context has ended, or when it has none: Release,
-	// Complete and Close give leases back on a context of their own, so a
-	// cancelled request still frees what it held, and a grant whose caller
-	// gave up while it was in flight is given back the same way. Default
-	// 5s.
+	// once the caller's context has ended, or when it has none (see the
+	// package doc, Cancellation and cleanup). Default 5s.
 	ReleaseTimeout time.Duration
 }
 

@@ -361,10 +361,9 @@ func (l *Lease) Renew(ctx context.Context) error {
 // changed. Calling it again returns the first result; after Complete it
 // returns Complete's.
 //
-// The release is sent even when ctx has ended, on a context of its own
-// bounded by Config.ReleaseTimeout, so a cancelled request still gives its
-// lease back at once. If it cannot reach the database, the error says so,
-// the row stays until its TTL, and Client.Close tries again.
+// The release is sent even when ctx has ended, bounded by
+// Config.ReleaseTimeout; if it cannot reach the database, the error says
+// so, the row stays until its TTL, and Client.Close tries again.
 //
 // After CompleteTx, Release gives the item back if the transaction did not
 // commit, and returns nil either way; call it after the transaction ended.
