@@ -286,20 +286,14 @@ func (k *keeper) keptAlive(s *session, n int, start, replied time.Time, row db.S
 // 10 s). It only reads the pool's counts: AcquireAllIdle would skip the
 // pool's stale-connection checks and keep connections from ageing out.
 func (c *Client) awaitIdle(ctx context.Context, d time.Duration) {
-	until := time.Now().Add(d)
-	for {
-		if st := c.pool.Stat(); st.IdleConns() > 0 || st.TotalConns() == 0 {
-			return
-		}
-		wait := min(idlePoll, time.Until(until))
-		if wait <= 0 {
-			return
-		}
-		t := time.NewTimer(wait)
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	t := time.NewTicker(idlePoll)
+	defer t.Stop()
+	for st := c.pool.Stat(); st.IdleConns() == 0 && st.TotalConns() > 0; st = c.pool.Stat() {
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			t.Stop()
 			return
 		}
 	}
