@@ -227,11 +227,8 @@ func (l *Lease) Done() <-chan struct{} {
 // passes Deadline without a successful renewal: a holder that checks Err
 // before a write is never told it holds a lease it has lost locally.
 func (l *Lease) Err() error {
-	if l.ctx.Err() == nil {
-		l.expireIfPast()
-		if l.ctx.Err() == nil {
-			return nil
-		}
+	if (leaseContext{l.ctx, l}).Err() == nil {
+		return nil
 	}
 	return context.Cause(l.ctx)
 }
