@@ -119,11 +119,9 @@
 // a slot is free, listens only while it has waiters, and closes it 30s
 // after its last waiter left; the waiters of a client without a slot look
 // again after 50ms, doubling up to PollInterval. Behind a transaction
-// pooler notifications are not delivered: waiters look again every
-// Config.PollInterval, and Check reports the degraded mode (an error
-// wrapping pgbaton.ErrDegraded). Config.ListenDSN opens the LISTEN
-// connection directly instead; Config.NoListen polls by choice and holds
-// no connection between calls. See [Running in production].
+// pooler notifications are not delivered: waiters poll, and Check reports
+// the degraded mode (pgbaton.ErrDegraded); see Config.ListenDSN and
+// Config.NoListen, and [Running in production].
 //
 // # The database's clock
 //
