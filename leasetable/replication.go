@@ -14,12 +14,10 @@ import (
 
 // ErrNoSyncStandby means the primary has standbys but commits do not wait
 // for any of them: a grant (or a fenced write) acknowledged just before a
-// failover may be missing on the promoted standby. Its holder then works
-// under a grant the new primary does not know: the lease can be granted
-// again at once, and only fenced writes keep the two holders apart. (The
-// tokens themselves never go backwards: every token drawn after a
-// promotion is larger than every token drawn before it.) Synchronous
-// replication (Patroni: synchronous_mode) closes that window.
+// failover may be missing on the promoted standby, so the lease can be
+// granted again at once while its holder works on, and only fenced writes
+// keep the two apart (tokens never go backwards). Synchronous replication
+// (Patroni: synchronous_mode) closes that window; see docs/production.md.
 var ErrNoSyncStandby = errors.New("leasetable: the primary has standbys but none is synchronous: grants acknowledged just before a failover can be lost")
 
 // ReplicationStatus is how the database's standbys protect acknowledged
