@@ -167,12 +167,10 @@ func (ln *listener) subscribe(ctx context.Context, id string) (<-chan struct{}, 
 		default: // already kicked
 		}
 	}
-	t := time.NewTimer(listenReadyWait)
-	defer t.Stop()
 	select {
 	case <-ready:
 		return ch, unsubscribe, ln.mode(), nil
-	case <-t.C:
+	case <-time.After(listenReadyWait):
 		return ch, unsubscribe, pollingBackoff, nil
 	case <-ctx.Done():
 		unsubscribe()
@@ -293,15 +291,12 @@ func (ln *listener) run(ctx context.Context) {
 		ln.mu.Unlock()
 		d := retry.Next()
 		ln.c.log.Warn("pgbaton: lease LISTEN connection failed; reconnecting", "error", err, "in", d)
-		t := time.NewTimer(d)
 		select {
-		case <-t.C:
+		case <-time.After(d):
 		case <-ln.kick:
 			// A waiter needs the connection, and its look at the lease
 			// just reached the server: reconnect now.
-			t.Stop()
 		case <-ctx.Done():
-			t.Stop()
 			return
 		}
 	}
@@ -466,11 +461,9 @@ func (ln *listener) pause(ctx, qctx context.Context, conn *pgx.Conn) error {
 	if err := ln.c.q.LeaseUnlisten(qctx, conn); err != nil {
 		return err
 	}
-	t := time.NewTimer(ln.keep)
-	defer t.Stop()
 	select {
 	case <-ln.kick:
-	case <-t.C:
+	case <-time.After(ln.keep):
 		return errIdle
 	case <-ctx.Done():
 		return ctx.Err()
