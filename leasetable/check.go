@@ -63,8 +63,7 @@ func (c *Client) Check(ctx context.Context) error {
 }
 
 // overdue describes the held leases whose last successful keep-alive is
-// older than RenewInterval and half of it again: how many, and at most 5
-// of them.
+// overdue: how many, and at most 5 of them.
 func (c *Client) overdue() (n int, out []string) {
 	limit := c.cfg.RenewInterval * overdueAfter / 2
 	c.k.ask(func(k *keeper) {

@@ -31,28 +31,18 @@ type Client struct {
 	tel   *telemetry.Instruments // nil without a MeterProvider
 	repl  replicationLog
 
-	// bg parents renewals; cancelled by Close.
-	bg       context.Context
-	bgCancel context.CancelFunc
+	bg         context.Context // parents background work; cancelled by Close
+	bgCancel   context.CancelFunc
+	background sync.WaitGroup // goroutines Close waits for
 
-	// background counts goroutines Close must wait for.
-	background sync.WaitGroup
-
-	// waiterPrefix and waiterSeq make waiter ids in pgbaton.lease_waiter:
-	// the owner (shortened to fit) and a slash, then a number.
+	// waiterPrefix and waiterSeq make waiter ids: the owner (shortened to
+	// fit), a slash, a number.
 	waiterPrefix string
 	waiterSeq    atomic.Int64
 
-	// k owns the client's session, its leases and what it has to give
-	// back (keeper.go).
-	k *keeper
-
-	// sems are the semaphores this client has checked: name -> slots.
-	sems sync.Map
-
-	// cc queues concurrent CompleteAndClaim calls per group, sent
-	// together (combine.go).
-	cc combiner
+	k    *keeper  // the session, the leases, what to give back
+	sems sync.Map // semaphores checked: name -> slots
+	cc   combiner // CompleteAndClaim calls queued per group
 }
 
 // New returns a client for the pgbaton schema behind pool. It refuses a
@@ -66,9 +56,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Servers that speak the protocol but not its semantics: BIGSERIAL
-	// tokens must grow across connections, which YugabyteDB's per-connection
-	// sequence caches break.
+	// Servers that speak the protocol but not its semantics (YugabyteDB's
+	// per-connection sequence caches break growing tokens).
 	if err := serverkind.Check(ctx, pool); err != nil {
 		if errors.Is(err, pgbaton.ErrUnsupportedServer) {
 			cfg.Logger.Error("pgbaton: leasetable refused the server", "error", err)
@@ -100,10 +89,10 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	c.k = newKeeper(c)
 	c.background.Add(1)
 	go c.k.run()
-	// Room for a slash and 20 digits; cut on a character boundary.
 	if cfg.MeterProvider != nil {
 		c.tel = telemetry.New("lease", telemetry.Config{MeterProvider: cfg.MeterProvider, WithNames: cfg.MetricNames})
 	}
+	// Room for a slash and 20 digits; cut on a character boundary.
 	c.waiterPrefix = strings.ToValidUTF8(cfg.Owner[:min(len(cfg.Owner), MaxNameLen-21)], "") + "/"
 	c.ln = newListener(c)
 	c.repl.observe(ctx, c)
@@ -164,13 +153,15 @@ func (c *Client) Close(ctx context.Context) error {
 	for _, l := range left.handed {
 		l.endHandedOff("client closed")
 	}
-	if err := c.closeSession(ctx, left.sess); err != nil {
-		errs = append(errs, err)
+	// Its row deleted, leases not given back keep only their own expiry.
+	if s := left.sess; s != nil && s.state.CompareAndSwap(sessionAlive, sessionClosed) {
+		if err := c.closeSessionRow(ctx, s); err != nil && !errors.Is(err, context.Canceled) {
+			errs = append(errs, c.dbError("close lease session", err))
+		}
 	}
 	c.ln.close()
-	// Background work (releasing lost leases, removing waiter
-	// registrations) is best effort; do not let it hold Close up. Grants
-	// still in flight for callers that gave up finish and are given back.
+	// Background work is best effort: it must not hold Close up. Grants
+	// in flight for callers that gave up finish and are given back.
 	c.bgCancel()
 	c.background.Wait()
 	// Registrations whose removal was skipped because Close had begun.
@@ -180,9 +171,8 @@ func (c *Client) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// cleanupContext is the context a release or completion is sent on: it
-// does not end with ctx, so a caller that gave up still gives back what it
-// held, and lasts Config.ReleaseTimeout, or until ctx's deadline if that is
+// cleanupContext is what a release or completion is sent on: not ended
+// with ctx, and lasting Config.ReleaseTimeout or to ctx's deadline if
 // later.
 func (c *Client) cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	d := c.cfg.ReleaseTimeout
@@ -192,14 +182,15 @@ func (c *Client) cleanupContext(ctx context.Context) (context.Context, context.C
 	return context.WithTimeout(context.WithoutCancel(ctx), d)
 }
 
-// goBackground runs fn on its own goroutine, which Close waits for. After
-// Close has begun it does nothing.
+// goBackground runs fn on a goroutine Close waits for (see spawn).
 func (c *Client) goBackground(fn func(ctx context.Context)) {
 	c.k.spawn(func() { fn(c.bg) })
 }
 
 func (c *Client) checkOpen() error {
-	if c.k.isClosed() {
+	c.k.mu.Lock()
+	defer c.k.mu.Unlock()
+	if c.k.closed {
 		return pgbaton.ErrClosed
 	}
 	return nil

@@ -42,26 +42,17 @@ type Config struct {
 	// (ErrClockStep). Default TTL/10.
 	SafetyMargin time.Duration
 
-	// Logger receives lost leases and sessions, keep-alive failures and
-	// forward steps of the database's clock (Warn), reconnects
-	// of the LISTEN connection (Warn when it fails, Info when it is back),
-	// refusals of a standby or an unmigrated database (Error), and waits
-	// (Debug). Default: silent.
+	// Logger receives lost leases and sessions, keep-alive failures,
+	// forward steps of the database's clock and LISTEN connection failures
+	// (Warn; Info when it is back), refusals of a standby or an unmigrated
+	// database (Error), and waits (Debug). Default: silent.
 	Logger *slog.Logger
 
 	// MeterProvider receives OpenTelemetry metrics, all with attribute
-	// pgbaton.layer = "lease" (the advisory package reports the same
-	// names): pgbaton.acquire.attempts and pgbaton.acquire.wait.duration
-	// by pgbaton.result ("acquired", "held": somebody else held it, also
-	// for a wait that gave up; "grace": nobody held it but a failover
-	// grace held every grant back; "error"), pgbaton.held (leases held now),
-	// pgbaton.hold.duration, pgbaton.lost by pgbaton.cause (CauseExpired,
-	// CauseRenew, CauseSuperseded, CauseClockStep), pgbaton.renew.failures
-	// (failed keep-alives, which carry no lease name, and explicit Renews)
-	// and pgbaton.clock.steps (forward steps of the database's clock by
-	// more than SafetyMargin that keep-alives saw). Claim
-	// counts one acquired attempt per lease it returns, one held attempt
-	// when it returns none. Default: none (no-op).
+	// pgbaton.layer = "lease", under the names package advisory uses, plus
+	// pgbaton.clock.steps; docs/operating.md lists them. Claim counts one
+	// acquired attempt per lease it returns, one held attempt when it
+	// returns none. Default: none (no-op).
 	MeterProvider metric.MeterProvider
 
 	// MetricNames adds the lease name (for Claim, Semaphore and Keep: the
@@ -90,15 +81,10 @@ type Config struct {
 	PollInterval time.Duration
 
 	// ListenSlots is how many clients of the database may listen at once,
-	// default 16; give every client the same value. Every NOTIFY signals
-	// every listening backend of the database, so a fleet whose clients
-	// all listened would spend the server on signals. A slot is a session
-	// advisory lock on the client's LISTEN connection, which the client
-	// opens only when a slot is free (it asks on the pool, at most once a
-	// second while its waiters wait); it listens while its waiters wait and
-	// keeps the slot and the connection for 30s after the last one left. A
-	// waiter of a client without a slot looks again after 50ms, doubling
-	// up to PollInterval.
+	// default 16; give every client the same value. A slot is a session
+	// advisory lock on the client's LISTEN connection; the package doc
+	// (Waiting) says when a client takes and frees one, and how the waiters
+	// of a client without one poll.
 	ListenSlots int
 
 	// Retention says how long the rows of leasetable's tables that pile
@@ -111,11 +97,8 @@ type Config struct {
 	Retention Retention
 
 	// ReleaseTimeout bounds how long a release or completion may take
-	// once the caller's context has ended, or when it has none: Release,
-	// Complete and Close give leases back on a context of their own, so a
-	// cancelled request still frees what it held, and a grant whose caller
-	// gave up while it was in flight is given back the same way. Default
-	// 5s.
+	// once the caller's context has ended, or when it has none (see the
+	// package doc, Cancellation and cleanup). Default 5s.
 	ReleaseTimeout time.Duration
 }
 
@@ -126,34 +109,24 @@ func (c Config) withDefaults() (Config, error) {
 	if err := checkName("owner", c.Owner); err != nil {
 		return c, err
 	}
-	if c.TTL == 0 {
-		c.TTL = 15 * time.Second
-	}
+	orDefault(&c.TTL, 15*time.Second)
 	if c.TTL < time.Millisecond {
 		return c, invalid("TTL must be at least 1ms, got %s", c.TTL)
 	}
-	if c.SafetyMargin == 0 {
-		c.SafetyMargin = c.TTL / 10
-	}
+	orDefault(&c.SafetyMargin, c.TTL/10)
 	if c.SafetyMargin < 0 || c.SafetyMargin >= c.TTL {
 		return c, invalid("SafetyMargin must be in [0, TTL), got %s with TTL %s", c.SafetyMargin, c.TTL)
 	}
-	if c.RenewInterval == 0 {
-		c.RenewInterval = c.TTL / 3
-	}
+	orDefault(&c.RenewInterval, c.TTL/3)
 	if c.RenewInterval <= 0 || c.RenewInterval >= c.TTL-c.SafetyMargin {
 		return c, invalid("RenewInterval must be positive and shorter than TTL - SafetyMargin (%s), got %s",
 			c.TTL-c.SafetyMargin, c.RenewInterval)
 	}
-	if c.PollInterval == 0 {
-		c.PollInterval = time.Second
-	}
+	orDefault(&c.PollInterval, time.Second)
 	if c.PollInterval < 0 {
 		return c, invalid("PollInterval must be positive, got %s", c.PollInterval)
 	}
-	if c.ListenSlots == 0 {
-		c.ListenSlots = 16
-	}
+	orDefault(&c.ListenSlots, 16)
 	if c.ListenSlots < 0 || c.ListenSlots > 10000 {
 		return c, invalid("ListenSlots must be 1 to 10000, got %d", c.ListenSlots)
 	}
@@ -170,16 +143,20 @@ func (c Config) withDefaults() (Config, error) {
 		return c, err
 	}
 	c.Retention = r
-	if c.ReleaseTimeout == 0 {
-		c.ReleaseTimeout = 5 * time.Second
-	}
+	orDefault(&c.ReleaseTimeout, 5*time.Second)
 	if c.ReleaseTimeout < 0 {
 		return c, invalid("ReleaseTimeout must be positive, got %s", c.ReleaseTimeout)
 	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	orDefault(&c.Logger, slog.New(slog.DiscardHandler))
 	return c, nil
+}
+
+// orDefault sets *v to def if it is the zero value.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
 }
 
 func (c Config) ttlMs() int64 {

@@ -22,12 +22,10 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	return l.Do(ctx, fn)
 }
 
-// Do runs fn under the lease as Client.Do does once it has the lease: fn's
-// context is cancelled, with cause ErrLeaseLost, if the lease is lost, and
-// the lease is released when fn returns, on every path. A loss of the
-// lease while fn ran is always in the error it returns, joined with fn's.
-// For work that must do something between the
-// acquire and fn, such as recording a job run (package jobs).
+// Do runs fn under the lease as Client.Do does once it has the lease
+// (cancelled on a loss, released on every path, a loss always in the
+// error), for work that must do something between the acquire and fn, such
+// as recording a job run (package jobs).
 func (l *Lease) Do(ctx context.Context, fn func(ctx context.Context) error) (err error) {
 	if fn == nil {
 		_ = l.Release(ctx)

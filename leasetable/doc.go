@@ -115,72 +115,52 @@
 // is released or items are registered, through one LISTEN connection per
 // Client (application_name "pgbaton lease listener <owner>"), and at the
 // holder's known expiry. At most Config.ListenSlots (16) clients of a
-// database listen at once, as every NOTIFY signals every listening
-// backend: a client opens its LISTEN connection only when a slot is free,
-// listens only while it has waiters, and closes the connection 30s after
-// its last waiter left. The waiters of a client without a slot look
-// again after 50ms, doubling up to PollInterval (and sooner again when
-// the lease changed hands). Behind a transaction pooler notifications are not delivered:
-// the client notices, waiters look again every Config.PollInterval, and
-// Check reports the degraded mode (an error wrapping pgbaton.ErrDegraded).
-// Config.ListenDSN opens the LISTEN connection directly instead;
-// Config.NoListen polls by choice and holds no connection between calls,
-// for fleets short of connections.
+// database listen at once: a client opens its LISTEN connection only when
+// a slot is free, listens only while it has waiters, and closes it 30s
+// after its last waiter left; the waiters of a client without a slot look
+// again after 50ms, doubling up to PollInterval. Behind a transaction
+// pooler notifications are not delivered: waiters poll, and Check reports
+// the degraded mode (pgbaton.ErrDegraded); see Config.ListenDSN and
+// Config.NoListen, and [Running in production].
 //
 // # The database's clock
 //
 // Local deadlines come before the database's expiry as long as the
 // database's wall clock moves no faster than the client's monotonic clock,
-// less SafetyMargin over a TTL. Every keep-alive compares the two. A
-// forward step of the database's clock larger than SafetyMargin (an NTP
-// step, a VM resume) is seen at the next keep-alive: the leases the
+// less SafetyMargin over a TTL. A forward step of the database's clock
+// larger than SafetyMargin is seen at the next keep-alive: the leases the
 // database may have let go are lost at once, with a cause wrapping
 // ErrLeaseLost and ErrClockStep (metric cause CauseClockStep), and the
 // step is logged and counted. Until then, at most RenewInterval plus a
 // keep-alive's round trip, another client may hold a lease its holder
 // still counts as held: pass tokens to fenced writes. A step back never
-// lengthens a holder's hold. The argument and its bounds are in [Safety].
+// lengthens a holder's hold. See [Safety].
 //
 // # Failover
 //
 // Leases are rows, so they survive a failover that loses no commit. A
-// token is epoch * 2^40 + a sequence value, and the epoch grows on the
-// first token drawn on a new timeline (promotion, point-in-time recovery,
-// restore), so tokens never go backwards, even when asynchronous
-// replication lost the last grants; fenced writes compare them as plain
-// int64s. A grant commits with at least synchronous_commit = local.
+// token is epoch * 2^40 + a sequence value, and the epoch grows on a new
+// timeline, so tokens never go backwards; fenced writes compare them as
+// plain int64s. A grant commits with at least synchronous_commit = local.
+// With asynchronous standbys a grant acknowledged just
+// before a failover can be lost while its holder works on, so a new
+// timeline grants nothing until the longest TTL in use has passed: the
+// failover grace. During it TryAcquire returns a *HeldError with Grace set
+// and ExpiresAt the grace's end, Acquire, Elect, Campaign and Semaphore
+// wait through it, and Claim returns nothing; renewals, keep-alives and
+// releases work. FailoverGraceOf and Client.FailoverGrace show it; an
+// operator turns it off with SELECT pgbaton.set_failover_grace(false,
+// 'reason'). New and Check log a warning when no standby is synchronous
+// (Client.Replication: ErrNoSyncStandby). See [Running in production].
 //
-// With asynchronous standbys, a grant acknowledged just before a failover
-// can be lost while its holder works on. So a new timeline grants nothing
-// until the longest TTL in use has passed: the failover grace. During it,
-// TryAcquire returns a *HeldError with Grace set and ExpiresAt the grace's
-// end, Acquire, Elect, Campaign and Semaphore wait through it, and Claim
-// returns nothing; renewals, keep-alives and releases work. FailoverGraceOf
-// and Client.FailoverGrace show it; an operator turns it off with SELECT
-// pgbaton.set_failover_grace(false, 'reason') where no failover can lose an
-// acknowledged grant. New and Check log a warning when no standby is
-// synchronous, and Client.Replication reports it (ErrNoSyncStandby). See
-// [Running in production].
+// # SQL protocol, retention, metrics and logs
 //
-// # SQL protocol
-//
-// The protocol is SQL functions in the pgbaton schema (try_acquire, renew,
-// release, release_many, complete, complete_many, complete_tx, register,
-// claim, wait_for, stop_waiting, and the session functions session_open,
-// session_keepalive, session_close), so psql or any other client can take
-// part; this package calls them. See [SQL protocol].
-//
-// # Retention, metrics and logs
-//
-// The rows of this package's tables that pile up with use (waiter
-// registrations, named leases nobody uses, dead sessions) are pruned in
-// the background by one Client at a time, under RetentionLease
-// (Config.Retention, Prune). The other tables are package retention's.
-//
-// Config.MeterProvider records the OpenTelemetry instruments package
-// advisory records (attribute pgbaton.layer = "lease"; lease names only
-// with Config.MetricNames), plus pgbaton.clock.steps; Config.Logger
-// (log/slog) gets losses, reconnects and refusals. See [Operating].
+// The protocol is SQL functions in the pgbaton schema, so psql or any
+// other client can take part ([SQL protocol]). The rows of this package's
+// tables that pile up with use are pruned in the background by one Client
+// at a time (Config.Retention, Prune). Config.MeterProvider and
+// Config.Logger (log/slog) get metrics, losses, reconnects and refusals
+// ([Operating]).
 //
 // [Work queues]: https://github.com/pgbaton/pgbaton/blob/main/docs/work-queues.md
 // [Shards]: https://github.com/pgbaton/pgbaton/blob/main/docs/shards.md
@@ -193,72 +173,24 @@
 package leasetable
 
 // How the package is built, for its maintainers (not part of the API).
-//
-// # Where things are
-//
-// The Client's methods by what they are for, file by file:
-//
-//   - acquire: TryAcquire and Acquire (acquire.go), Do and Lease.Do (do.go),
-//     Semaphore (semaphore.go);
-//   - claim: Register, Claim, ClaimWait, Complete, CompleteAndClaim,
-//     CompleteTx (claim.go), Keep (keep.go);
-//   - elect: Elect, Campaign, Leader (election.go);
-//   - operate: New, Close, Pool (client.go), Info (info.go), Check (check.go),
-//     Replication (replication.go), Prune and background retention
-//     (retention.go).
-//
-// The machinery under them: a Lease and its deadline (lease.go), the
-// client's keeper, the one goroutine that owns its session, its leases and
-// what it has to give back (keeper.go), the session and its keep-alive
-// (session.go), waits and the LISTEN connection (wait.go, listener.go),
-// giving leases back (release.go), retries after failovers (retry.go).
-//
 // Why lease sessions are safe, how clock steps are seen and what the
 // failover grace covers is argued once, in docs/safety.md.
 //
-// # Goroutines
-//
-//   - Per Client: the keeper, one goroutine with one timer (the
-//     keep-alive, the session's deadline, the deadlines of leases held by
-//     their own, the next look at completions in transactions), until
-//     Close; the LISTEN connection's loop, started by a waiter when a
-//     listen slot is free (never with Config.NoListen), until Close or 30s
-//     without waiters (Close lets its statement in flight finish and frees
-//     the slot before it returns, a second for each at most); the
-//     retention loop (unless Config.Retention.Disabled), until Close. Per
-//     session and per Lease: no goroutine, no timer.
-//   - Per call that may grant leases (TryAcquire, each look of Acquire and
-//     Semaphore, Claim, Keep's claims), and per statement
-//     a wait sends between its looks (the waiter's registration, the
-//     listen-slot question, a group's next expiry, a semaphore's count, a
-//     lease session's opening): one goroutine sends the statement, so that
-//     the caller can return when its context ends while the reply, when it
-//     comes, gives back what was granted and the pool keeps the
-//     connection (none when the context can never end, such as
-//     context.Background: the statement runs on the caller's goroutine).
-//     It lasts as long as the statement, at most TTL; Close waits for it.
-//   - Per group with CompleteAndClaim calls queued: one sender, which
-//     sends them a round trip at a time (combine.go) until none is left;
-//     each round trip is bounded by the TTL, and Close waits for it. A
-//     caller whose context can never end, finding no sender, sends its own
-//     round trip on its goroutine instead.
-//   - Short tasks, each bounded by a timeout and cancelled by Close: the
-//     keeper's round trips (a keep-alive, giving back what is queued,
-//     asking how CompleteTx transactions ended, finding force-released
-//     leases, deleting an idle session), each Lease.OnRenew hook after a
-//     keep-alive (bounded by RenewInterval), and removing a waiter
-//     registration when no LISTEN connection is up to remove it.
-//   - Per Keep: one goroutine per lease kept, running KeepConfig.Work;
-//     Work's context ends when Keep's context does or the lease ends
-//     (Close releases it), and Keep returns only after every Work has.
-//   - Elect, Campaign, Do and Lease.Do start none of their own: Campaign
-//     runs its callbacks on the caller's goroutine, and a Leadership is a
-//     Lease.
-//
-// # Layering
+// Goroutines: per Client, the keeper (keeper.go: one goroutine, one timer,
+// until Close), the LISTEN connection's loop while a listen slot is held
+// (listener.go) and the retention loop (retention.go); per session and per
+// Lease, none. Every other goroutine is bounded and counted in
+// Client.background, which Close waits for: a statement that may grant
+// leases, sent by inFlight so that its caller can return when its context
+// ends while the reply still gives back what was granted (none when the
+// context can never end: it runs on the caller's goroutine); a group's
+// CompleteAndClaim sender (combine.go); the keeper's round trips and
+// Lease.OnRenew hooks (spawn); removals of waiter registrations on the
+// pool; and Keep's Work, one per lease kept. Elect, Campaign, Do and
+// Lease.Do start none.
 //
 // leasetable imports none of the other layers (advisory, fencedwrite) nor
-// the packages built on it (jobs, retention); the module's deps_test.go
-// fails on an import upward. What those packages need from it is exported
-// for them and kept small: Client.Pool, Lease.Do, Lease.OnRenew. The
-// pruning rules are pgbaton.prune's, in migrations/0105_operator.up.sql.
+// the packages built on it (jobs, retention; deps_test.go fails on an
+// import upward). What those need from it is kept small: Client.Pool,
+// Lease.Do, Lease.OnRenew. The pruning rules are pgbaton.prune's, in
+// migrations/0105_operator.up.sql.

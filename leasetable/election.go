@@ -56,16 +56,12 @@ func (ld *Leadership) Resign(ctx context.Context) error { return ld.lease.Releas
 
 // Leader describes the current leader of an election.
 type Leader struct {
-	// Owner is the leader's client, as its Config.Owner.
-	Owner string
+	Owner string // the leader's client, as its Config.Owner
 	// Value is what the leader passed to Campaign or Elect, e.g. its
 	// address; empty when the lease's metadata holds no value.
-	Value string
-	// Term is the leadership's fencing token: the lease token, larger for
-	// every new leader.
-	Term int64
-	// Remaining is how long the leadership lasts without renewal.
-	Remaining time.Duration
+	Value     string
+	Term      int64         // the leadership's fencing token (the lease token)
+	Remaining time.Duration // how long the leadership lasts without renewal
 }
 
 // Leader returns the current leader of election name, or ErrNoLeader.
@@ -91,12 +87,12 @@ type Callbacks = pgbaton.Callbacks
 // Campaign campaigns for election name until ctx ends: it waits to become
 // leader, runs OnStartedLeading with the term (the lease token) for the
 // term, and after the term ends (lost or OnStartedLeading returned)
-// campaigns again after a pause of about 100 ms (after about RenewInterval
-// when the election failed). Terms in this client never overlap: OnStoppedLeading has run
-// before the next OnStartedLeading. It returns the context's cause when
-// ctx ends, or at once for errors retrying cannot fix (bad input, client
-// closed, schema, standby, unsupported server). The loop is the one
-// advisory's Campaign runs.
+// campaigns again after a pause of about 100 ms (about RenewInterval when
+// the election failed). Terms in this client never overlap:
+// OnStoppedLeading has run before the next OnStartedLeading. It returns
+// the context's cause when ctx ends, or at once for errors retrying cannot
+// fix (bad input, client closed, schema, standby, unsupported server). The
+// loop is the one advisory's Campaign runs.
 func (c *Client) Campaign(ctx context.Context, name, value string, cb Callbacks) error {
 	if ctx == nil || cb.OnStartedLeading == nil {
 		return invalid("Campaign needs a context and Callbacks.OnStartedLeading")

@@ -20,11 +20,9 @@ var (
 	ErrLeaseLost = errors.New("leasetable: lease lost")
 
 	// ErrClockStep is wrapped, beside ErrLeaseLost, by the cause of a lease
-	// lost because the database's wall clock stepped forward (an NTP step,
-	// a VM resume) by more than Config.SafetyMargin: a keep-alive saw the
-	// database's clock advance that much more than this client's monotonic
-	// clock did, so the database may have let the lease go before its
-	// local deadline, and somebody else may hold it now.
+	// lost because the database's wall clock stepped forward by more than
+	// Config.SafetyMargin (an NTP step, a VM resume): the database may have
+	// let it go before its local deadline (see the package doc).
 	ErrClockStep = errors.New("leasetable: database clock stepped forward")
 
 	// ErrReleased is the cause of a lease's context after Release or

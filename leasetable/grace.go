@@ -16,12 +16,10 @@ import (
 // longest TTL in use has passed, because the old primary's last grants may
 // be lost while their holders still work.
 type FailoverGrace struct {
-	// Enabled is the database's setting (SQL
-	// pgbaton.set_failover_grace(on, reason)); on unless an operator
-	// turned it off.
+	// Enabled is the database's setting (SQL pgbaton.set_failover_grace(on,
+	// reason)); on unless an operator turned it off.
 	Enabled bool `json:"enabled"`
-	// Active: no grant is made now, until Until.
-	Active bool `json:"active"`
+	Active  bool `json:"active"` // no grant is made now, until Until
 	// Until is when the last grace ends or ended, database clock; zero
 	// when no timeline change ever imposed one.
 	Until time.Time `json:"until"`
@@ -35,11 +33,9 @@ type FailoverGrace struct {
 	FromTimeline int64 `json:"from_timeline"`
 	// ToTimeline is the timeline after that change: the one pgbaton has
 	// stored, or the server's current one while that is not stored yet.
-	ToTimeline int64 `json:"to_timeline"`
-	// LongestTTL is the longest TTL in use, the length of a grace.
-	LongestTTL time.Duration `json:"longest_ttl_ns"`
-	// Remaining is Until minus the database clock while Active, else 0.
-	Remaining time.Duration `json:"remaining_ns"`
+	ToTimeline int64         `json:"to_timeline"`
+	LongestTTL time.Duration `json:"longest_ttl_ns"` // the longest TTL in use: a grace's length
+	Remaining  time.Duration `json:"remaining_ns"`   // Until minus the database clock while Active, else 0
 }
 
 // String says it in one line, for status output.
@@ -94,11 +90,9 @@ func (c *Client) FailoverGrace(ctx context.Context) (FailoverGrace, error) {
 	return FailoverGraceOf(ctx, c.pool)
 }
 
-// startGrace stores the epoch of a new timeline, which starts its failover
-// grace, after a grant was refused for it: a grace is measured from when
-// the new timeline's epoch is stored (sessions' keep-alives do it too),
-// and until then every grant is refused. Best effort: the next
-// keep-alive does it otherwise.
+// startGrace stores the epoch of a new timeline after a grant was refused
+// for it: its grace runs from then, and every grant is refused until then.
+// Best effort: the next keep-alive does it otherwise.
 func (c *Client) startGrace(ctx context.Context) {
 	if err := c.q.SyncEpoch(ctx, c.pool); err != nil {
 		c.log.Debug("pgbaton: storing the epoch of a new timeline failed", "error", err)

@@ -78,16 +78,14 @@ func (c *Client) Keep(ctx context.Context, cfg KeepConfig) error {
 		}
 		// Holding Max, only an ended lease matters; else also releases and
 		// expiries in the group.
-		t := time.NewTimer(time.Hour)
-		timer := (<-chan time.Time)(nil)
+		var timer <-chan time.Time // collected unfired (Go 1.23)
 		if held < cfg.Max {
 			if retry == 0 {
 				if retry, err = c.nextClaimable(ctx, cfg.Group); err != nil {
 					retry = c.cfg.RenewInterval
 				}
 			}
-			t.Reset(c.waitFor(w.paced(retry))) // as every waiter: see Client.wait
-			timer = t.C
+			timer = time.After(c.waitFor(w.paced(retry))) // as every waiter: see Client.wait
 		}
 		select {
 		case <-ended:
@@ -95,12 +93,9 @@ func (c *Client) Keep(ctx context.Context, cfg KeepConfig) error {
 		case <-w.wake:
 		case <-timer:
 		case <-ctx.Done():
-			t.Stop()
 			return context.Cause(ctx)
 		case <-c.bg.Done():
-			t.Stop()
 			return pgbaton.ErrClosed
 		}
-		t.Stop()
 	}
 }

@@ -3,6 +3,8 @@ package leasetable
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,45 +15,23 @@ import (
 )
 
 // keeper is a client's one owner of what its goroutines share, as etcd's
-// Session and River's elector own theirs: one goroutine (run) owns
+// Session and River's elector own theirs: one goroutine (run) owns the
+// lease session (session.go), the leases held (carried by the session, or
+// loose: held by their own deadline once it ended) with one timer for
+// every deadline, the queue of things to give back, and the CompleteTx
+// completions whose transaction's end it has yet to learn (settle). Others
+// talk to it through its mailbox (post: a message is a function it runs);
+// its round trips run on goroutines of their own (spawn) that report back
+// by message, so it never waits on the database. Session deadlines and
+// states, and a Lease's status, are atomics that callers read without
+// asking.
 //
-//   - the client's lease session (session.go): one row that one keep-alive
-//     per RenewInterval keeps alive for every lease bound to it, its
-//     keep-alives, and its ending (lost at its local deadline, closed
-//     after a TTL idle);
-//   - the leases the client holds: those its session carries (held) and
-//     those held by their own deadline because their session ended
-//     (loose), with one timer for every deadline;
-//   - one queue of things to give back: lost grants, releases and
-//     completions that could not reach the database, grants whose caller
-//     gave up (by request id). It is sent when something joins it and
-//     after each keep-alive, and Close takes what is left;
-//   - the completions in callers' transactions (CompleteTx) whose end it
-//     has yet to learn (settle).
-//
-// Other goroutines talk to it through its mailbox: a message is a
-// function the keeper runs (post). Its round trips run on goroutines of
-// their own that report back by message, so the keeper never waits on the
-// database and handles a message at once.
-//
-// What callers read without asking: a session's deadline, expiry, state
-// and trouble are atomics, so a Lease's Err and Deadline are answered on
-// the caller's goroutine; a Lease's status is one atomic pointer
-// (lease.go).
-//
-// The mutexes of the package, each a leaf (nothing is called or locked
-// under it):
-//
-//   - keeper.mu: the mailbox, and whether the client is closed: enter
-//     counts work Close waits for under it, so nothing starts after Close
-//     began (a sync.WaitGroup must not grow while it is waited for).
-//   - listener.mu: the LISTEN connection's waiters, registrations and
-//     probes, which callers subscribe and unsubscribe from their own
-//     goroutines while the listener's goroutine delivers.
-//   - combiner.mu: the CompleteAndClaim calls queued per group, which
-//     callers add and senders take (combine.go).
-//   - replicationLog.mu: the last replication warning logged, read and
-//     written by Check and New.
+// The package's mutexes, each a leaf (nothing is called or locked under
+// it): keeper.mu (the mailbox, and closed: enter counts work Close waits
+// for under it, as a sync.WaitGroup must not grow while it is waited
+// for); listener.mu (waiters subscribe from their own goroutines while the
+// LISTEN loop delivers); combiner.mu (CompleteAndClaim calls queued per
+// group, combine.go).
 type keeper struct {
 	c *Client
 
@@ -98,31 +78,18 @@ func newKeeper(c *Client) *keeper {
 
 // post has the keeper run m, and reports whether it will: not once Close
 // has begun.
-func (k *keeper) post(m func(*keeper)) bool {
+func (k *keeper) post(m func(*keeper)) bool { return k.send(m, false) }
+
+// send posts m, the keeper's last message when last is set.
+func (k *keeper) send(m func(*keeper), last bool) bool {
 	k.mu.Lock()
 	if k.closed {
 		k.mu.Unlock()
 		return false
 	}
 	k.inbox = append(k.inbox, m)
+	k.closed = last
 	k.mu.Unlock()
-	select {
-	case k.signal <- struct{}{}:
-	default:
-	}
-	return true
-}
-
-// close posts last, the keeper's last message, and closes the mailbox;
-// false if it was closed already.
-func (k *keeper) close(last func(*keeper)) bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.closed {
-		return false
-	}
-	k.inbox = append(k.inbox, last)
-	k.closed = true
 	select {
 	case k.signal <- struct{}{}:
 	default:
@@ -143,14 +110,7 @@ func (k *keeper) enter() bool {
 	return true
 }
 
-func (k *keeper) isClosed() bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.closed
-}
-
-// run is the keeper's goroutine: messages first, then what is due, then
-// the one timer set for the next thing due.
+// run is the keeper's goroutine: messages first, then what is due.
 func (k *keeper) run() {
 	defer k.c.background.Done()
 	k.timer = time.NewTimer(time.Hour)
@@ -170,20 +130,26 @@ func (k *keeper) run() {
 		if k.stopped {
 			return
 		}
-		now := time.Now()
-		k.tick(now)
-		k.arm(now)
+		k.tick(time.Now())
 	}
 }
 
-// tick does what is due at now.
+// tick does what is due at now, and sets the one timer for the next thing
+// due.
 func (k *keeper) tick(now time.Time) {
+	next := now.Add(time.Hour)
 	if s := k.sess; s != nil {
 		switch {
 		case !now.Before(s.until()):
 			k.end(s, sessionDead, "no successful keep-alive before the local deadline")
 		case !s.keeping && !now.Before(s.keepAt):
 			k.keepalive(s, now)
+		}
+	}
+	if s := k.sess; s != nil {
+		next = earliest(next, s.until())
+		if !s.keeping {
+			next = earliest(next, s.keepAt)
 		}
 	}
 	for l := range k.loose {
@@ -194,29 +160,16 @@ func (k *keeper) tick(now time.Time) {
 		case st.state == leaseHeld && !now.Before(st.own):
 			l.deadlinePassed(now, l.sess.trouble())
 			delete(k.loose, l)
-		}
-	}
-	if len(k.settling) > 0 && !k.asking && !now.Before(k.settleAt) {
-		k.settle()
-	}
-}
-
-// arm sets the timer for the next thing due after now.
-func (k *keeper) arm(now time.Time) {
-	next := now.Add(time.Hour)
-	if s := k.sess; s != nil {
-		next = earliest(next, s.until())
-		if !s.keeping {
-			next = earliest(next, s.keepAt)
-		}
-	}
-	for l := range k.loose {
-		if st := l.status(); st.state == leaseHeld {
+		case st.state == leaseHeld:
 			next = earliest(next, st.own)
 		}
 	}
 	if len(k.settling) > 0 && !k.asking {
-		next = earliest(next, k.settleAt)
+		if now.Before(k.settleAt) {
+			next = earliest(next, k.settleAt)
+		} else {
+			k.settle()
+		}
 	}
 	k.timer.Reset(max(next.Sub(now), 0))
 }
@@ -299,10 +252,7 @@ func (k *keeper) sendBack() {
 		return
 	}
 	c := k.c
-	leases := make([]*Lease, 0, len(k.back))
-	for l := range k.back {
-		leases = append(leases, l)
-	}
+	leases := slices.Collect(maps.Keys(k.back))
 	refs := k.refs
 	k.refs, k.sending = nil, true
 	ok := k.spawn(func() {
@@ -316,7 +266,7 @@ func (k *keeper) sendBack() {
 		}
 		var err error
 		if len(leases) > 0 {
-			names, tokens := grants(leases)
+			names, tokens := grants(byName(leases))
 			_, err = c.releaseMany(ctx, names, tokens)
 		}
 		if err != nil || len(failed) > 0 {
@@ -368,10 +318,7 @@ const settleFirst = 10 * time.Millisecond
 // again without waiting for the session to end.
 func (k *keeper) settle() {
 	c := k.c
-	pending := make([]*Lease, 0, len(k.settling))
-	for l := range k.settling {
-		pending = append(pending, l)
-	}
+	pending := slices.Collect(maps.Keys(k.settling))
 	k.asking = true
 	ok := k.spawn(func() {
 		settled := c.settle(pending)
@@ -447,7 +394,7 @@ type leftover struct {
 // Close had begun already.
 func (c *Client) closeKeeper() (left leftover, ok bool) {
 	reply := make(chan leftover, 1)
-	if !c.k.close(func(k *keeper) {
+	if !c.k.send(func(k *keeper) {
 		var left leftover
 		for _, set := range []map[*Lease]struct{}{k.held, k.loose} {
 			for l := range set {
@@ -459,14 +406,11 @@ func (c *Client) closeKeeper() (left leftover, ok bool) {
 				}
 			}
 		}
-		for l := range k.back {
-			left.back = append(left.back, l)
-		}
-		left.refs, left.sess = k.refs, k.sess
+		left.back, left.refs, left.sess = slices.Collect(maps.Keys(k.back)), k.refs, k.sess
 		k.cur.Store(nil)
 		k.stopped = true
 		reply <- left
-	}) {
+	}, true) {
 		return leftover{}, false
 	}
 	return <-reply, true

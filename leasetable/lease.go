@@ -18,9 +18,7 @@ import (
 // Client.Close or loss. Its methods are safe for concurrent use.
 //
 // A Lease has no lock: what changes is one immutable leaseStatus behind an
-// atomic pointer, replaced whole (update), and the context that closes
-// Done. Which leases the client keeps, and their timers, belong to the
-// client's keeper (keeper.go).
+// atomic pointer, replaced whole (update).
 type Lease struct {
 	c         *Client
 	name      string
@@ -39,28 +37,21 @@ type Lease struct {
 // leaseStatus is a lease's state at one instant. It is never changed in
 // place: update stores a changed copy.
 type leaseStatus struct {
-	// state is where the lease is in its life; err says why it ended.
 	state leaseState
-	err   error
+	err   error // why it ended
 	// expiresAt and own are the grant's own expiry (database clock) and
-	// local deadline (monotonic clock), moved only by an explicit Renew.
-	// While its session carries it, the lease lasts until the session's
-	// deadline if that is later.
-	expiresAt time.Time
-	own       time.Time
-	// finishedAs is the first of Release, Complete, Client.Complete and
-	// CompleteTx (beginFinish), set once whatever the state; releaseErr is
-	// what the database answered it.
+	// local deadline (monotonic clock), moved only by Renew.
+	expiresAt, own time.Time
+	// finishedAs is the first of Release, Complete and CompleteTx, set
+	// once (beginFinish); releaseErr is what the database answered it.
 	finishedAs finishKind
 	releaseErr error
-	// recorded: its end was recorded in the metrics, once, at a loss or
-	// when the database answered the give-back.
-	recorded bool
+	recorded   bool // its end was recorded in the metrics
 }
 
-// update applies f to a copy of l's status and stores it, unless f
-// returns false or the status changed meanwhile (then f runs again on the
-// new one). It returns the status f last saw and whether it stored one.
+// update stores f's change to a copy of l's status, unless f returns
+// false; if the status changed meanwhile, f runs again. It returns the
+// status f last saw and whether it stored one.
 func (l *Lease) update(f func(s *leaseStatus) bool) (old leaseStatus, changed bool) {
 	for {
 		cur := l.st.Load()
@@ -78,34 +69,26 @@ func (l *Lease) update(f func(s *leaseStatus) bool) (old leaseStatus, changed bo
 func (l *Lease) status() *leaseStatus { return l.st.Load() }
 
 // leaseState is where a lease is in its life. It moves only forward, along
-// leaseTransitions, through Lease.transition.
+// leaseTransitions.
 type leaseState uint8
 
 const (
-	// leaseHeld: granted and kept alive, by its session's keep-alives or
-	// its own deadline (Renew). Done is open. A lease is created held.
+	// leaseHeld: granted and kept alive. Done is open.
 	leaseHeld leaseState = iota
 	// leaseHandedOff: being completed in a caller's transaction
-	// (CompleteTx). Done stays open, so the transaction can still commit
-	// under Context; its local deadline no longer ends it and Close no
-	// longer releases it: the keeper ends it when it learns how the
-	// transaction ended (settle), or Close does.
+	// (CompleteTx). Done stays open so the transaction can commit under
+	// Context; neither its deadline nor Close releases it: the keeper ends
+	// it when it learns how the transaction ended (settle), or Close does.
 	leaseHandedOff
-	// leaseReleased: ended on purpose, by Release, Complete, Client.Close,
-	// the settling of its CompleteTx transaction, or a close while its
-	// grant was in flight. Done is closed, with cause ErrReleased. Final.
+	// leaseReleased and leaseLost are final: Done is closed, with cause
+	// ErrReleased or ErrLeaseLost (a loss is counted in the metrics).
 	leaseReleased
-	// leaseLost: ended by a loss: its local deadline passed, a renewal was
-	// refused, an operator force-released it, or it was taken over before
-	// CompleteTx. Done is closed, with cause ErrLeaseLost; the loss is
-	// counted in the metrics. Final.
 	leaseLost
 
 	leaseStates = iota // how many states there are
 )
 
-// leaseTransitions are the allowed moves: leaseTransitions[from][to].
-// Every other move, including into the state a lease is in, is refused.
+// leaseTransitions[from][to] are the allowed moves.
 var leaseTransitions = [leaseStates][leaseStates]bool{
 	leaseHeld:      {leaseHandedOff: true, leaseReleased: true, leaseLost: true},
 	leaseHandedOff: {leaseReleased: true, leaseLost: true},
@@ -129,19 +112,11 @@ func (s leaseState) String() string {
 func (s leaseState) ended() bool { return s == leaseReleased || s == leaseLost }
 
 // transition moves l to state to if leaseTransitions allows it, and does
-// what entering to entails. Into leaseReleased or leaseLost: l's err is
-// cause (wrapping ErrReleased or ErrLeaseLost) and Done closes with it. A
-// loss is first recorded in the metrics with lostCause (so whoever wakes
-// on Done sees it there), then logged, and the grant goes to the keeper to
-// be given back; a release is recorded once the database has answered
-// (recordReleased). The keeper drops ended leases at its next pass. It
-// returns the state l was in, and whether it moved.
-func (l *Lease) transition(to leaseState, cause error, lostCause string) (from leaseState, ok bool) {
-	old, ok := l.update(func(s *leaseStatus) bool { return s.move(to, cause) })
-	if ok {
+// what entering it entails (entered).
+func (l *Lease) transition(to leaseState, cause error, lostCause string) {
+	if old, ok := l.update(func(s *leaseStatus) bool { return s.move(to, cause) }); ok {
 		l.entered(to, old, cause, lostCause)
 	}
-	return old.state, ok
 }
 
 // move moves s to state to, if leaseTransitions allows it.
@@ -159,8 +134,10 @@ func (s *leaseStatus) move(to leaseState, cause error) bool {
 	return true
 }
 
-// entered does what entering to entails, once the status that says so is
-// stored; old is the status before.
+// entered does what entering to entails, once stored (old is the status
+// before): an end closes Done with cause; a loss is first recorded with
+// lostCause (so whoever wakes on Done sees it in the metrics), then logged,
+// and the grant goes to the keeper to be given back.
 func (l *Lease) entered(to leaseState, old leaseStatus, cause error, lostCause string) {
 	if !to.ended() {
 		return
@@ -179,9 +156,7 @@ func (l *Lease) entered(to leaseState, old leaseStatus, cause error, lostCause s
 	}
 }
 
-// finishKind is how a lease was given back: the first of Release,
-// Complete, Client.Complete or CompleteTx decides, and the later calls
-// answer accordingly.
+// finishKind is how a lease was given back: the first call decides.
 type finishKind int8
 
 const (
@@ -214,7 +189,7 @@ func (l *Lease) Token() int64 { return l.token }
 func (l *Lease) ExpiresAt() time.Time {
 	exp := l.status().expiresAt
 	if s := l.sess; s.carries(time.Now()) {
-		if se := s.expiresAt(); se.After(exp) {
+		if se := time.Unix(0, s.expires.Load()); se.After(exp) {
 			exp = se
 		}
 	}
@@ -252,11 +227,8 @@ func (l *Lease) Done() <-chan struct{} {
 // passes Deadline without a successful renewal: a holder that checks Err
 // before a write is never told it holds a lease it has lost locally.
 func (l *Lease) Err() error {
-	if l.ctx.Err() == nil {
-		l.expireIfPast()
-		if l.ctx.Err() == nil {
-			return nil
-		}
+	if (leaseContext{l.ctx, l}).Err() == nil {
+		return nil
 	}
 	return context.Cause(l.ctx)
 }
@@ -278,8 +250,7 @@ func (l *Lease) OnRenew(fn func(ctx context.Context)) {
 // the Lease's do.
 func (l *Lease) Context() context.Context { return leaseContext{l.ctx, l} }
 
-// leaseContext is the lease's context with Err and Done that end the lease
-// at once when its deadline has passed.
+// leaseContext's Err and Done end the lease once its deadline passed.
 type leaseContext struct {
 	context.Context
 	l *Lease
@@ -295,9 +266,8 @@ func (c leaseContext) Err() error {
 	return c.Context.Err()
 }
 
-// expireIfPast ends the lease now if its local deadline has passed: the
-// keeper may not have looked yet (the process was paused, or the runtime
-// is busy), and the loss must not wait for it.
+// expireIfPast ends the lease now if its local deadline has passed,
+// without waiting for the keeper to notice.
 func (l *Lease) expireIfPast() {
 	if st, now := l.status(), time.Now(); !st.state.ended() && !now.Before(l.deadline(st, now)) {
 		l.deadlinePassed(now, l.sess.trouble())
@@ -318,10 +288,8 @@ func (l *Lease) deadlinePassed(now time.Time, trouble bool) {
 		// Completed in a transaction: its end is settled there.
 		return
 	}
-	// Keep-alives that failed, or one still in flight (hung), make the loss
-	// a renewal failure, unless the deadline was noticed so late that the
-	// process must have been paused: then it is an expiry, whatever the
-	// keep-alive.
+	// Failing or hung keep-alives make it a renewal failure, unless it was
+	// noticed so late that the process must have been paused.
 	lostCause := CauseExpired
 	passed := st.own
 	if s := l.sess; s.until().After(passed) {
@@ -370,8 +338,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 		l.c.renewFailed(l.metricName(), err)
 		return l.c.dbError("renew "+l.name, err)
 	}
-	// Renewals may overlap; keep the latest. A lease the keeper holds by
-	// its own deadline is looked at again then (keeper.checkLoose).
+	// Renewals may overlap; keep the latest.
 	d := start.Add(l.c.cfg.TTL - l.c.cfg.SafetyMargin)
 	l.update(func(s *leaseStatus) bool {
 		if s.state.ended() || !d.After(s.own) {
@@ -391,10 +358,9 @@ func (l *Lease) Renew(ctx context.Context) error {
 // changed. Calling it again returns the first result; after Complete it
 // returns Complete's.
 //
-// The release is sent even when ctx has ended, on a context of its own
-// bounded by Config.ReleaseTimeout, so a cancelled request still gives its
-// lease back at once. If it cannot reach the database, the error says so,
-// the row stays until its TTL, and Client.Close tries again.
+// The release is sent even when ctx has ended, bounded by
+// Config.ReleaseTimeout; if it cannot reach the database, the error says
+// so, the row stays until its TTL, and Client.Close tries again.
 //
 // After CompleteTx, Release gives the item back if the transaction did not
 // commit, and returns nil either way; call it after the transaction ended.
@@ -431,13 +397,10 @@ func (l *Lease) finish(ctx context.Context, kind finishKind) error {
 	return err
 }
 
-// beginFinish decides, if nothing was decided yet, that l is given back as
-// kind, and moves it on: handed off for a completion in a transaction,
-// else released (unless it ended already). first says this call decided;
-// proceed that the caller should now give l back. A lease lost before is
-// not completed: proceed is false and l's release error says so (the
-// release of the lost grant in the background frees it unless somebody
-// took it over).
+// beginFinish decides, unless decided, that l is given back as kind, and
+// moves it on (handed off for CompleteTx, else released). first says this
+// call decided; proceed that the caller should now give l back: not for a
+// completion of a lost lease, whose release error says so.
 func (l *Lease) beginFinish(kind finishKind) (first, proceed bool) {
 	to, cause := leaseReleased, error(&releasedError{l.name, l.token})
 	if kind == finishedCompleteTx {
@@ -467,10 +430,8 @@ func (l *Lease) beginFinish(kind finishKind) (first, proceed bool) {
 	return true, true
 }
 
-// releasedError is ErrReleased for one lease, as fmt.Errorf("%w: %q
-// token %d") would say it, but formatted only when read: every released or
-// completed lease gets one, and few are ever read (formatting them all
-// was a tenth of the client's CPU completing batches of 100).
+// releasedError is ErrReleased for one lease, formatted only when read
+// (formatting every one was a tenth of the CPU completing batches of 100).
 type releasedError struct {
 	name  string
 	token int64
@@ -512,8 +473,7 @@ func (l *Lease) giveBack(ctx context.Context, complete bool) {
 }
 
 // releaseAfterTx gives back the row of a lease completed in a transaction
-// that did not commit; when it did, the row is gone and there is nothing
-// to do.
+// that did not commit (if it did, the row is gone).
 func (l *Lease) releaseAfterTx(ctx context.Context) error {
 	ctx, cancel := l.c.cleanupContext(ctx)
 	defer cancel()
@@ -523,10 +483,8 @@ func (l *Lease) releaseAfterTx(ctx context.Context) error {
 	return nil
 }
 
-// release gives back this grant, guarded by its token, and reports
-// whether the database still had it. Every single release goes through
-// here: safe to repeat, it is sent again on a fresh connection after a
-// broken one or a role flip (retry).
+// release gives back this grant and reports whether the database still
+// had it; safe to repeat after a broken connection (retry).
 func (l *Lease) release(ctx context.Context) (ok bool, err error) {
 	var r db.LeaseReleaseRow
 	err = l.c.retry(ctx, true, func(ctx context.Context) (err error) {

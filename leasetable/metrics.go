@@ -29,9 +29,8 @@ const (
 	CauseClockStep = "clock_step"
 )
 
-// metricName is the name a lease's metrics carry when names are enabled:
-// its group for leases handed out by Claim, Semaphore and Keep (one series
-// per group, not per item), else its own name.
+// metricName is the name a lease's metrics carry: its group if any (one
+// series per group, not per item), else its own name.
 func (l *Lease) metricName() string {
 	if l.group != "" {
 		return l.group
@@ -39,10 +38,8 @@ func (l *Lease) metricName() string {
 	return l.name
 }
 
-// attemptFailed records an acquire that did not get the lease: grace
-// when a failover grace held it back, held when someone else held it
-// (including a wait that ran out), else error. Bad input and closed
-// clients are not attempts and are not recorded.
+// attemptFailed records an acquire that did not get the lease (grace,
+// held or error); bad input and closed clients are not attempts.
 func (c *Client) attemptFailed(ctx context.Context, name string, err error, start time.Time) {
 	var held *HeldError
 	switch {
@@ -50,21 +47,14 @@ func (c *Client) attemptFailed(ctx context.Context, name string, err error, star
 		c.attempted(ctx, name, telemetry.Grace, start)
 	case errors.Is(err, ErrHeld):
 		c.attempted(ctx, name, telemetry.Held, start)
-	case notAttempt(err):
+	case errors.Is(err, pgbaton.ErrInvalidArgument), errors.Is(err, pgbaton.ErrClosed):
 	case c.tel != nil:
 		c.tel.AttemptFailed(context.WithoutCancel(ctx), name, err, time.Since(start))
 	}
 }
 
-// notAttempt tells errors raised before anything was asked of the
-// database.
-func notAttempt(err error) bool {
-	return errors.Is(err, pgbaton.ErrInvalidArgument) || errors.Is(err, pgbaton.ErrClosed)
-}
-
-// recordReleased records the end of a lease given back by Release or
-// Complete; taken over (the database no longer had the grant) counts as
-// superseded. A lease lost before was recorded then.
+// recordReleased records, once, the end of a lease given back; taken over
+// counts as superseded.
 func (l *Lease) recordReleased(takenOver bool) {
 	if l.c.tel == nil {
 		return
@@ -85,9 +75,8 @@ func (l *Lease) recordReleased(takenOver bool) {
 	l.c.tel.Ended(context.Background(), l.metricName(), time.Since(l.grantedAt), cause)
 }
 
-// waitEnded records the end of a waiting acquire that did not succeed at
-// once: held when it gave up while somebody else held the lease, whatever
-// ended the wait (that is contention); else as attemptFailed.
+// waitEnded records the end of a waiting acquire: held when it ended while
+// somebody else held the lease (contention), else as attemptFailed.
 func (c *Client) waitEnded(ctx context.Context, name string, start time.Time, stillHeld bool, err error) {
 	switch {
 	case stillHeld:
@@ -97,9 +86,8 @@ func (c *Client) waitEnded(ctx context.Context, name string, start time.Time, st
 	}
 }
 
-// attempted records an acquire attempt that began at start. Without a
-// MeterProvider it costs nothing: even no-op instruments would build
-// attribute sets on every call.
+// attempted records an acquire attempt that began at start; without a
+// MeterProvider nothing (no-op instruments would still build attributes).
 func (c *Client) attempted(ctx context.Context, name, result string, start time.Time) {
 	if c.tel != nil {
 		c.tel.Attempt(context.WithoutCancel(ctx), name, result, time.Since(start))

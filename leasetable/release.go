@@ -11,19 +11,16 @@ import (
 )
 
 // releaseAll gives back stopped leases and, in the same round trip, the
-// retried ones whose earlier release or completion could not reach the
-// database. It records the outcome of the stopped leases only: a retried
-// lease's caller was already told its result, and a repeated Complete must
-// keep returning it (the item was released, not completed). It returns an
-// error naming the leases it could not reach the database for. Leases
-// taken over meanwhile are not an error: nothing of theirs was ours to
-// give back.
+// retried ones whose earlier give-back failed. It records the outcome of
+// the stopped leases only (a retried lease's caller was told its result).
+// Its error names the leases it could not give back; leases taken over
+// meanwhile are not an error.
 func (c *Client) releaseAll(ctx context.Context, stopped, retried []*Lease) error {
 	leases := append(slices.Clip(stopped), retried...)
 	if len(leases) == 0 {
 		return nil
 	}
-	names, tokens := grants(leases)
+	names, tokens := grants(byName(leases))
 	ctx, cancel := c.cleanupContext(ctx)
 	defer cancel()
 	freed, err := c.releaseMany(ctx, names, tokens)
@@ -52,8 +49,7 @@ func (c *Client) releaseAll(ctx context.Context, stopped, retried []*Lease) erro
 }
 
 // releaseMany gives back the grants (names[i], tokens[i]) in one round
-// trip, once more on a fresh connection if need be, and returns the names
-// it freed (not those taken over meanwhile).
+// trip and returns the names it freed.
 func (c *Client) releaseMany(ctx context.Context, names []string, tokens []int64) (freed []string, err error) {
 	var rows []db.LeaseReleaseManyRow
 	err = c.retry(ctx, true, func(ctx context.Context) (err error) {
@@ -72,12 +68,9 @@ func (c *Client) releaseMany(ctx context.Context, names []string, tokens []int64
 }
 
 // notifyWaiters wakes the waiters of the leases named (and of their
-// groups) once their release has committed. The release reports whether
-// anyone waits; the NOTIFY goes in a statement of its own because a
-// NOTIFY in the release's transaction would hold the server's
-// database-wide notify lock through that commit's flush (see
-// pgbaton.notify_waiters). Best effort: a waiter not woken looks again at
-// the expiry it knows.
+// groups), in a statement after the release's commit: a NOTIFY in it would
+// hold the database-wide notify lock through the commit's flush. Best
+// effort: a waiter not woken looks again at the expiry it knows.
 func (c *Client) notifyWaiters(ctx context.Context, names []string) {
 	if len(names) == 0 {
 		return
@@ -97,6 +90,14 @@ func grants(leases []*Lease) (names []string, tokens []int64) {
 		names[i], tokens[i] = l.name, l.token
 	}
 	return names, tokens
+}
+
+// byName sorts leases by name, so that two statements giving back some of
+// the same rows (Close and the keeper's give-back) lock them in one order
+// instead of deadlocking.
+func byName(leases []*Lease) []*Lease {
+	slices.SortFunc(leases, func(a, b *Lease) int { return strings.Compare(a.name, b.name) })
+	return leases
 }
 
 // quoteNames lists names quoted, at most max of them and how many more.

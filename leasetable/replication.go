@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -14,12 +14,10 @@ import (
 
 // ErrNoSyncStandby means the primary has standbys but commits do not wait
 // for any of them: a grant (or a fenced write) acknowledged just before a
-// failover may be missing on the promoted standby. Its holder then works
-// under a grant the new primary does not know: the lease can be granted
-// again at once, and only fenced writes keep the two holders apart. (The
-// tokens themselves never go backwards: every token drawn after a
-// promotion is larger than every token drawn before it.) Synchronous
-// replication (Patroni: synchronous_mode) closes that window.
+// failover may be missing on the promoted standby, so the lease can be
+// granted again at once while its holder works on, and only fenced writes
+// keep the two apart (tokens never go backwards). Synchronous replication
+// (Patroni: synchronous_mode) closes that window; see docs/production.md.
 var ErrNoSyncStandby = errors.New("leasetable: the primary has standbys but none is synchronous: grants acknowledged just before a failover can be lost")
 
 // ReplicationStatus is how the database's standbys protect acknowledged
@@ -85,10 +83,7 @@ func (c *Client) Replication(ctx context.Context) (ReplicationStatus, error) {
 
 // replicationLog logs the replication warning when it appears, changes or
 // goes away, not on every Check.
-type replicationLog struct {
-	mu   sync.Mutex
-	last string
-}
+type replicationLog struct{ last atomic.Value } // the last warning, "" for none
 
 // observe reads the replication status and logs a change: a warning when
 // grants can be lost in a failover. Errors reading it are left to the
@@ -102,10 +97,8 @@ func (rl *replicationLog) observe(ctx context.Context, c *Client) {
 	if err := r.Err(); err != nil {
 		msg = err.Error()
 	}
-	rl.mu.Lock()
-	changed := msg != rl.last
-	rl.last = msg
-	rl.mu.Unlock()
+	last, _ := rl.last.Swap(msg).(string)
+	changed := msg != last
 	switch {
 	case !changed:
 	case msg != "":

@@ -23,12 +23,8 @@ const RetentionLease = "pgbaton:retention"
 // default, a negative one keeps them forever. Rows go oldest first, Batch
 // per statement, by the rules of pgbaton.prune (see its migration): work
 // items are deleted when completed, and leases of a group (registered
-// items, shards, semaphore slots) are never pruned.
-//
-// The tables of the packages built on the layers and of the other layers
-// (cron slots, job runs, fenced values, processed messages, advisory
-// names, the audit log) are pruned by package retention, which a service
-// runs itself: leasetable does not import the packages above it.
+// items, shards, semaphore slots) are never pruned. The other layers'
+// tables are package retention's, which a service runs itself.
 type Retention struct {
 	// Disabled stops this client's background pruning: another client
 	// prunes, or you call Prune from a job of your own.

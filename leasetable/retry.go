@@ -29,10 +29,8 @@ const (
 	ambiguous
 )
 
-// classify tells what err, from a statement on a pooled connection, means
-// for a retry, and whether the server has changed role (a failover: a
-// standby or a server shutting down), so that every pooled connection is
-// stale.
+// classify tells what err means for a retry, and whether the server
+// changed role (a failover), which makes every pooled connection stale.
 func classify(ctx context.Context, err error) (f failure, roleFlip bool) {
 	if err == nil || ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return permanentFailure, false
@@ -63,11 +61,10 @@ func classify(ctx context.Context, err error) (f failure, roleFlip bool) {
 	return permanentFailure, false
 }
 
-// retry runs op and, if it failed in a way a fresh connection may cure,
-// once more: always when the server did nothing, and after a broken
-// connection only when op is safe to repeat (repeatable). After a role
-// flip the pool's connections are all dropped first, so the retry reaches
-// the new primary of a multi-host DSN instead of the old one.
+// retry runs op and, if a fresh connection may cure its failure, once
+// more: always when the server did nothing, after a broken connection only
+// when op is repeatable. After a role flip the pool is reset first, so the
+// retry reaches the new primary of a multi-host DSN.
 func (c *Client) retry(ctx context.Context, repeatable bool, op func(ctx context.Context) error) error {
 	err := op(ctx)
 	f, flip := classify(ctx, err)
@@ -75,9 +72,7 @@ func (c *Client) retry(ctx context.Context, repeatable bool, op func(ctx context
 		return err
 	}
 	if flip {
-		// pgxpool.Reset is meant for this: connections in use are closed
-		// when returned.
-		c.pool.Reset()
+		c.pool.Reset() // connections in use are closed when returned
 		c.log.Info("pgbaton: the server changed role (failover?); dropped the pool's connections", "error", err)
 	}
 	c.log.Debug("pgbaton: retrying on a fresh connection", "error", err)

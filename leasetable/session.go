@@ -2,7 +2,6 @@ package leasetable
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -13,21 +12,10 @@ import (
 	"github.com/pgbaton/pgbaton/internal/db"
 )
 
-// session is a client's lease session: one row of pgbaton.lease_session
-// that one keep-alive per RenewInterval keeps alive for every lease bound
-// to it, however many. A lease bound to a session is valid in the
-// database while its own grant (or explicit Renew) has not expired or its
-// session is alive; locally it is held until the later of its own deadline
-// and the session's, each started before the request that set it was sent
-// and shortened by the safety margin, so the holder learns of a loss
-// before the database lets anyone else take the lease.
-//
-// A session is never revived: a keep-alive that arrives after the
-// session's expiry fails, and the client opens a new session for new
-// grants. The leases of an ended session end at their own deadlines.
-//
-// The keeper owns a session (keeper.go); the atomics are what leases and
-// grants read without asking it.
+// session is a client's lease session, a row of pgbaton.lease_session
+// (the package doc says what it carries). A lease is held locally until
+// the later of its own deadline and its session's. The keeper owns it; the
+// atomics are what leases and grants read without asking.
 type session struct {
 	id int64
 
@@ -46,30 +34,22 @@ type session struct {
 	renewedAt time.Time          // when the last successful keep-alive was sent
 	idleSince time.Time          // when the last lease left, or zero while some are held
 	revoked   int64
-	// epoch is the token epoch the last keep-alive (or the open) saw: a
-	// new one means a timeline change, which may have lost grants bound
-	// to the session while the session itself reached the new primary.
-	epoch int64
-	// recheck: looking for lost grants failed; look again after the next
-	// keep-alive.
-	recheck bool
+	// epoch is the token epoch the last keep-alive saw: a new one is a
+	// timeline change, which may have lost grants of a session that
+	// reached the new primary itself.
+	epoch   int64
+	recheck bool // looking for lost grants failed: look after the next keep-alive
 	// sentAt (monotonic) and dbAt (database clock) are when the last
-	// request that told the database's clock (session_open, a keep-alive)
-	// was sent and ran there: the next keep-alive compares how far each
-	// clock moved since (clockStep).
-	sentAt time.Time
-	dbAt   time.Time
+	// request that told the database's clock was sent and ran (clockStep).
+	sentAt, dbAt time.Time
 }
 
-// A session is alive until the keeper ends it, once, in one of two final
-// states, by why it ended.
+// A session is alive until the keeper ends it, once: dead (its local
+// deadline passed, or the database no longer has it) or closed (by Close
+// or after a TTL idle: a keep-alive it cancels is not a failure).
 const (
 	sessionAlive uint32 = iota
-	// sessionDead: lost: its local deadline passed, or the database no
-	// longer has it. Its leases are lost at their own deadlines.
 	sessionDead
-	// sessionClosed: ended on purpose, by Close or after a TTL idle: a
-	// keep-alive it cancels is not a failure.
 	sessionClosed
 )
 
@@ -78,10 +58,6 @@ func (s *session) param() pgtype.Int8 { return pgtype.Int8{Int64: s.id, Valid: t
 
 // until is the session's local deadline.
 func (s *session) until() time.Time { return s.base.Add(time.Duration(s.deadline.Load())) }
-
-// expiresAt is the session's expiry by the database clock, as of the last
-// keep-alive.
-func (s *session) expiresAt() time.Time { return time.Unix(0, s.expires.Load()) }
 
 // carries reports whether the session keeps leases alive now: it has not
 // ended and its deadline has not passed.
@@ -94,8 +70,7 @@ func (s *session) carries(now time.Time) bool {
 func (s *session) trouble() bool { return s.failing.Load() || s.inflight.Load() }
 
 // extend moves the session's deadline and expiry forward after a
-// keep-alive sent at sent found it alive. Only one keep-alive is on its
-// way at a time, so nothing else moves them meanwhile.
+// keep-alive sent at sent found it alive (one is on its way at a time).
 func (s *session) extend(c *Client, sent time.Time, expires time.Time) {
 	if d := sent.Add(c.cfg.TTL - c.cfg.SafetyMargin).Sub(s.base); d > time.Duration(s.deadline.Load()) {
 		s.deadline.Store(int64(d))
@@ -111,9 +86,8 @@ type opening struct {
 }
 
 // sessionFor returns the session new grants bind to, having the keeper
-// open one when there is none or the current one ended. A caller that
-// gives up returns at once; the session is opened all the same, for the
-// next grant.
+// open one if needed. A caller that gives up returns at once; the session
+// is opened all the same.
 func (c *Client) sessionFor(ctx context.Context) (*session, error) {
 	if s := c.k.cur.Load(); s != nil && s.carries(time.Now()) {
 		return s, nil
@@ -131,8 +105,8 @@ func (c *Client) sessionFor(ctx context.Context) (*session, error) {
 	}
 }
 
-// open returns the session being opened, or the current one if it carries
-// leases, and starts opening one if neither is there.
+// open returns the current session if it carries leases, else the one
+// being opened, opening one if none is.
 func (k *keeper) open() *opening {
 	now := time.Now()
 	if s := k.sess; s != nil && s.carries(now) {
@@ -190,8 +164,8 @@ func (k *keeper) opened(op *opening, s *session, err error) {
 // openSession opens a lease session.
 func (c *Client) openSession(ctx context.Context) (*session, error) {
 	start := time.Now()
-	// A repeat after a broken connection may leave an unused session
-	// behind; it expires at its TTL.
+	// A repeat after a broken connection may leave a session unused until
+	// its TTL.
 	var row db.SessionOpenRow
 	err := c.retry(ctx, true, func(ctx context.Context) (err error) {
 		row, err = c.q.SessionOpen(ctx, c.pool, db.SessionOpenParams{Owner: c.cfg.Owner, TtlMs: c.ttlMs})
@@ -306,63 +280,41 @@ func (k *keeper) keptAlive(s *session, n int, start, replied time.Time, row db.S
 }
 
 // awaitIdle waits, up to d, until one of the pool's connections is idle
-// (or the pool has none open), so that the keep-alive sent next takes that
-// one. The keep-alive runs on a timer, beside whatever the client's
-// callers send: sent while every connection was busy, it made the pool
-// open one more, for good (500 clients with pools of 2 on 2 cores: 0.9
-// connections opened per client in a 10s run, most of them beside a
-// keep-alive, and each backend start slowed every other call). A client's
-// callers are idle most of the time, so waiting for that costs the
-// keep-alive a few milliseconds; the wait is bounded to leave the
-// session's deadline its slack for retries. It only looks at the pool's
-// counts: taking the idle connections (AcquireAllIdle) would skip the
-// pool's checks of a stale connection and, releasing the others, keep
-// them from ever ageing out (MaxConnIdleTime).
+// (or none is open), so that the keep-alive takes that one: sent while
+// every connection was busy, it made the pool open one more for good (500
+// clients with pools of 2 on 2 cores: 0.9 connections opened per client in
+// 10 s). It only reads the pool's counts: AcquireAllIdle would skip the
+// pool's stale-connection checks and keep connections from ageing out.
 func (c *Client) awaitIdle(ctx context.Context, d time.Duration) {
-	until := time.Now().Add(d)
-	for {
-		if st := c.pool.Stat(); st.IdleConns() > 0 || st.TotalConns() == 0 {
-			return
-		}
-		wait := min(idlePoll, time.Until(until))
-		if wait <= 0 {
-			return
-		}
-		t := time.NewTimer(wait)
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	t := time.NewTicker(idlePoll)
+	defer t.Stop()
+	for st := c.pool.Stat(); st.IdleConns() == 0 && st.TotalConns() > 0; st = c.pool.Stat() {
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			t.Stop()
 			return
 		}
 	}
 }
 
-// idlePoll is how often awaitIdle looks for an idle connection.
-const idlePoll = 5 * time.Millisecond
-
-// idleWaitShare: a keep-alive waits for an idle connection (awaitIdle)
-// at most this share of what is left of RenewInterval or of the session's
-// deadline, whichever is sooner; keepaliveRetries: a failing keep-alive
-// is sent again this many times per RenewInterval, so several tries fit
-// before the deadline (TTL - SafetyMargin, three RenewIntervals by
-// default).
 const (
+	idlePoll = 5 * time.Millisecond // how often awaitIdle looks
+	// idleWaitShare: awaitIdle waits at most this share of RenewInterval
+	// or of what is left to the deadline; keepaliveRetries: a failing
+	// keep-alive is retried this many times per RenewInterval, so several
+	// tries fit before the deadline.
 	idleWaitShare    = 4
 	keepaliveRetries = 5
 )
 
 // clockStep returns how much further the database's clock moved than the
-// client's monotonic clock, from the last request that told the database's
-// clock to the keep-alive sent at sent, answered at replied, that ran at
-// dbNow; and makes that keep-alive the next one's reference.
-//
-// The client's side counts from the earlier request's send to this reply,
-// the longest the time between the two could have been, so a slow round
-// trip never looks like a step: the result is at most the step, and at
-// least the step minus the two round trips. A client whose monotonic
-// clock stood still (its machine was suspended) sees the database's clock
-// step by as much.
+// client's monotonic clock since the last request that told it, up to the
+// keep-alive sent at sent, answered at replied, that ran at dbNow (the
+// next one's reference). The client's side counts from the earlier send
+// to this reply, so a slow round trip never looks like a step
+// (docs/safety.md).
 func (s *session) clockStep(sent, replied, dbNow time.Time) time.Duration {
 	step := dbNow.Sub(s.dbAt) - replied.Sub(s.sentAt)
 	s.sentAt, s.dbAt = sent, dbNow
@@ -370,13 +322,9 @@ func (s *session) clockStep(sent, replied, dbNow time.Time) time.Duration {
 }
 
 // clockStepped handles a forward step of the database's clock by more
-// than the safety margin, seen by a keep-alive of s (alive: the keep-alive
-// found s and extended it). Every lease's local deadline assumed that the
-// database's clock moves no faster than the client's, so the database may
-// have let leases go before their holders' deadlines: every lease the
-// client holds is lost now, except those that s carries when alive — the
-// database found s unexpired, so it let none of them go, and measures
-// their expiry from the stepped clock from now on.
+// than the safety margin, seen by a keep-alive of s: every lease held is
+// lost now (the database may have let it go), except those s carries when
+// alive (the keep-alive found s unexpired and extended it).
 func (k *keeper) clockStepped(s *session, alive bool, step time.Duration) {
 	c := k.c
 	why := fmt.Sprintf("the database's clock moved %s further than this client's since the previous keep-alive, more than the safety margin %s",
@@ -406,10 +354,9 @@ func (k *keeper) clockStepped(s *session, alive bool, step time.Duration) {
 	}
 }
 
-// end ends s, once, as sessionDead or sessionClosed: no keep-alive is sent
-// any more, and every lease it carried is now held only until its own
-// deadline — those past it are lost at once. A closed session's row is
-// deleted.
+// end ends s, once, as sessionDead or sessionClosed (its row deleted):
+// every lease it carried is held by its own deadline from now, and lost at
+// once if that passed.
 func (k *keeper) end(s *session, to uint32, why string) {
 	// Read before a keep-alive in flight is cancelled.
 	trouble := s.trouble() && to == sessionDead
@@ -454,10 +401,7 @@ func (c *Client) closeSessionRow(ctx context.Context, s *session) error {
 }
 
 // findLost ends the leases of s that the database no longer has:
-// force-released by an operator, or, after a timeline change
-// (failedOver), granted by the old primary and lost with it. The
-// failover grace keeps such a lease from being granted again until this
-// had time to run.
+// force-released, or lost with the old primary (failedOver).
 func (k *keeper) findLost(s *session, failedOver bool) {
 	c := k.c
 	leases := k.live()
@@ -503,16 +447,4 @@ func (k *keeper) afterKeepalive() {
 			})
 		}
 	}
-}
-
-// closeSession ends the client's session for good at Close: its row is
-// deleted (leases not given back keep only their own expiry).
-func (c *Client) closeSession(ctx context.Context, s *session) error {
-	if s == nil || !s.state.CompareAndSwap(sessionAlive, sessionClosed) {
-		return nil
-	}
-	if err := c.closeSessionRow(ctx, s); err != nil && !errors.Is(err, context.Canceled) {
-		return c.dbError("close lease session", err)
-	}
-	return nil
 }
