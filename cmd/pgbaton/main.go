@@ -15,7 +15,9 @@
 // integers (advisory keys, tokens, ids) as strings, so that consumers that
 // parse numbers as doubles (JavaScript, jq) do not round them.
 //
-// Exit codes: 0 ok, 1 error, 2 usage, 3 not found / not held.
+// Exit codes: 0 ok, 1 error, 2 usage, 3 not found / not held; pgbaton
+// exec exits with its command's code, 75 when --skip found the lock held
+// and 76 when the lock was lost while the command ran.
 //
 // [Operating] quotes every command's help, shows examples of its output
 // and says how to release a stuck lock safely.
@@ -80,6 +82,13 @@ func runWith(ctx context.Context, s streams, args []string) int {
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return exitOK
+	}
+	var ec exitCodeError
+	if errors.As(err, &ec) {
+		if ec.err != nil {
+			fmt.Fprintln(s.stderr, "pgbaton:", errorLine(ec.err))
+		}
+		return ec.code
 	}
 	fmt.Fprintln(s.stderr, "pgbaton:", errorLine(err))
 	var ue usageError
@@ -154,7 +163,7 @@ see "pgbaton help environment".`,
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
 	root.AddCommand(newStatusCmd(g), newMigrateCmd(g), newLocksCmd(g), newLeasesCmd(g),
 		newRunsCmd(g), newEventsCmd(g), newReleaseCmd(g), newWatchCmd(g), newServeCmd(g),
-		newVersionCmd(g), newEnvironmentTopic())
+		newVersionCmd(g), newExecCmd(g), newWatchdogCmd(), newEnvironmentTopic())
 	// Unknown subcommands and wrong argument counts are usage errors.
 	root.Args = func(cmd *cobra.Command, args []string) error {
 		if len(args) > 0 {
