@@ -385,7 +385,8 @@ func TestCompleteAndClaim(t *testing.T) {
 	_, err = a.CompleteAndClaim(cctx, "queue", 1, late...)
 	require.ErrorIs(t, err, context.Canceled)
 	assert.Equal(t, 3, count("true"), "nothing deleted")
-	assert.Equal(t, 1, count("owner = 'a'"), "nothing claimed")
+	// The uncompleted lease may be given back already (in the background).
+	assert.Zero(t, count("owner = 'a' AND name <> '"+late[0].Name()+"'"), "nothing claimed")
 
 	// A claim the server refuses after the completion ran undoes the
 	// completion: one transaction.
