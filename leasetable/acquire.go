@@ -27,9 +27,13 @@ func (c *Client) TryAcquire(ctx context.Context, name string) (*Lease, error) {
 		return nil, err
 	}
 	start := time.Now()
+	ctx, span := c.tr.Start(ctx, spanAcquire, "lease")
 	l, err := c.attempt(ctx, name, nil, start, nil)
 	if err != nil {
 		c.attemptFailed(ctx, name, err, start)
+	}
+	if span.IsRecording() {
+		c.endGrant(span, telemetry.NameKey, name, start, one(l), err)
 	}
 	return l, err
 }
@@ -259,8 +263,12 @@ func (c *Client) acquire(ctx context.Context, name string, metadata []byte) (*Le
 		return nil, err
 	}
 	start := time.Now()
+	ctx, span := c.tr.Start(ctx, spanAcquire, "lease")
 	l, stillHeld, err := c.waitAcquire(ctx, name, metadata, start)
 	c.waitEnded(ctx, name, start, stillHeld, err)
+	if span.IsRecording() {
+		c.endGrant(span, telemetry.NameKey, name, start, one(l), err)
+	}
 	return l, err
 }
 

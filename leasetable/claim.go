@@ -63,6 +63,7 @@ func (c *Client) Claim(ctx context.Context, group string, n int) ([]*Lease, erro
 		return nil, err
 	}
 	start := time.Now()
+	ctx, span := c.tr.Start(ctx, spanClaim, "lease")
 	leases, err := c.claim(ctx, group, n, start, nil, false)
 	switch {
 	case err != nil:
@@ -70,6 +71,7 @@ func (c *Client) Claim(ctx context.Context, group string, n int) ([]*Lease, erro
 	case len(leases) == 0:
 		c.attempted(ctx, group, telemetry.Held, start)
 	}
+	c.endGrant(span, telemetry.GroupKey, group, start, leases, err)
 	return leases, err
 }
 
@@ -96,8 +98,10 @@ func (c *Client) ClaimWait(ctx context.Context, group string, n int) ([]*Lease, 
 		return nil, err
 	}
 	start := time.Now()
+	ctx, span := c.tr.Start(ctx, spanClaim, "lease")
 	leases, empty, err := c.waitClaim(ctx, group, n, start)
 	c.waitEnded(ctx, group, start, empty, err)
+	c.endGrant(span, telemetry.GroupKey, group, start, leases, err)
 	return leases, err
 }
 
@@ -237,7 +241,9 @@ func (c *Client) claim(ctx context.Context, group string, n int, waitStart time.
 // that were released or lost before, or taken over meanwhile, are not
 // completed (the others are) and the error, wrapping ErrNotHeld, names
 // them. Leases completed before are skipped.
-func (c *Client) Complete(ctx context.Context, leases ...*Lease) error {
+func (c *Client) Complete(ctx context.Context, leases ...*Lease) (err error) {
+	ctx, span := c.tr.Start(ctx, spanComplete, "lease")
+	defer func() { c.endComplete(span, len(leases), err) }()
 	cb, err := c.startCompletion(leases)
 	if err != nil {
 		return err
@@ -281,7 +287,10 @@ func (c *Client) Complete(ctx context.Context, leases ...*Lease) error {
 // between that commit and this one has its items done again by another
 // worker. For exactly-once effects complete each item in the transaction
 // of its effects with CompleteTx.
-func (c *Client) CompleteAndClaim(ctx context.Context, group string, n int, done ...*Lease) ([]*Lease, error) {
+func (c *Client) CompleteAndClaim(ctx context.Context, group string, n int, done ...*Lease) (claimed []*Lease, err error) {
+	start := time.Now()
+	ctx, span := c.tr.Start(ctx, spanClaim, "lease")
+	defer func() { c.endGrant(span, telemetry.GroupKey, group, start, claimed, err) }()
 	if err := c.checkClaim(group, n); err != nil {
 		return nil, err
 	}
@@ -298,7 +307,7 @@ func (c *Client) CompleteAndClaim(ctx context.Context, group string, n int, done
 		// Nothing is sent: done stay uncompleted.
 		return nil, cb.finish(nil, ctxErr(ctx))
 	}
-	start := time.Now()
+	start = time.Now()
 	// Sent together with the calls of the client's other workers on group
 	// (combine.go).
 	call := &combined{cb: cb, n: n, done: make(chan combinedReply, 1)}
@@ -385,7 +394,9 @@ func scanClaimed(rows pgx.Rows, n int) ([]db.LeaseClaimRow, error) {
 // ErrReleased, and if tx rolled back its item is released and claimable
 // again at once. tx must be a transaction on this client's database; it
 // runs in whatever isolation level tx has.
-func (c *Client) CompleteTx(ctx context.Context, tx pgbaton.Tx, leases ...*Lease) error {
+func (c *Client) CompleteTx(ctx context.Context, tx pgbaton.Tx, leases ...*Lease) (err error) {
+	ctx, span := c.tr.Start(ctx, spanComplete, "lease")
+	defer func() { c.endComplete(span, len(leases), err) }()
 	if tx == nil {
 		return invalid("CompleteTx needs the caller's transaction")
 	}
@@ -419,7 +430,7 @@ func (c *Client) CompleteTx(ctx context.Context, tx pgbaton.Tx, leases ...*Lease
 			unheld = append(unheld, l.name)
 		}
 	}
-	err := c.q.LeaseCompleteTx(ctx, tx, p)
+	err = c.q.LeaseCompleteTx(ctx, tx, p)
 	// Whatever the outcome, the rows this statement locked stay locked
 	// until tx ends; then settle learns whether it committed.
 	defer c.k.settleLater(handed)

@@ -29,6 +29,7 @@ type Client struct {
 	log   *slog.Logger
 	ln    *listener
 	tel   *telemetry.Instruments // nil without a MeterProvider
+	tr    telemetry.Tracer
 	repl  replicationLog
 
 	bg         context.Context // parents background work; cancelled by Close
@@ -84,7 +85,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	bg, cancel := context.WithCancel(context.Background())
 	c := &Client{
 		pool: pool, cfg: cfg, ttlMs: cfg.ttlMs(), q: q, log: cfg.Logger,
-		bg: bg, bgCancel: cancel,
+		bg: bg, bgCancel: cancel, tr: telemetry.NewTracer(cfg.TracerProvider),
 	}
 	c.k = newKeeper(c)
 	c.background.Add(1)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pgbaton/pgbaton/internal/names"
 )
@@ -54,6 +55,15 @@ type Config struct {
 	// acquired attempt per lease it returns, one held attempt when it
 	// returns none. Default: none (no-op).
 	MeterProvider metric.MeterProvider
+
+	// TracerProvider receives an OpenTelemetry span for each call that
+	// waits or touches the database (Acquire, TryAcquire, Semaphore,
+	// TrySemaphore; Claim, ClaimWait, CompleteAndClaim; Complete,
+	// CompleteTx) under the caller's span, and for each keep-alive of the
+	// lease session; the package documentation lists their attributes.
+	// Default: none; then no span is started and the call paths allocate
+	// nothing for tracing.
+	TracerProvider trace.TracerProvider
 
 	// MetricNames adds the lease name (for Claim, Semaphore and Keep: the
 	// group) as the attribute pgbaton.name. Off by default, because names

@@ -159,8 +159,9 @@
 // other client can take part ([SQL protocol]). The rows of this package's
 // tables that pile up with use are pruned in the background by one Client
 // at a time (Config.Retention, Prune). Config.MeterProvider and
-// Config.Logger (log/slog) get metrics, losses, reconnects and refusals
-// ([Operating]).
+// Config.Logger (log/slog) get metrics, losses, reconnects and refusals,
+// and Config.TracerProvider a span per call that waits or touches the
+// database and per keep-alive ([Operating] lists them).
 //
 // [Work queues]: https://github.com/pgbaton/pgbaton/blob/main/docs/work-queues.md
 // [Shards]: https://github.com/pgbaton/pgbaton/blob/main/docs/shards.md

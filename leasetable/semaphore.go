@@ -27,24 +27,35 @@ func (c *Client) Semaphore(ctx context.Context, name string, slots int) (*Lease,
 		return nil, err
 	}
 	start := time.Now()
+	ctx, span := c.tr.Start(ctx, spanAcquire, "lease")
 	l, stillHeld, err := c.waitSemaphore(ctx, name, names, start)
 	c.waitEnded(ctx, name, start, stillHeld, err)
+	if span.IsRecording() {
+		c.endGrant(span, telemetry.GroupKey, name, start, one(l), err)
+	}
 	return l, err
 }
 
 // TrySemaphore is Semaphore without the wait: it takes a free permit if
 // there is one and no waiter is ahead, and returns an error wrapping
 // ErrHeld otherwise.
-func (c *Client) TrySemaphore(ctx context.Context, name string, slots int) (*Lease, error) {
+func (c *Client) TrySemaphore(ctx context.Context, name string, slots int) (_ *Lease, err error) {
 	names, err := c.semaphoreNames(name, slots)
 	if err != nil {
 		return nil, err
 	}
+	start := time.Now()
+	ctx, span := c.tr.Start(ctx, spanAcquire, "lease")
+	var got []*Lease
+	defer func() {
+		if span.IsRecording() {
+			c.endGrant(span, telemetry.GroupKey, name, start, got, err)
+		}
+	}()
 	if err := c.registerSemaphore(ctx, name, names); err != nil {
 		return nil, err
 	}
-	start := time.Now()
-	got, err := c.claim(ctx, name, 1, start, nil, true)
+	got, err = c.claim(ctx, name, 1, start, nil, true)
 	switch {
 	case err != nil:
 		c.attemptFailed(ctx, name, err, start)

@@ -204,12 +204,16 @@ func (k *keeper) keepalive(s *session, now time.Time) {
 		defer cancel()
 		c.awaitIdle(ctx, min(c.cfg.RenewInterval, time.Until(s.until()))/idleWaitShare)
 		start := time.Now()
+		ctx, span := c.tr.Start(ctx, spanKeepalive, "lease")
 		var row db.SessionKeepaliveRow
 		err := c.retry(ctx, true, func(ctx context.Context) (err error) {
 			row, err = c.q.SessionKeepalive(ctx, c.pool, db.SessionKeepaliveParams{ID: s.id, TtlMs: c.ttlMs})
 			return err
 		})
 		replied := time.Now()
+		if span.IsRecording() {
+			c.endKeepalive(span, s.id, n, row.Alive, err)
+		}
 		if err != nil {
 			s.failing.Store(true) // before inflight clears: trouble() never blinks
 		} else if row.Alive {
