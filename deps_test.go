@@ -15,6 +15,9 @@ var libraryDeps = []string{
 	"golang.org/x/text/",
 	"go.opentelemetry.io/otel/attribute",
 	"go.opentelemetry.io/otel/metric",
+	"go.opentelemetry.io/otel/trace", // spans, off without a TracerProvider
+	"go.opentelemetry.io/otel/codes",
+	"go.opentelemetry.io/otel/semconv/", // otel/trace's
 	"github.com/cespare/xxhash/", // otel/attribute
 }
 
@@ -101,6 +104,7 @@ var layers = []struct {
 	{"health", 7},
 	{"jobs", 8},
 	{"retention", 9},
+	{"pgbatontest", 9}, // the test kit: faults on leases, for users' tests
 	{"gocronlock", 10},
 	{"admin", 11},
 	{"cmd/pgbaton", 12},
