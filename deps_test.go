@@ -18,7 +18,7 @@ var libraryDeps = []string{
 	"go.opentelemetry.io/otel/trace", // spans, off without a TracerProvider
 	"go.opentelemetry.io/otel/codes",
 	"go.opentelemetry.io/otel/semconv/", // otel/trace's
-	"github.com/cespare/xxhash/", // otel/attribute
+	"github.com/cespare/xxhash/",        // otel/attribute
 }
 
 // TestLibraryLinksOnlyItsOwnDependencies keeps the operator's, the tests'
