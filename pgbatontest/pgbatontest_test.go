@@ -93,7 +93,9 @@ func TestFaultsEndTheLeaseAtOnce(t *testing.T) {
 			}()
 			// The waiter is queued before the fault, so only the fault's
 			// wake-up can grant it (its TTL wait is longer than ctx).
-			require.NoError(t, pollQueue(ctx, pool, "job", 1))
+			pgtest.Eventually(t, 20*time.Second, func() (bool, error) {
+				return pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease_queue WHERE name = 'job'") == 1, nil
+			}, "the waiter is queued")
 
 			require.NoError(t, tc.fault(ctx, l))
 			select {
@@ -120,24 +122,6 @@ func TestFaultsEndTheLeaseAtOnce(t *testing.T) {
 			assert.Greater(t, w.Token(), l.Token())
 			pgbatontest.RequireHeld(t, pool, "job", "waiter")
 		})
-	}
-}
-
-// pollQueue waits until n clients wait for name (pgbaton.lease_queue).
-func pollQueue(ctx context.Context, pool *pgxpool.Pool, name string, n int) error {
-	for {
-		var waiting int
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM pgbaton.lease_queue WHERE name = $1", name).Scan(&waiting); err != nil {
-			return err
-		}
-		if waiting >= n {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(5 * time.Millisecond):
-		}
 	}
 }
 
