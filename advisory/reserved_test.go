@@ -27,6 +27,7 @@ func TestReservedKeysRefused(t *testing.T) {
 	for _, key := range []advisory.Key{
 		advisory.Pair(advisory.ReservedPairHi, 0), advisory.Pair(advisory.ReservedPairHi, 1), // listen slots
 		advisory.Pair(advisory.ReservedPairHi+1, 12345), // a group's gate
+		advisory.Pair(advisory.ReservedPairHi+2, 12345), // a wait queue's lock
 	} {
 		_, err := l.TryLock(ctx, key)
 		require.ErrorIs(t, err, pgbaton.ErrInvalidArgument, "TryLock %s", key)
@@ -37,7 +38,7 @@ func TestReservedKeysRefused(t *testing.T) {
 		require.ErrorIs(t, err, pgbaton.ErrInvalidArgument, "XactLock %s", key)
 	}
 	// Other first halves are the user's.
-	for _, hi := range []int32{advisory.ReservedPairHi - 1, advisory.ReservedPairHi + 2} {
+	for _, hi := range []int32{advisory.ReservedPairHi - 1, advisory.ReservedPairHi + 3} {
 		lk, err := l.TryLock(ctx, advisory.Pair(hi, 0))
 		require.NoError(t, err)
 		require.NoError(t, lk.Unlock(ctx))
@@ -53,4 +54,7 @@ func TestReservedKeysRefused(t *testing.T) {
 	assert.Contains(t, slots, "pg_try_advisory_lock(pgbaton.reserved_pair_hi(),")
 	require.NoError(t, pool.QueryRow(ctx, "SELECT prosrc FROM pg_proc WHERE proname = 'group_gate'").Scan(&gate))
 	assert.Contains(t, gate, "pg_advisory_xact_lock(pgbaton.reserved_pair_hi() + 1,")
+	var queue string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT prosrc FROM pg_proc WHERE proname = 'queue_lock'").Scan(&queue))
+	assert.Contains(t, queue, "pg_advisory_xact_lock(pgbaton.reserved_pair_hi() + 2,")
 }
