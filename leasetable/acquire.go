@@ -288,7 +288,7 @@ func (c *Client) waitAcquire(ctx context.Context, name string, metadata []byte, 
 		if w == nil && errors.As(err, &held) {
 			// Held: register as a waiter, then look again, since a release
 			// before the registration notified nobody.
-			w, err = c.startWaiting(ctx, name, false)
+			w, err = c.startWaiting(ctx, name, false, false)
 			if err == nil {
 				continue
 			}

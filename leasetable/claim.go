@@ -99,15 +99,17 @@ func (c *Client) ClaimWait(ctx context.Context, group string, n int) ([]*Lease, 
 	}
 	start := time.Now()
 	ctx, span := c.tr.Start(ctx, spanClaim, "lease")
-	leases, empty, err := c.waitClaim(ctx, group, n, start)
+	leases, empty, err := c.waitClaim(ctx, group, n, start, false)
 	c.waitEnded(ctx, group, start, empty, err)
 	c.endGrant(span, telemetry.GroupKey, group, start, leases, err)
 	return leases, err
 }
 
 // waitClaim is ClaimWait without the failure metric; empty tells a wait
-// that ended while nothing was free.
-func (c *Client) waitClaim(ctx context.Context, group string, n int, start time.Time) (_ []*Lease, empty bool, _ error) {
+// that ended while nothing was free. With drain (ClaimUntilDrained) it
+// ends with ErrDrained once the group holds no item, looking after each
+// look that found nothing free, and completions wake it.
+func (c *Client) waitClaim(ctx context.Context, group string, n int, start time.Time, drain bool) (_ []*Lease, empty bool, _ error) {
 	var w *waiting
 	defer func() {
 		if w != nil {
@@ -124,11 +126,17 @@ func (c *Client) waitClaim(ctx context.Context, group string, n int, start time.
 			// Nothing free: register as a waiter of the group, then look
 			// again, since what came before the registration notified
 			// nobody.
-			if w, err = c.startWaiting(ctx, group, true); err == nil {
+			if w, err = c.startWaiting(ctx, group, true, drain); err == nil {
 				continue
 			}
 		}
 		var d time.Duration
+		if err == nil && drain {
+			var drained bool
+			if drained, err = c.groupDrained(ctx, group); err == nil && drained {
+				return nil, false, fmt.Errorf("%w: %q", ErrDrained, group)
+			}
+		}
 		if err == nil {
 			d, err = c.nextClaimable(ctx, group)
 		}

@@ -40,6 +40,10 @@ var (
 	// ErrNoLeader is returned by Client.Leader when nobody holds the
 	// election's lease.
 	ErrNoLeader = errors.New("leasetable: no leader")
+
+	// ErrDrained is returned by ClaimUntilDrained when the group holds no
+	// item any more: every item registered in it was completed.
+	ErrDrained = errors.New("leasetable: group drained")
 )
 
 // HeldError is the error TryAcquire returns when someone else holds the

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"log"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -140,6 +141,64 @@ func Example_workQueue() {
 	// Output:
 	// worker stopped: true
 	// [mail-1 mail-2 mail-3] <nil>
+}
+
+// importAll is docs/work-queues.md's loop over a batch that ends.
+func importAll(ctx context.Context, client *leasetable.Client) error {
+	for {
+		batch, err := client.ClaimUntilDrained(ctx, "import", 10)
+		if errors.Is(err, leasetable.ErrDrained) {
+			return nil // every item of the batch is done, by this worker or another
+		}
+		if err != nil {
+			return err // ctx ended, or the client was closed
+		}
+		for _, item := range batch {
+			importOne(item.Context(), item.Name()) // idempotent
+		}
+		if err := client.Complete(ctx, batch...); err != nil {
+			log.Print(err) // wraps ErrNotHeld: an item was lost, and is done again by whoever claims it
+		}
+	}
+}
+
+var imported = make(chan string, 10)
+
+func importOne(_ context.Context, name string) { imported <- name }
+
+// Two workers share a batch of three items, and both stop when it is
+// done.
+func ExampleClient_ClaimUntilDrained() {
+	pool, done := examplePool()
+	defer done()
+	ctx := context.Background()
+	client, err := leasetable.New(ctx, pool, leasetable.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close(ctx)
+	if _, err := client.Register(ctx, "import", "row-1", "row-2", "row-3"); err != nil {
+		log.Fatal(err)
+	}
+
+	stopped := make(chan error)
+	for range 2 {
+		go func() { stopped <- importAll(ctx, client) }()
+	}
+	fmt.Println(<-stopped, <-stopped)
+	close(imported)
+	var names []string
+	for name := range imported {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	fmt.Println(names)
+	counts, err := client.Counts(ctx, "import")
+	fmt.Println(counts.Drained(), err)
+	// Output:
+	// <nil> <nil>
+	// [row-1 row-2 row-3]
+	// true <nil>
 }
 
 // renderThumbnails is docs/work-queues.md's loop for idempotent effects.

@@ -40,7 +40,7 @@ func (c *Client) Keep(ctx context.Context, cfg KeepConfig) error {
 	if err := c.checkOpen(); err != nil {
 		return err
 	}
-	w, err := c.startWaiting(ctx, cfg.Group, true)
+	w, err := c.startWaiting(ctx, cfg.Group, true, false)
 	if err != nil {
 		return err
 	}

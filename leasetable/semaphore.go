@@ -112,7 +112,7 @@ func (c *Client) waitSemaphore(ctx context.Context, name string, names []string,
 		if w == nil {
 			// Register, then look again: a release before the
 			// registration notified nobody.
-			if w, err = c.startWaiting(ctx, name, true); err != nil {
+			if w, err = c.startWaiting(ctx, name, true, false); err != nil {
 				return nil, true, err
 			}
 			continue

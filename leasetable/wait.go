@@ -36,7 +36,7 @@ type waiting struct {
 // queue the same way: their place is kept, and they find out at their next
 // look that their turn came. The registration is bound to the client's
 // session, so a waiter whose process dies leaves the queue with it.
-func (c *Client) startWaiting(ctx context.Context, name string, group bool) (*waiting, error) {
+func (c *Client) startWaiting(ctx context.Context, name string, group, drain bool) (*waiting, error) {
 	s, err := c.sessionFor(ctx)
 	if err != nil {
 		return nil, err
@@ -51,7 +51,8 @@ func (c *Client) startWaiting(ctx context.Context, name string, group bool) (*wa
 	if mode == pollingBackoff {
 		w.poll = &backoff.Backoff{Min: slotlessPoll, Max: c.cfg.PollInterval}
 	}
-	p := db.LeaseWaitForParams{Name: name, Waiter: id, IsGroup: group, Session: s.param(), TtlMs: c.ttlMs, Listens: mode == listening}
+	p := db.LeaseWaitForParams{Name: name, Waiter: id, IsGroup: group, Session: s.param(), TtlMs: c.ttlMs, Listens: mode == listening,
+		Drain: drain}
 	if mode == listening {
 		// Known to the listener first, so that a reconnection racing with
 		// this registration makes it again.

@@ -168,6 +168,9 @@ CREATE UNLOGGED TABLE pgbaton.lease_waiter (
     -- false for a waiter that polls: nobody would hear its NOTIFY, and a
     -- NOTIFY costs every commit of the database the notify lock.
     listens    boolean NOT NULL DEFAULT true,
+    -- true for a waiter that stops when its group is drained
+    -- (ClaimUntilDrained): completions in the group wake it (wake_drained).
+    drain      boolean NOT NULL DEFAULT false,
     owner      text,
     session_id bigint,
     expires_at timestamptz,
@@ -982,10 +985,12 @@ END $$;
 
 -- reserved_pair_hi is the first half of the (int4, int4) advisory keys
 -- the lease protocol takes for itself: (reserved_pair_hi(), slot) is a
--- listen slot (listen_start) and (reserved_pair_hi() + 1, hashtext(group))
--- a group's gate (group_gate). 1885495924 is 0x70626274, "pbbt"; the Go
--- advisory package refuses pairs with either first half to its users
--- (advisory.ReservedPairHi, which must stay equal to it).
+-- listen slot (listen_start), (reserved_pair_hi() + 1, hashtext(group))
+-- a group's gate (group_gate) and (reserved_pair_hi() + 2, hashtext(name))
+-- the lock of a wait queue (queue_lock). 1885495924 is 0x70626274,
+-- "pbbt"; the Go advisory package refuses pairs with any of these first
+-- halves to its users (advisory.ReservedPairHi, which must stay equal to
+-- it).
 CREATE FUNCTION pgbaton.reserved_pair_hi()
 RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
@@ -1018,6 +1023,24 @@ BEGIN
     END IF;
 END $$;
 
+-- queue_lock orders the wake-ups of the queue of p_name (notify_waiters),
+-- held until the caller commits: a waiter that leaves the queue
+-- (stop_waiting) removes its registration and then wakes whoever is owed
+-- its turn, while a release's wake-up reads the queue after the release
+-- committed. Run at once, the wake-up could read the leaving waiter's
+-- registration (not yet deleted) and wake it, and the removal could find
+-- nothing free (the release not yet committed): nobody would take the
+-- turn. One after the other, the second sees both changes. The key is the
+-- pair (reserved_pair_hi() + 2, hashtext(name)), refused to users like the
+-- gate's; taken after the gate where both are, never before, and for
+-- several names in the order of their keys.
+CREATE FUNCTION pgbaton.queue_lock(p_name text)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(pgbaton.reserved_pair_hi() + 2, hashtext(p_name));
+END $$;
+
 -- wait_for registers waiter as waiting for lease name (or for any lease of
 -- group name when p_group): it joins the end of the name's queue, or keeps
 -- its place when registered already. The waiter waits while its session
@@ -1032,7 +1055,8 @@ END $$;
 -- notifies. For a group, the group's gate does the same (see group_gate),
 -- and never waits for a row lock.
 CREATE FUNCTION pgbaton.wait_for(p_name text, p_waiter text, p_group boolean DEFAULT false,
-    p_session bigint DEFAULT NULL, p_ttl_ms bigint DEFAULT 60000, p_listens boolean DEFAULT true)
+    p_session bigint DEFAULT NULL, p_ttl_ms bigint DEFAULT 60000, p_listens boolean DEFAULT true,
+    p_drain boolean DEFAULT false)
 RETURNS void
 LANGUAGE plpgsql
 SET enable_seqscan = off
@@ -1042,9 +1066,9 @@ DECLARE
 BEGIN
     PERFORM pgbaton.lease_check_args(p_name, p_waiter, p_ttl_ms);
     SELECT s.owner INTO o FROM pgbaton.lease_session s WHERE s.id = p_session;
-    INSERT INTO pgbaton.lease_waiter AS w (name, waiter, is_group, owner, session_id, expires_at, listens)
+    INSERT INTO pgbaton.lease_waiter AS w (name, waiter, is_group, owner, session_id, expires_at, listens, drain)
     VALUES (p_name, p_waiter, coalesce(p_group, false), coalesce(o, nullif(split_part(p_waiter, '/', 1), '')), p_session,
-            clock_timestamp() + p_ttl_ms * interval '1 millisecond', coalesce(p_listens, true))
+            clock_timestamp() + p_ttl_ms * interval '1 millisecond', coalesce(p_listens, true), coalesce(p_drain, false))
     ON CONFLICT (name, waiter) DO UPDATE SET expires_at = EXCLUDED.expires_at, listens = EXCLUDED.listens;
     IF p_group THEN
         PERFORM pgbaton.group_gate(p_name, true);
@@ -1094,6 +1118,75 @@ BEGIN
     RETURN n;
 END $$;
 
+-- group_counts is what group p_group holds now: free items (never claimed,
+-- or released), items held, and items whose holder lost them (expired:
+-- claimable again). Completed items are deleted, so a group whose three
+-- counts are 0 is drained: every item registered in it was completed. One
+-- statement over the two partial indexes of group rows; it reads every row
+-- of the group, so it is for batch jobs, dashboards and tests, not for a
+-- worker's every claim (group_drained answers "anything left?" in two
+-- index probes).
+CREATE FUNCTION pgbaton.group_counts(p_group text, OUT free integer, OUT held integer, OUT expired integer)
+LANGUAGE plpgsql STABLE
+SET enable_seqscan = off
+AS $$
+BEGIN
+    IF p_group IS NULL OR p_group = '' OR octet_length(p_group) > 255 THEN
+        RAISE EXCEPTION 'pgbaton: lease group must be 1 to 255 bytes' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    free := (SELECT count(*) FROM pgbaton.lease l WHERE l.lease_group = p_group AND l.owner IS NULL);
+    SELECT count(*) FILTER (WHERE h.live), count(*) FILTER (WHERE NOT h.live) INTO held, expired
+      FROM (SELECT coalesce(pgbaton.lease_expiry(l.expires_at, s.expires_at) > clock_timestamp(), false) AS live
+              FROM pgbaton.lease l
+              LEFT JOIN pgbaton.lease_session s ON s.id = l.session_id
+             WHERE l.lease_group = p_group AND l.owner IS NOT NULL) h;
+END $$;
+
+COMMENT ON FUNCTION pgbaton.group_counts(text) IS
+    'pgbaton: a work group''s items now: free, held, expired (claimable again); all 0 when drained (every item completed)';
+
+-- group_drained is whether group p_group holds no item at all, free or
+-- held: a drained work queue, every item completed. It asks after the
+-- changes in flight: a row that a completion still running deletes (or a
+-- claim locks) is waited for (FOR KEY SHARE, which a renewal's update does
+-- not block), so a drain waiter that looks while the last item's
+-- completion has not committed yet gets the answer of its commit, and one
+-- that looked earlier is woken by it (wake_drained). One row of each
+-- partial index of group rows at most is locked, for the statement.
+CREATE FUNCTION pgbaton.group_drained(p_group text)
+RETURNS boolean
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+BEGIN
+    PERFORM 1 FROM pgbaton.lease l WHERE l.lease_group = p_group AND l.owner IS NULL LIMIT 1 FOR KEY SHARE;
+    IF FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM 1 FROM pgbaton.lease l WHERE l.lease_group = p_group AND l.owner IS NOT NULL LIMIT 1 FOR KEY SHARE;
+    RETURN NOT FOUND;
+END $$;
+
+-- wake_drained wakes the waiters that stop when their group is drained
+-- (wait_for's p_drain: ClaimUntilDrained) of the groups p_groups, in which
+-- a completion deleted items: any of them may have been the last. Each
+-- looks again (group_drained). A group nobody waits on that way costs one
+-- probe of lease_waiter's key, so completions in a busy queue pay almost
+-- nothing, and the waiters of ClaimWait are not woken for nothing. Sent
+-- inside the completion's transaction, the NOTIFY is delivered when it
+-- commits, and not at all when it rolls back.
+CREATE FUNCTION pgbaton.wake_drained(p_groups text[])
+RETURNS void
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+BEGIN
+    PERFORM pg_notify('pgbaton_lease', w.waiter)
+       FROM pgbaton.lease_waiter w
+      WHERE w.name = ANY (p_groups) AND w.is_group AND w.drain AND w.listens
+        AND pgbaton.waiter_alive(w.session_id, w.expires_at);
+END $$;
+
 -- notify_waiters wakes the waiters registered (wait_for) for any of
 -- p_names, lease or group names, and for the groups of the leases named,
 -- as many as there are leases free for them now, oldest first: one NOTIFY
@@ -1118,6 +1211,14 @@ DECLARE
     q    record;
     free integer;
 BEGIN
+    -- Each queue's wake-ups one at a time (queue_lock): a waiter leaving
+    -- the head (stop_waiting) and a release's wake-up in flight would each
+    -- miss the other's change, and the turn would be lost.
+    PERFORM pgbaton.queue_lock(x.name)
+       FROM (SELECT n.name FROM unnest(p_names || ARRAY(
+                 SELECT l.lease_group FROM pgbaton.lease l
+                  WHERE l.name = ANY (p_names) AND l.lease_group IS NOT NULL)) n(name)
+              GROUP BY n.name ORDER BY hashtext(n.name)) x;
     FOR q IN
         SELECT DISTINCT w.name, w.is_group FROM pgbaton.lease_waiter w
          WHERE w.name = ANY (p_names)
@@ -1356,10 +1457,19 @@ RETURNS boolean
 LANGUAGE plpgsql
 SET enable_seqscan = off
 AS $$
+DECLARE
+    grp text;
 BEGIN
     PERFORM pgbaton.lease_check_args(p_name, p_owner, 1);
-    DELETE FROM pgbaton.lease l WHERE l.name = p_name AND l.owner = p_owner AND l.token = p_token;
-    RETURN FOUND;
+    DELETE FROM pgbaton.lease l WHERE l.name = p_name AND l.owner = p_owner AND l.token = p_token
+    RETURNING l.lease_group INTO grp;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF grp IS NOT NULL THEN
+        PERFORM pgbaton.wake_drained(ARRAY[grp]);
+    END IF;
+    RETURN true;
 END $$;
 
 -- complete_many deletes the rows of finished work items of p_owner in one
@@ -1373,12 +1483,21 @@ LANGUAGE plpgsql
 SET enable_seqscan = off
 SET plan_cache_mode = force_generic_plan
 AS $$
+DECLARE
+    done   text[];
+    groups text[];
 BEGIN
-    RETURN QUERY
-    DELETE FROM pgbaton.lease l
-     USING unnest(p_names, p_tokens) AS g(name, token)
-     WHERE l.name = g.name AND l.token = g.token AND l.owner = p_owner
-    RETURNING l.name;
+    WITH gone AS (
+        DELETE FROM pgbaton.lease l
+         USING unnest(p_names, p_tokens) AS g(name, token)
+         WHERE l.name = g.name AND l.token = g.token AND l.owner = p_owner
+        RETURNING l.name, l.lease_group)
+    SELECT array_agg(g.name), array_agg(DISTINCT g.lease_group) FILTER (WHERE g.lease_group IS NOT NULL)
+      INTO done, groups FROM gone g;
+    IF groups IS NOT NULL THEN
+        PERFORM pgbaton.wake_drained(groups);
+    END IF;
+    RETURN QUERY SELECT unnest(done);
 END $$;
 
 -- complete_tx completes work items inside the caller's transaction: it
@@ -1397,6 +1516,7 @@ SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     missing text[];
+    groups text[];
     cur_token bigint;
 BEGIN
     IF p_names IS NULL OR p_tokens IS NULL OR cardinality(p_names) <> cardinality(p_tokens) OR cardinality(p_names) = 0 THEN
@@ -1406,9 +1526,10 @@ BEGIN
         DELETE FROM pgbaton.lease l
          USING unnest(p_names, p_tokens) AS g(name, token)
          WHERE l.name = g.name AND l.token = g.token AND l.owner = p_owner
-        RETURNING l.name)
-    SELECT array_agg(n ORDER BY n) INTO missing
-      FROM unnest(p_names) n WHERE n NOT IN (SELECT g.name FROM gone g);
+        RETURNING l.name, l.lease_group)
+    SELECT (SELECT array_agg(n ORDER BY n) FROM unnest(p_names) n WHERE n NOT IN (SELECT g.name FROM gone g)),
+           (SELECT array_agg(DISTINCT g.lease_group) FROM gone g WHERE g.lease_group IS NOT NULL)
+      INTO missing, groups;
     IF missing IS NOT NULL THEN
         SELECT l.token INTO cur_token FROM pgbaton.lease l WHERE l.name = missing[1];
         RAISE EXCEPTION 'pgbaton: not completed: leases % are no longer held with their tokens (taken over, released or completed)', missing
@@ -1416,6 +1537,9 @@ BEGIN
                   DETAIL = format('presented=%s current=%s reason=%s name=%s',
                                   p_tokens[array_position(p_names, missing[1])], coalesce(cur_token, 0), 'not held', missing[1]),
                   HINT = 'Roll back: the work was done under a lease that moved on; another holder does it again.';
+    END IF;
+    IF groups IS NOT NULL THEN
+        PERFORM pgbaton.wake_drained(groups);
     END IF;
 END $$;
 

@@ -24,7 +24,8 @@ SELECT pgbaton.notify_waiters(@names::text[]);
 -- name: LeaseWaitFor :exec
 -- Joins the wait queue of a lease or group, bound to the client's lease
 -- session.
-SELECT pgbaton.wait_for(@name::text, @waiter::text, @is_group::boolean, sqlc.narg(session)::bigint, @ttl_ms::bigint, @listens::boolean);
+SELECT pgbaton.wait_for(@name::text, @waiter::text, @is_group::boolean, sqlc.narg(session)::bigint, @ttl_ms::bigint, @listens::boolean,
+                          @drain::boolean);
 
 -- name: LeaseStopWaiting :exec
 SELECT pgbaton.stop_waiting(@name::text, @waiter::text);
@@ -55,6 +56,13 @@ SELECT l.name, l.lease_group, l.owner, l.token, l.acquired_at,
 
 -- name: LeaseGroupCount :one
 SELECT count(*)::integer AS n FROM pgbaton.lease WHERE lease_group = @lease_group::text;
+
+-- name: LeaseGroupCounts :one
+SELECT c.free::integer AS free, c.held::integer AS held, c.expired::integer AS expired
+  FROM pgbaton.group_counts(@lease_group::text) c;
+
+-- name: LeaseGroupDrained :one
+SELECT pgbaton.group_drained(@lease_group::text)::boolean AS drained;
 
 -- name: LeaseGroupNextExpiry :one
 -- When the first live lease of a group held by someone else expires

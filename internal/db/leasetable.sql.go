@@ -269,6 +269,35 @@ func (q *Queries) LeaseGroupCount(ctx context.Context, db DBTX, leaseGroup strin
 	return n, err
 }
 
+const leaseGroupCounts = `-- name: LeaseGroupCounts :one
+SELECT c.free::integer AS free, c.held::integer AS held, c.expired::integer AS expired
+  FROM pgbaton.group_counts($1::text) c
+`
+
+type LeaseGroupCountsRow struct {
+	Free    int32 `json:"free"`
+	Held    int32 `json:"held"`
+	Expired int32 `json:"expired"`
+}
+
+func (q *Queries) LeaseGroupCounts(ctx context.Context, db DBTX, leaseGroup string) (LeaseGroupCountsRow, error) {
+	row := db.QueryRow(ctx, leaseGroupCounts, leaseGroup)
+	var i LeaseGroupCountsRow
+	err := row.Scan(&i.Free, &i.Held, &i.Expired)
+	return i, err
+}
+
+const leaseGroupDrained = `-- name: LeaseGroupDrained :one
+SELECT pgbaton.group_drained($1::text)::boolean AS drained
+`
+
+func (q *Queries) LeaseGroupDrained(ctx context.Context, db DBTX, leaseGroup string) (bool, error) {
+	row := db.QueryRow(ctx, leaseGroupDrained, leaseGroup)
+	var drained bool
+	err := row.Scan(&drained)
+	return drained, err
+}
+
 const leaseGroupNextExpiry = `-- name: LeaseGroupNextExpiry :one
 SELECT n.expires_at AS next_expiry, g.grace_until, clock_timestamp()::timestamptz AS db_now
   FROM pgbaton.grant_state() g
@@ -610,7 +639,8 @@ func (q *Queries) LeaseUnlisten(ctx context.Context, db DBTX) error {
 }
 
 const leaseWaitFor = `-- name: LeaseWaitFor :exec
-SELECT pgbaton.wait_for($1::text, $2::text, $3::boolean, $4::bigint, $5::bigint, $6::boolean)
+SELECT pgbaton.wait_for($1::text, $2::text, $3::boolean, $4::bigint, $5::bigint, $6::boolean,
+                          $7::boolean)
 `
 
 type LeaseWaitForParams struct {
@@ -620,6 +650,7 @@ type LeaseWaitForParams struct {
 	Session pgtype.Int8 `json:"session"`
 	TtlMs   int64       `json:"ttl_ms"`
 	Listens bool        `json:"listens"`
+	Drain   bool        `json:"drain"`
 }
 
 // Joins the wait queue of a lease or group, bound to the client's lease
@@ -632,6 +663,7 @@ func (q *Queries) LeaseWaitFor(ctx context.Context, db DBTX, arg LeaseWaitForPar
 		arg.Session,
 		arg.TtlMs,
 		arg.Listens,
+		arg.Drain,
 	)
 	return err
 }

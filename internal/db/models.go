@@ -127,6 +127,7 @@ type PgbatonLeaseWaiter struct {
 	Seq       int64       `json:"seq"`
 	IsGroup   bool        `json:"is_group"`
 	Listens   bool        `json:"listens"`
+	Drain     bool        `json:"drain"`
 	Owner     pgtype.Text `json:"owner"`
 	SessionID pgtype.Int8 `json:"session_id"`
 	ExpiresAt *time.Time  `json:"expires_at"`
