@@ -40,6 +40,11 @@ var (
 	// ErrNoLeader is returned by Client.Leader when nobody holds the
 	// election's lease.
 	ErrNoLeader = errors.New("leasetable: no leader")
+
+	// ErrResignRequested is wrapped by Leadership.ResignReason, and by the
+	// cause of a Campaign term's context, when someone asked the leader to
+	// step down.
+	ErrResignRequested = errors.New("leasetable: leader asked to resign")
 )
 
 // HeldError is the error TryAcquire returns when someone else holds the

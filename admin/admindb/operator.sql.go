@@ -490,6 +490,30 @@ func (q *Queries) LockTableUsage(ctx context.Context, db DBTX) (LockTableUsageRo
 	return i, err
 }
 
+const requestLeaderResign = `-- name: RequestLeaderResign :one
+SELECT r.leader::text AS leader, r.term::bigint AS term
+  FROM pgbaton.request_leader_resign($1::text, $2::text) r
+`
+
+type RequestLeaderResignParams struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
+}
+
+type RequestLeaderResignRow struct {
+	Leader string `json:"leader"`
+	Term   int64  `json:"term"`
+}
+
+// Asks the leader of an election to resign and writes the audit row
+// (pgbaton.request_leader_resign). The CLI's resign shares it.
+func (q *Queries) RequestLeaderResign(ctx context.Context, db DBTX, arg RequestLeaderResignParams) (RequestLeaderResignRow, error) {
+	row := db.QueryRow(ctx, requestLeaderResign, arg.Name, arg.Reason)
+	var i RequestLeaderResignRow
+	err := row.Scan(&i.Leader, &i.Term)
+	return i, err
+}
+
 const terminateAdvisoryHolder = `-- name: TerminateAdvisoryHolder :one
 SELECT t.terminated::bool AS terminated, t.locks_held::int AS locks_held
   FROM pgbaton.terminate_advisory_holder($1::int, $2::text, $3::text) t

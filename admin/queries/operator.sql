@@ -146,3 +146,9 @@ SELECT g.enabled::boolean AS enabled, g.active::boolean AS active, g.grace_until
        g.from_timeline, g.to_timeline, g.ttl_in_use_ms::bigint AS ttl_in_use_ms,
        CASE WHEN g.active THEN greatest(extract(epoch FROM g.grace_until - g.db_now), 0) ELSE 0 END::float8 AS remaining_seconds
   FROM pgbaton.failover_grace() g;
+
+-- name: RequestLeaderResign :one
+-- Asks the leader of an election to resign and writes the audit row
+-- (pgbaton.request_leader_resign). The CLI's resign shares it.
+SELECT r.leader::text AS leader, r.term::bigint AS term
+  FROM pgbaton.request_leader_resign(sqlc.arg(name)::text, sqlc.arg(reason)::text) r;
