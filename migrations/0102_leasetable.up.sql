@@ -188,8 +188,9 @@ CREATE UNLOGGED TABLE pgbaton.lease_waiter (
 ALTER SEQUENCE pgbaton.lease_waiter_seq OWNED BY pgbaton.lease_waiter.seq;
 
 CREATE INDEX lease_waiter_since_idx ON pgbaton.lease_waiter (since);
--- The queue of a name, in order.
-CREATE INDEX lease_waiter_queue_idx ON pgbaton.lease_waiter (name, seq);
+-- The queue of a name, in the order it is served (observers last): the
+-- head is the first entry, and the waiters ahead of one are a range.
+CREATE INDEX lease_waiter_queue_idx ON pgbaton.lease_waiter (name, rank DESC NULLS LAST, seq);
 
 -- lease_expiry is the one definition of whether a grant holds: the instant
 -- a lease row stops being held, from its own expiry p_expires_at and the
@@ -822,9 +823,13 @@ BEGIN
                  WHERE w.name = p_name AND w.rank IS NOT NULL AND w.waiter IS DISTINCT FROM p_waiter
                    AND pgbaton.waiter_alive(w.session_id, w.expires_at));
     END IF;
+    -- Two ranges of the queue's index: higher ranks, then the same rank
+    -- and older.
     RETURN (SELECT count(*) FROM pgbaton.lease_waiter w
-             WHERE w.name = p_name AND (w.rank > mine_r OR (w.rank = mine_r AND w.seq < mine))
-               AND w.waiter <> p_waiter
+             WHERE w.name = p_name AND w.rank > mine_r
+               AND pgbaton.waiter_alive(w.session_id, w.expires_at))
+         + (SELECT count(*) FROM pgbaton.lease_waiter w
+             WHERE w.name = p_name AND w.rank = mine_r AND w.seq < mine
                AND pgbaton.waiter_alive(w.session_id, w.expires_at));
 END $$;
 
@@ -1174,7 +1179,7 @@ BEGIN
            FROM (SELECT w.waiter, w.listens FROM pgbaton.lease_waiter w
                   WHERE w.name = q.name AND w.is_group = q.is_group AND w.rank IS NOT NULL
                     AND pgbaton.waiter_alive(w.session_id, w.expires_at)
-                  ORDER BY w.rank DESC, w.seq LIMIT free) h
+                  ORDER BY w.rank DESC NULLS LAST, w.seq LIMIT free) h
           WHERE h.listens;
     END LOOP;
 END $$;
