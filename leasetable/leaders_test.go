@@ -421,3 +421,43 @@ func TestObserveFromSQL(t *testing.T) {
 	_, err = conn.Exec(ctx, `SELECT pgbaton.stop_waiting('scheduler', 'dashboard/1')`)
 	require.NoError(t, err)
 }
+
+// A leader whose client does not listen hears a request at its poll.
+func TestPollingLeaderSeesResignRequested(t *testing.T) {
+	pool := env.DB(t).Pool(t)
+	ctx := pgtest.Context(t, time.Minute)
+	c := newClient(t, pool, leasetable.Config{Owner: "a", NoListen: true, PollInterval: 100 * time.Millisecond})
+	ld, err := c.Elect(ctx, "leader", "x")
+	require.NoError(t, err)
+	_, err = newClient(t, pool, leasetable.Config{Owner: "operator"}).RequestResign(ctx, "leader", "polling")
+	require.NoError(t, err)
+	select {
+	case <-ld.ResignRequested():
+	case <-ctx.Done():
+		t.Fatal("a polling leader never saw the request")
+	}
+	require.NoError(t, ld.Resign(ctx))
+}
+
+// Check turns degraded while keep-alives are late, before leadership is
+// lost.
+func TestLeadershipCheckDegradesWhileKeepAlivesAreLate(t *testing.T) {
+	ctx := pgtest.Context(t, time.Minute)
+	d := env.DB(t)
+	pool, proxy := env.ProxiedPool(t, d)
+	c := newClient(t, pool, leasetable.Config{Owner: "a", TTL: 3 * time.Second})
+	ld, err := c.Elect(ctx, "leader", "x")
+	require.NoError(t, err)
+	require.NoError(t, ld.Check(0))
+	proxy.Stall()
+	var degraded error
+	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
+		degraded = ld.Check(200 * time.Millisecond)
+		return degraded != nil, nil
+	}, "Check reports late keep-alives")
+	lost := ld.Err()
+	proxy.Resume()
+	require.NoError(t, lost, "degraded before the local deadline: %v", degraded)
+	assert.ErrorIs(t, degraded, pgbaton.ErrDegraded)
+	assert.ErrorContains(t, degraded, "keep-alive late by")
+}
