@@ -15,6 +15,7 @@ import (
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 	"github.com/pgbaton/pgbaton/leasetable"
+	"github.com/pgbaton/pgbaton/pgbatontest"
 )
 
 // receive is the next leader an observer is sent, within a minute.
@@ -460,4 +461,46 @@ func TestLeadershipCheckDegradesWhileKeepAlivesAreLate(t *testing.T) {
 	require.NoError(t, lost, "degraded before the local deadline: %v", degraded)
 	assert.ErrorIs(t, degraded, pgbaton.ErrDegraded)
 	assert.ErrorContains(t, degraded, "keep-alive late by")
+}
+
+// The queue's order by rank holds when the leader is lost rather than
+// resigning (its process paused past its TTL): the preferred candidate
+// gets the next term, ahead of one of a lower rank that queued first.
+func TestPreferredCandidateGetsTheTermAfterALoss(t *testing.T) {
+	pool := env.DB(t).Pool(t)
+	ctx := pgtest.Context(t, time.Minute)
+	lead, err := newClient(t, pool, leasetable.Config{Owner: "v2-a"}).ElectWith(ctx, "leader", "a", leasetable.Preference(2))
+	require.NoError(t, err)
+	won := make(chan string, 2)
+	elect := func(owner string, rank int32, queued int) {
+		c := newClient(t, pool, leasetable.Config{Owner: owner})
+		go func() {
+			l, err := c.ElectWith(ctx, "leader", owner, leasetable.Preference(rank))
+			if err != nil { // the loser, still waiting as the test ends
+				assert.ErrorIs(t, err, pgbaton.ErrClosed)
+				return
+			}
+			won <- owner
+			<-l.Done() // until its client closes
+
+		}()
+		pgtest.Eventually(t, time.Minute, func() (bool, error) {
+			return pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease_queue WHERE name = 'leader'") == queued, nil
+		}, "%s queued", owner)
+	}
+	elect("v1", 0, 1)
+	elect("v2-b", 2, 2)
+	require.NoError(t, pgbatontest.Expire(ctx, lead.Lease()))
+	select {
+	case who := <-won:
+		assert.Equal(t, "v2-b", who)
+	case <-ctx.Done():
+		t.Fatal("nobody elected after the loss")
+	}
+	assert.ErrorIs(t, lead.Err(), leasetable.ErrLeaseLost)
+	select {
+	case <-lead.ResignRequested():
+		t.Fatal("an equal rank asked the leader to yield")
+	default:
+	}
 }
