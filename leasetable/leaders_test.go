@@ -504,3 +504,30 @@ func TestPreferredCandidateGetsTheTermAfterALoss(t *testing.T) {
 	default:
 	}
 }
+
+// An observer that does not read while terms go by is sent the leader of
+// the moment when it reads again: terms it missed are skipped, and none
+// arrives after a newer one.
+func TestObserveSlowReaderSkipsButNeverGoesBack(t *testing.T) {
+	pool := env.DB(t).Pool(t)
+	ctx := pgtest.Context(t, time.Minute)
+	ch, err := newClient(t, pool, leasetable.Config{Owner: "watcher"}).Observe(ctx, "churn")
+	require.NoError(t, err)
+	c := newClient(t, pool, leasetable.Config{Owner: "a"})
+	var last *leasetable.Leadership
+	for range 10 {
+		if last != nil {
+			require.NoError(t, last.Resign(ctx))
+		}
+		last, err = c.Elect(ctx, "churn", "x")
+		require.NoError(t, err)
+	}
+	var prev int64
+	for prev != last.Term() {
+		got := receive(t, ch)
+		require.Greater(t, got.Term, prev, "terms only grow")
+		require.LessOrEqual(t, got.Term, last.Term())
+		prev = got.Term
+	}
+	require.NoError(t, last.Resign(ctx))
+}
