@@ -52,6 +52,7 @@ type pageData struct {
 	Advisory  []advisoryView
 	Leases    []admindb.LeasesRow
 	Waiters   []admindb.LeaseWaitersRow
+	Elections []admindb.ElectionsRow
 	Runs      []admindb.JobRunsRow
 	Events    []admindb.PgbatonEvent
 	LockTable admindb.LockTableUsageRow
@@ -197,6 +198,9 @@ func (s *Server) load(ctx context.Context, f filter) (*pageData, error) {
 		if data.Waiters, err = q.LeaseWaiters(ctx, conn, admindb.LeaseWaitersParams{Prefix: f.Prefix, Holder: f.Holder, MaxRows: limit}); err != nil {
 			return data, err
 		}
+	}
+	if data.Elections, err = q.Elections(ctx, conn, admindb.ElectionsParams{Prefix: f.Prefix, Holder: f.Holder, MaxRows: limit}); err != nil {
+		return data, err
 	}
 	if data.Runs, err = q.JobRuns(ctx, conn, admindb.JobRunsParams{Prefix: f.Prefix, MaxRows: limit}); err != nil {
 		return data, err

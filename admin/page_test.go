@@ -358,3 +358,28 @@ func TestPageOnAStandby(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, "pgbaton_up 1")
 }
+
+// Elections show their leader, term and rank, and a pending request that
+// the leader resign.
+func TestElectionsShowLeaderAndResignRequest(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	for _, sql := range []string{
+		`SELECT pgbaton.lease_attempt('scheduler', 'replica-a', 600000, '{"value": "10.0.0.7:8080", "rank": 2}')`,
+		`SELECT pgbaton.request_resign('scheduler', 'drain node-3', 'oncall')`,
+	} {
+		_, err := f.pool.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	ts := serve(t, f.pool, admin.Config{})
+	code, body := get(t, ts, "/")
+	require.Equal(t, http.StatusOK, code, body)
+	i := strings.Index(body, `<tr data-election="scheduler">`)
+	require.GreaterOrEqual(t, i, 0, body)
+	row := body[i : i+strings.Index(body[i:], "</tr>")]
+	for _, want := range []string{"<td>replica-a</td>", "<td>10.0.0.7:8080</td>", "<td>2</td>", "by oncall: drain node-3"} {
+		require.Contains(t, row, want)
+	}
+	_, body = get(t, ts, "/?holder=nobody")
+	require.Contains(t, body, "No election has a leader that matches the filter")
+}

@@ -255,16 +255,18 @@ func (c *Client) Acquire(ctx context.Context, name string) (*Lease, error) {
 	if err := checkName("lease name", name); err != nil {
 		return nil, err
 	}
-	return c.acquire(ctx, name, nil)
+	return c.acquire(ctx, name, nil, 0)
 }
 
-func (c *Client) acquire(ctx context.Context, name string, metadata []byte) (*Lease, error) {
+// acquire waits for name as a candidate of rank rank (0 but for an
+// election's preferred candidates).
+func (c *Client) acquire(ctx context.Context, name string, metadata []byte, rank int32) (*Lease, error) {
 	if err := c.checkOpen(); err != nil {
 		return nil, err
 	}
 	start := time.Now()
 	ctx, span := c.tr.Start(ctx, spanAcquire, "lease")
-	l, stillHeld, err := c.waitAcquire(ctx, name, metadata, start)
+	l, stillHeld, err := c.waitAcquire(ctx, name, metadata, rank, start)
 	c.waitEnded(ctx, name, start, stillHeld, err)
 	if span.IsRecording() {
 		c.endGrant(span, telemetry.NameKey, name, start, one(l), err)
@@ -274,7 +276,7 @@ func (c *Client) acquire(ctx context.Context, name string, metadata []byte) (*Le
 
 // waitAcquire is acquire without the failure metric. stillHeld tells a
 // wait that ended while somebody else held the lease.
-func (c *Client) waitAcquire(ctx context.Context, name string, metadata []byte, start time.Time) (_ *Lease, stillHeld bool, _ error) {
+func (c *Client) waitAcquire(ctx context.Context, name string, metadata []byte, rank int32, start time.Time) (_ *Lease, stillHeld bool, _ error) {
 	var held *HeldError
 	var w *waiting
 	defer func() {
@@ -288,7 +290,7 @@ func (c *Client) waitAcquire(ctx context.Context, name string, metadata []byte, 
 		if w == nil && errors.As(err, &held) {
 			// Held: register as a waiter, then look again, since a release
 			// before the registration notified nobody.
-			w, err = c.startWaiting(ctx, name, false, false)
+			w, err = c.joinQueue(ctx, name, false, false, pgtype.Int4{Int32: rank, Valid: true})
 			if err == nil {
 				continue
 			}

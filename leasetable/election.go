@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/pgbaton/pgbaton"
@@ -15,24 +16,84 @@ import (
 // leader, so a leader's writes can be fenced with it.
 type Leadership struct {
 	lease *Lease
+	// asked ends when leadership ends, or, with the request as its
+	// cause, when someone asks this leader to resign (watchResign).
+	asked     context.Context
+	askedDone chan struct{} // closed on a request only
+}
+
+// CampaignOption sets how a client stands in an election: Preference,
+// Ineligible.
+type CampaignOption func(*candidacy)
+
+type candidacy struct {
+	rank       int32
+	ineligible bool
+}
+
+// Preference ranks this candidate (default 0): when a term ends, the
+// waiting candidate of the highest rank gets the next one (among equals,
+// the one that waited longest), and a candidate that starts waiting while
+// a leader of a lower rank leads asks that leader to resign. Rank a newer
+// version, or the preferred zone, higher.
+func Preference(rank int32) CampaignOption { return func(c *candidacy) { c.rank = rank } }
+
+// Ineligible has CampaignWith stand without ever leading, for a replica that
+// runs the candidates' code but must not lead: it returns when its
+// context ends and calls no callback. ElectWith refuses it; Observe follows
+// the leaders.
+func Ineligible() CampaignOption { return func(c *candidacy) { c.ineligible = true } }
+
+func candidacyOf(opts []CampaignOption) (candidacy, error) {
+	var c candidacy
+	for _, o := range opts {
+		if o == nil {
+			return c, invalid("nil CampaignOption")
+		}
+		o(&c)
+	}
+	return c, nil
 }
 
 // Elect blocks until this client is the leader of election name (holds its
 // lease) or ctx ends. value is published with the leadership for Leader to
-// read, e.g. the leader's address.
+// read, e.g. the leader's address. Candidates are served in the order they
+// came; ElectWith ranks them.
 func (c *Client) Elect(ctx context.Context, name, value string) (*Leadership, error) {
+	return c.ElectWith(ctx, name, value)
+}
+
+// ElectWith is Elect with options: candidates are served by Preference,
+// then in the order they came.
+func (c *Client) ElectWith(ctx context.Context, name, value string, opts ...CampaignOption) (*Leadership, error) {
 	if err := checkName("election name", name); err != nil {
 		return nil, err
 	}
-	meta, err := json.Marshal(map[string]string{"value": value})
-	if err != nil {
-		return nil, invalid("election value: %v", err)
-	}
-	l, err := c.acquire(ctx, name, meta)
+	cand, err := candidacyOf(opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Leadership{lease: l}, nil
+	if cand.ineligible {
+		return nil, invalid("Elect of %q: an Ineligible client never leads (Observe follows the leaders)", name)
+	}
+	// The rank in the metadata makes the lease an election for the
+	// database: its grants wake observers, and a candidate of a higher
+	// rank asks its leader to resign (0102_leasetable, "Elections").
+	meta, err := json.Marshal(electionMeta{Value: value, Rank: cand.rank})
+	if err != nil {
+		return nil, invalid("election value: %v", err)
+	}
+	l, err := c.acquire(ctx, name, meta, cand.rank)
+	if err != nil {
+		return nil, err
+	}
+	return c.newLeadership(l), nil
+}
+
+// electionMeta is an election lease's metadata.
+type electionMeta struct {
+	Value string `json:"value"`
+	Rank  int32  `json:"rank"`
 }
 
 // Term is the leadership's fencing token.
@@ -51,8 +112,52 @@ func (ld *Leadership) Context() context.Context { return ld.lease.Context() }
 // Err is nil while leading, like Lease.Err otherwise.
 func (ld *Leadership) Err() error { return ld.lease.Err() }
 
-// Resign gives up leadership, waking the other candidates.
+// Resign gives up leadership, waking the other candidates: the first in
+// the queue (by Preference, then age) takes over at once.
 func (ld *Leadership) Resign(ctx context.Context) error { return ld.lease.Release(ctx) }
+
+// ResignRequested is closed when someone asked this leader to step down
+// (Client.RequestResign, `pgbaton resign`, or a candidate of a higher
+// Preference that started waiting). Leadership goes on until Resign (or a
+// loss): finish the term's work cleanly, then Resign. Campaign does that
+// for its callback: the term's context ends, with ResignReason as cause.
+func (ld *Leadership) ResignRequested() <-chan struct{} { return ld.askedDone }
+
+// ResignReason is nil until ResignRequested is closed, then an error
+// wrapping ErrResignRequested that says who asked and why.
+func (ld *Leadership) ResignReason() error {
+	select {
+	case <-ld.askedDone:
+		return context.Cause(ld.asked)
+	default:
+		return nil
+	}
+}
+
+// Check is a readiness check for the leader, as client-go's
+// HealthzAdaptor is: nil while this client leads and its keep-alives are
+// on time, give or take maxTolerable; an error once leadership has ended,
+// or while the last successful keep-alive is older than RenewInterval
+// plus maxTolerable (wrapping pgbaton.ErrDegraded: the database is slow
+// or unreachable, and unless a keep-alive succeeds leadership ends at the
+// local deadline).
+func (ld *Leadership) Check(maxTolerable time.Duration) error {
+	if maxTolerable < 0 {
+		return invalid("Check: maxTolerable must not be negative, got %s", maxTolerable)
+	}
+	if err := ld.Err(); err != nil {
+		return fmt.Errorf("leasetable: not the leader of %q: %w", ld.lease.name, err)
+	}
+	cfg := ld.lease.c.cfg
+	left := time.Until(ld.lease.Deadline())
+	// The deadline is TTL - SafetyMargin after the last successful
+	// keep-alive was sent, and the next one is due RenewInterval after it.
+	if late := cfg.TTL - cfg.SafetyMargin - left - cfg.RenewInterval; late > maxTolerable {
+		return fmt.Errorf("%w: leader of %q: keep-alive late by %s; leadership ends in %s unless one succeeds",
+			pgbaton.ErrDegraded, ld.lease.name, late.Round(time.Millisecond), left.Round(time.Millisecond))
+	}
+	return nil
+}
 
 // Leader describes the current leader of an election.
 type Leader struct {
@@ -73,9 +178,7 @@ func (c *Client) Leader(ctx context.Context, name string) (Leader, error) {
 	if !in.Held {
 		return Leader{}, ErrNoLeader
 	}
-	var meta struct {
-		Value string `json:"value"`
-	}
+	var meta electionMeta
 	_ = json.Unmarshal(in.Metadata, &meta) // metadata written by other tools may differ
 	return Leader{Owner: in.Owner, Value: meta.Value, Term: in.Token, Remaining: in.Remaining}, nil
 }
@@ -85,22 +188,46 @@ func (c *Client) Leader(ctx context.Context, name string) (Leader, error) {
 type Callbacks = pgbaton.Callbacks
 
 // Campaign campaigns for election name until ctx ends: it waits to become
-// leader, runs OnStartedLeading with the term (the lease token) for the
-// term, and after the term ends (lost or OnStartedLeading returned)
+// leader (by Preference, then in the order candidates came), runs
+// OnStartedLeading with the term (the lease token) for the term, and after
+// the term ends (lost, asked to resign, or OnStartedLeading returned)
 // campaigns again after a pause of about 100 ms (about RenewInterval when
 // the election failed). Terms in this client never overlap:
-// OnStoppedLeading has run before the next OnStartedLeading. It returns
-// the context's cause when ctx ends, or at once for errors retrying cannot
-// fix (bad input, client closed, schema, standby, unsupported server). The
+// OnStoppedLeading has run before the next OnStartedLeading. A request to
+// resign ends the term's context with a cause wrapping ErrResignRequested;
+// the term is resigned once OnStartedLeading returns. It returns the
+// context's cause when ctx ends, or at once for errors retrying cannot fix
+// (bad input, client closed, schema, standby, unsupported server). The
 // loop is the one advisory's Campaign runs.
 func (c *Client) Campaign(ctx context.Context, name, value string, cb Callbacks) error {
+	return c.CampaignWith(ctx, name, value, cb)
+}
+
+// CampaignWith is Campaign with options: by Preference, or Ineligible, when
+// it never leads and waits for ctx to end.
+func (c *Client) CampaignWith(ctx context.Context, name, value string, cb Callbacks, opts ...CampaignOption) error {
 	if ctx == nil || cb.OnStartedLeading == nil {
 		return invalid("Campaign needs a context and Callbacks.OnStartedLeading")
 	}
 	if err := checkName("election name", name); err != nil {
 		return err
 	}
-	return election.Campaign(ctx, elector{c, name, value}, cb, election.Config{
+	cand, err := candidacyOf(opts)
+	if err != nil {
+		return err
+	}
+	if err := c.checkOpen(); err != nil {
+		return err
+	}
+	if cand.ineligible {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-c.bg.Done():
+			return pgbaton.ErrClosed
+		}
+	}
+	return election.Campaign(ctx, elector{c, name, value, opts}, cb, election.Config{
 		Retry: c.cfg.RenewInterval, Permanent: permanent, Logger: c.log, What: name,
 	})
 }
@@ -109,10 +236,11 @@ func (c *Client) Campaign(ctx context.Context, name, value string, cb Callbacks)
 type elector struct {
 	c           *Client
 	name, value string
+	opts        []CampaignOption
 }
 
 func (e elector) Elect(ctx context.Context) (election.Term, error) {
-	ld, err := e.c.Elect(ctx, e.name, e.value)
+	ld, err := e.c.ElectWith(ctx, e.name, e.value, e.opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -122,6 +250,10 @@ func (e elector) Elect(ctx context.Context) (election.Term, error) {
 type term struct{ *Leadership }
 
 func (t term) Number() int64 { return t.Term() }
+
+// Context ends the term's work when leadership ends or the leader is asked
+// to resign.
+func (t term) Context() context.Context { return t.asked }
 
 func permanent(err error) bool {
 	for _, e := range []error{pgbaton.ErrInvalidArgument, pgbaton.ErrClosed, pgbaton.ErrNotMigrated,

@@ -44,6 +44,11 @@ var (
 	// ErrDrained is returned by ClaimUntilDrained when the group holds no
 	// item any more: every item registered in it was completed.
 	ErrDrained = errors.New("leasetable: group drained")
+
+	// ErrResignRequested is wrapped by Leadership.ResignReason, and by the
+	// cause of a Campaign term's context, when someone asked the leader to
+	// step down.
+	ErrResignRequested = errors.New("leasetable: leader asked to resign")
 )
 
 // HeldError is the error TryAcquire returns when someone else holds the

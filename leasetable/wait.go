@@ -37,6 +37,13 @@ type waiting struct {
 // look that their turn came. The registration is bound to the client's
 // session, so a waiter whose process dies leaves the queue with it.
 func (c *Client) startWaiting(ctx context.Context, name string, group, drain bool) (*waiting, error) {
+	return c.joinQueue(ctx, name, group, drain, pgtype.Int4{Valid: true})
+}
+
+// joinQueue is startWaiting with a rank: a candidate of an election ranks
+// by its preference, and a NULL rank registers an observer, woken by new
+// terms and requests to resign instead of by its turn (election.go).
+func (c *Client) joinQueue(ctx context.Context, name string, group, drain bool, rank pgtype.Int4) (*waiting, error) {
 	s, err := c.sessionFor(ctx)
 	if err != nil {
 		return nil, err
@@ -52,7 +59,7 @@ func (c *Client) startWaiting(ctx context.Context, name string, group, drain boo
 		w.poll = &backoff.Backoff{Min: slotlessPoll, Max: c.cfg.PollInterval}
 	}
 	p := db.LeaseWaitForParams{Name: name, Waiter: id, IsGroup: group, Session: s.param(), TtlMs: c.ttlMs, Listens: mode == listening,
-		Drain: drain}
+		Rank: rank, Drain: drain}
 	if mode == listening {
 		// Known to the listener first, so that a reconnection racing with
 		// this registration makes it again.

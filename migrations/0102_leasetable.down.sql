@@ -1,5 +1,11 @@
 UPDATE pgbaton.schema_version SET version = 101;
 
+DROP VIEW pgbaton.leader;
+DROP FUNCTION pgbaton.request_resign(text,text,text);
+DROP FUNCTION pgbaton.notify_observers(text);
+DROP TABLE pgbaton.lease_resign;
+DROP FUNCTION pgbaton.election_rank(jsonb);
+
 DROP FUNCTION pgbaton.claim(text,text,integer,bigint,bigint,uuid,boolean,text,boolean);
 DROP FUNCTION pgbaton.register(text,text[]);
 DROP FUNCTION pgbaton.complete_tx(text[],bigint[],text);
@@ -18,7 +24,7 @@ DROP FUNCTION pgbaton.group_drained(text);
 DROP FUNCTION pgbaton.group_counts(text);
 DROP FUNCTION pgbaton.group_free(text,integer);
 DROP FUNCTION pgbaton.stop_waiting(text,text);
-DROP FUNCTION pgbaton.wait_for(text,text,boolean,bigint,bigint,boolean,boolean);
+DROP FUNCTION pgbaton.wait_for(text,text,boolean,bigint,bigint,boolean,integer,boolean);
 DROP FUNCTION pgbaton.queue_lock(text);
 DROP FUNCTION pgbaton.group_gate(text,boolean);
 DROP FUNCTION pgbaton.reserved_pair_hi();

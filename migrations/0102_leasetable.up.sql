@@ -157,6 +157,16 @@ CREATE INDEX lease_named_idx ON pgbaton.lease (acquired_at) WHERE lease_group IS
 -- comes back, or at their next look). waiter is unique per waiting call;
 -- name is a lease name, or a group name (is_group) for waiters on any
 -- lease of the group (semaphores, ClaimWait).
+--
+-- rank orders candidates of an election before their age: the queue is
+-- served by rank, highest first, then by seq (waiters_ahead,
+-- notify_waiters), so a preferred candidate (a newer version, the right
+-- zone) gets the term when the current one ends. Every other waiter has
+-- rank 0. A NULL rank is an observer: it waits for nothing and is never
+-- served, and is notified instead when the lease is granted to a
+-- candidate of an election or its leader is asked to resign
+-- (notify_observers): leasetable's Observe, and each leader watching for
+-- requests to resign.
 CREATE SEQUENCE pgbaton.lease_waiter_seq AS bigint;
 
 CREATE UNLOGGED TABLE pgbaton.lease_waiter (
@@ -174,14 +184,16 @@ CREATE UNLOGGED TABLE pgbaton.lease_waiter (
     owner      text,
     session_id bigint,
     expires_at timestamptz,
+    rank       integer DEFAULT 0,
     PRIMARY KEY (name, waiter)
 );
 
 ALTER SEQUENCE pgbaton.lease_waiter_seq OWNED BY pgbaton.lease_waiter.seq;
 
 CREATE INDEX lease_waiter_since_idx ON pgbaton.lease_waiter (since);
--- The queue of a name, in order.
-CREATE INDEX lease_waiter_queue_idx ON pgbaton.lease_waiter (name, seq);
+-- The queue of a name, in the order it is served (observers last): the
+-- head is the first entry, and the waiters ahead of one are a range.
+CREATE INDEX lease_waiter_queue_idx ON pgbaton.lease_waiter (name, rank DESC NULLS LAST, seq);
 
 -- lease_expiry is the one definition of whether a grant holds: the instant
 -- a lease row stops being held, from its own expiry p_expires_at and the
@@ -256,15 +268,16 @@ $$;
 
 -- lease_queue is the wait queue as operators read it: the live waiters
 -- of each lease or group, with their place (1 is next), their client (its
--- session's owner), and how long they have waited.
+-- session's owner), how long they have waited, and their rank (0 but for
+-- the preferred candidates of an election). Observers do not queue.
 CREATE VIEW pgbaton.lease_queue AS
 SELECT w.name, w.is_group,
-       row_number() OVER (PARTITION BY w.name ORDER BY w.seq) AS position,
+       row_number() OVER (PARTITION BY w.name ORDER BY w.rank DESC, w.seq) AS position,
        w.waiter, coalesce(w.owner, s.owner, split_part(w.waiter, '/', 1)) AS owner, w.since,
-       clock_timestamp() - w.since AS waited
+       clock_timestamp() - w.since AS waited, w.rank
   FROM pgbaton.lease_waiter w
   LEFT JOIN pgbaton.lease_session s ON s.id = w.session_id
- WHERE pgbaton.waiter_alive(w.session_id, w.expires_at);
+ WHERE w.rank IS NOT NULL AND pgbaton.waiter_alive(w.session_id, w.expires_at);
 
 COMMENT ON VIEW pgbaton.lease_queue IS
     'pgbaton wait queue: live waiters of each lease or group in the order they are served';
@@ -791,24 +804,35 @@ BEGIN
 END $$;
 
 -- waiters_ahead is how many live waiters of p_name (a lease or a group)
--- are before p_waiter in the queue: all of them when p_waiter is NULL or
--- not registered (a caller that did not wait comes after everyone who
--- does). A free lease goes to the oldest live waiter: an attempt with
--- waiters ahead of it is refused.
+-- are before p_waiter in the queue (higher rank, or the same rank and
+-- older): all of them when p_waiter is NULL, not registered or an
+-- observer (a caller that did not wait comes after everyone who does).
+-- Observers are never ahead. A free lease goes to the first live waiter:
+-- an attempt with waiters ahead of it is refused.
 CREATE FUNCTION pgbaton.waiters_ahead(p_name text, p_waiter text)
 RETURNS integer
 LANGUAGE plpgsql STABLE
 SET enable_seqscan = off
 AS $$
 DECLARE
-    mine bigint;
+    mine   bigint;
+    mine_r integer;
 BEGIN
     IF p_waiter IS NOT NULL THEN
-        SELECT w.seq INTO mine FROM pgbaton.lease_waiter w WHERE w.name = p_name AND w.waiter = p_waiter;
+        SELECT w.seq, w.rank INTO mine, mine_r FROM pgbaton.lease_waiter w WHERE w.name = p_name AND w.waiter = p_waiter;
     END IF;
+    IF mine_r IS NULL THEN
+        RETURN (SELECT count(*) FROM pgbaton.lease_waiter w
+                 WHERE w.name = p_name AND w.rank IS NOT NULL AND w.waiter IS DISTINCT FROM p_waiter
+                   AND pgbaton.waiter_alive(w.session_id, w.expires_at));
+    END IF;
+    -- Two ranges of the queue's index: higher ranks, then the same rank
+    -- and older.
     RETURN (SELECT count(*) FROM pgbaton.lease_waiter w
-             WHERE w.name = p_name AND w.seq < coalesce(mine, 9223372036854775807)
-               AND w.waiter IS DISTINCT FROM p_waiter
+             WHERE w.name = p_name AND w.rank > mine_r
+               AND pgbaton.waiter_alive(w.session_id, w.expires_at))
+         + (SELECT count(*) FROM pgbaton.lease_waiter w
+             WHERE w.name = p_name AND w.rank = mine_r AND w.seq < mine
                AND pgbaton.waiter_alive(w.session_id, w.expires_at));
 END $$;
 
@@ -950,6 +974,12 @@ BEGIN
     IF p_waiter IS NOT NULL THEN
         DELETE FROM pgbaton.lease_waiter w WHERE w.name = p_name AND w.waiter = p_waiter;
     END IF;
+    -- A new term of an election: its observers hear of it at commit. Only
+    -- elections notify in the grant's transaction (see notify_waiters for
+    -- what that costs); they change hands rarely.
+    IF p_metadata ? 'rank' THEN
+        PERFORM pgbaton.notify_observers(p_name);
+    END IF;
 END $$;
 
 -- try_acquire takes the lease name for owner for ttl_ms: one row (token,
@@ -1054,26 +1084,36 @@ END $$;
 -- look sees the lease free), a later one sees this registration and
 -- notifies. For a group, the group's gate does the same (see group_gate),
 -- and never waits for a row lock.
+--
+-- p_rank places a candidate of an election in the queue (lease_waiter):
+-- NULL registers an observer. A candidate that outranks the leader of
+-- the election asks it to resign (request_resign), so a preferred
+-- candidate gets the term at once rather than when the leader goes.
 CREATE FUNCTION pgbaton.wait_for(p_name text, p_waiter text, p_group boolean DEFAULT false,
     p_session bigint DEFAULT NULL, p_ttl_ms bigint DEFAULT 60000, p_listens boolean DEFAULT true,
-    p_drain boolean DEFAULT false)
+    p_rank integer DEFAULT 0, p_drain boolean DEFAULT false)
 RETURNS void
 LANGUAGE plpgsql
 SET enable_seqscan = off
 AS $$
 DECLARE
-    o text;
+    o    text;
+    meta jsonb;
 BEGIN
     PERFORM pgbaton.lease_check_args(p_name, p_waiter, p_ttl_ms);
     SELECT s.owner INTO o FROM pgbaton.lease_session s WHERE s.id = p_session;
-    INSERT INTO pgbaton.lease_waiter AS w (name, waiter, is_group, owner, session_id, expires_at, listens, drain)
-    VALUES (p_name, p_waiter, coalesce(p_group, false), coalesce(o, nullif(split_part(p_waiter, '/', 1), '')), p_session,
-            clock_timestamp() + p_ttl_ms * interval '1 millisecond', coalesce(p_listens, true), coalesce(p_drain, false))
-    ON CONFLICT (name, waiter) DO UPDATE SET expires_at = EXCLUDED.expires_at, listens = EXCLUDED.listens;
+    o := coalesce(o, nullif(split_part(p_waiter, '/', 1), ''));
+    INSERT INTO pgbaton.lease_waiter AS w (name, waiter, is_group, owner, session_id, expires_at, listens, rank, drain)
+    VALUES (p_name, p_waiter, coalesce(p_group, false), o, p_session,
+            clock_timestamp() + p_ttl_ms * interval '1 millisecond', coalesce(p_listens, true), p_rank, coalesce(p_drain, false))
+    ON CONFLICT (name, waiter) DO UPDATE SET expires_at = EXCLUDED.expires_at, listens = EXCLUDED.listens, rank = EXCLUDED.rank;
     IF p_group THEN
         PERFORM pgbaton.group_gate(p_name, true);
     ELSE
-        PERFORM 1 FROM pgbaton.lease l WHERE l.name = p_name FOR SHARE;
+        SELECT l.metadata INTO meta FROM pgbaton.lease l WHERE l.name = p_name FOR SHARE;
+        IF p_rank > pgbaton.election_rank(meta) THEN
+            PERFORM pgbaton.request_resign(p_name, format('candidate %s of rank %s waits', o, p_rank), o);
+        END IF;
     END IF;
 END $$;
 
@@ -1237,9 +1277,9 @@ BEGIN
         -- their next look.
         PERFORM pg_notify('pgbaton_lease', h.waiter)
            FROM (SELECT w.waiter, w.listens FROM pgbaton.lease_waiter w
-                  WHERE w.name = q.name AND w.is_group = q.is_group
+                  WHERE w.name = q.name AND w.is_group = q.is_group AND w.rank IS NOT NULL
                     AND pgbaton.waiter_alive(w.session_id, w.expires_at)
-                  ORDER BY w.seq LIMIT free) h
+                  ORDER BY w.rank DESC NULLS LAST, w.seq LIMIT free) h
           WHERE h.listens;
     END LOOP;
 END $$;
@@ -1710,5 +1750,104 @@ BEGIN
         RETURNING l.name, l.token, l.expires_at, l.seq)
     SELECT g.name, g.token, g.expires_at FROM granted g ORDER BY g.seq;
 END $$;
+
+-- Elections: leasetable's Elect and Campaign hold a lease whose metadata
+-- is {"value": what the leader publishes, "rank": its preference}; a lease
+-- whose metadata has a rank is an election. Its candidates wait in the
+-- lease's queue by rank (lease_waiter), its observers are registrations
+-- with a NULL rank, and a request that its leader resign is a row of
+-- lease_resign for the leader's term.
+
+-- election_rank is the rank of an election's leader from the lease's
+-- metadata, NULL when the lease is no election (or the rank no integer).
+CREATE FUNCTION pgbaton.election_rank(p_metadata jsonb)
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN jsonb_typeof(p_metadata->'rank') = 'number'
+                 AND (p_metadata->>'rank')::numeric BETWEEN -2147483648 AND 2147483647
+                THEN (p_metadata->>'rank')::numeric::integer END
+$$;
+
+-- A request that the leader of term token step down: the leader watching
+-- for it (an observer of its own election) ends its term cleanly, and the
+-- next candidate in the queue takes over. It concerns that term only: a
+-- row whose token is not the election's current one is stale, and the next
+-- request of the name replaces it.
+CREATE TABLE pgbaton.lease_resign (
+    name         text PRIMARY KEY,
+    token        bigint NOT NULL,
+    reason       text NOT NULL,
+    requested_by text NOT NULL,
+    requested_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+COMMENT ON TABLE pgbaton.lease_resign IS
+    'pgbaton: requests that the leader of an election (its term: token) resign';
+
+-- notify_observers wakes the observers of p_name that listen (payload:
+-- their waiter id, on the channel of notify_waiters). They read the
+-- election again (pgbaton.leader) to learn what changed.
+CREATE FUNCTION pgbaton.notify_observers(p_name text)
+RETURNS void
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+BEGIN
+    PERFORM pg_notify('pgbaton_lease', w.waiter) FROM pgbaton.lease_waiter w
+     WHERE w.name = p_name AND w.rank IS NULL AND w.listens AND pgbaton.waiter_alive(w.session_id, w.expires_at);
+END $$;
+
+-- request_resign asks the leader of election p_name to step down, for
+-- p_reason, on behalf of p_by, and returns the term asked; NULL when
+-- nobody leads it (or p_name is no election). The first request of a term
+-- stands; later ones return the same term.
+CREATE FUNCTION pgbaton.request_resign(p_name text, p_reason text, p_by text)
+RETURNS bigint
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+DECLARE
+    t bigint;
+BEGIN
+    PERFORM pgbaton.lease_check_args(p_name, coalesce(nullif(p_by, ''), '-'), 1);
+    IF p_reason IS NULL OR btrim(p_reason) = '' THEN
+        RAISE EXCEPTION 'pgbaton: a request to resign needs a reason' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT l.token INTO t FROM pgbaton.lease l
+     WHERE l.name = p_name AND l.metadata ? 'rank'
+       AND pgbaton.lease_expiry(l.expires_at, pgbaton.session_expiry(l.session_id)) > clock_timestamp();
+    IF t IS NULL THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO pgbaton.lease_resign AS r (name, token, reason, requested_by)
+    VALUES (p_name, t, p_reason, coalesce(p_by, ''))
+    ON CONFLICT (name) DO UPDATE
+       SET token = EXCLUDED.token, reason = EXCLUDED.reason, requested_by = EXCLUDED.requested_by,
+           requested_at = EXCLUDED.requested_at
+     WHERE r.token IS DISTINCT FROM EXCLUDED.token;
+    IF FOUND THEN
+        PERFORM pgbaton.notify_observers(p_name);
+    END IF;
+    RETURN t;
+END $$;
+
+-- leader is every election that has a leader now: its owner, the value it
+-- published, its term (the lease token, larger for every new leader), its
+-- rank, since when and until when it leads unless renewed, and a pending
+-- request that it resign (what a leader reads when woken). Other languages observe an election by
+-- registering as an observer (pgbaton.wait_for with p_rank NULL), LISTENing
+-- on pgbaton_lease for their waiter id, and reading this view for the name
+-- when woken; terms only grow.
+CREATE VIEW pgbaton.leader AS
+SELECT l.name, l.owner, l.metadata->>'value' AS value, l.token AS term, pgbaton.election_rank(l.metadata) AS rank,
+       l.acquired_at AS since, pgbaton.lease_expiry(l.expires_at, pgbaton.session_expiry(l.session_id)) AS expires_at,
+       r.reason AS resign_reason, r.requested_by AS resign_requested_by, r.requested_at AS resign_requested_at
+  FROM pgbaton.lease l
+  LEFT JOIN pgbaton.lease_resign r ON r.name = l.name AND r.token = l.token
+ WHERE l.metadata ? 'rank'
+   AND pgbaton.lease_expiry(l.expires_at, pgbaton.session_expiry(l.session_id)) > clock_timestamp();
+
+COMMENT ON VIEW pgbaton.leader IS
+    'pgbaton elections with a leader now: owner, value, term, rank, and a pending request to resign';
 
 UPDATE pgbaton.schema_version SET version = 102;

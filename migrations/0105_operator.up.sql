@@ -22,14 +22,14 @@ BEGIN
     END LOOP;
 END $$;
 
--- The audit log: one row per forced release or fence bypass, written in
--- the same transaction as the action itself.
+-- The audit log: one row per forced release, fence bypass or request that
+-- a leader resign, written in the same transaction as the action itself.
 CREATE TABLE pgbaton.event (
     id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     at        timestamptz NOT NULL DEFAULT clock_timestamp(),
     actor     text NOT NULL DEFAULT current_user,
     action    text NOT NULL CHECK (action IN ('force_release_lease', 'terminate_advisory_holder', 'bypass_fencing',
-                                            'set_failover_grace')),
+                                            'set_failover_grace', 'request_resign')),
     target    text NOT NULL,
     reason    text NOT NULL CHECK (btrim(reason) <> ''),
     old_token bigint,
@@ -106,6 +106,29 @@ BEGIN
         PERFORM pgbaton.group_gate(cur.lease_group, false);
     END IF;
     PERFORM pgbaton.notify_waiters(ARRAY[p_name, cur.lease_group]);
+    RETURN NEXT;
+END $$;
+
+-- request_leader_resign asks the leader of election p_name to step down
+-- (pgbaton.request_resign: it finishes its term and the next candidate
+-- takes over) and writes the audit row, in the caller's transaction; it
+-- returns the leader and its term. SQLSTATE PB404 when the election has no
+-- leader.
+CREATE FUNCTION pgbaton.request_leader_resign(p_name text, p_reason text)
+RETURNS TABLE (leader text, term bigint)
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+BEGIN
+    PERFORM pgbaton.require_admin('asking a leader to resign');
+    PERFORM pgbaton.require_reason(p_reason);
+    term := pgbaton.request_resign(p_name, p_reason, current_user);
+    IF term IS NULL THEN
+        RAISE EXCEPTION 'pgbaton: election % has no leader', p_name USING ERRCODE = 'PB404';
+    END IF;
+    SELECT l.owner INTO leader FROM pgbaton.lease l WHERE l.name = p_name;
+    INSERT INTO pgbaton.event (action, target, reason, old_token, detail)
+    VALUES ('request_resign', p_name, p_reason, term, jsonb_build_object('owner', leader));
     RETURN NEXT;
 END $$;
 
@@ -292,6 +315,7 @@ BEGIN
     GRANT UPDATE ON pgbaton.lease TO pgbaton_admin;
     GRANT UPDATE ON pgbaton.lease_session TO pgbaton_admin;
     GRANT INSERT ON pgbaton.event TO pgbaton_admin;
+    GRANT INSERT, UPDATE ON pgbaton.lease_resign TO pgbaton_admin;
     GRANT UPDATE (grace) ON pgbaton.token_epoch TO pgbaton_admin;
     GRANT USAGE ON SEQUENCE pgbaton.lease_token_seq TO pgbaton_admin;
     BEGIN

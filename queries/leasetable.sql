@@ -23,9 +23,9 @@ SELECT pgbaton.notify_waiters(@names::text[]);
 
 -- name: LeaseWaitFor :exec
 -- Joins the wait queue of a lease or group, bound to the client's lease
--- session.
+-- session: as a candidate of that rank, or as an observer (rank NULL).
 SELECT pgbaton.wait_for(@name::text, @waiter::text, @is_group::boolean, sqlc.narg(session)::bigint, @ttl_ms::bigint, @listens::boolean,
-                          @drain::boolean);
+                        sqlc.narg(rank)::integer, @drain::boolean);
 
 -- name: LeaseStopWaiting :exec
 SELECT pgbaton.stop_waiting(@name::text, @waiter::text);
@@ -178,3 +178,14 @@ SELECT name::text FROM pgbaton.release_ref(@owner::text, @session::bigint, @ref:
 -- name: Prune :one
 -- One batch of a table's retention rule; returns how many rows went.
 SELECT pgbaton.prune(@table_name::text, @older_than::interval, @batch::integer)::integer AS deleted;
+
+-- name: LeaseRequestResign :one
+-- Asks the leader of an election to resign, and returns its term; 0 when
+-- nobody leads it (tokens are positive).
+SELECT coalesce(pgbaton.request_resign(@name::text, @reason::text, @requested_by::text), 0)::bigint AS term;
+
+-- name: LeaseResignRequest :many
+-- The request that the leader of one term resign, if any.
+SELECT v.resign_reason::text AS reason, v.resign_requested_by::text AS requested_by
+  FROM pgbaton.leader v
+ WHERE v.name = @name::text AND v.term = @token::bigint AND v.resign_reason IS NOT NULL;

@@ -130,6 +130,66 @@ func (q *Queries) AdvisoryLocks(ctx context.Context, db DBTX, arg AdvisoryLocksP
 	return items, nil
 }
 
+const elections = `-- name: Elections :many
+SELECT v.name::text AS name, v.owner::text AS owner, coalesce(v.value, '')::text AS value, v.term::bigint AS term,
+       coalesce(v.rank, 0)::int AS rank, v.since::timestamptz AS since,
+       coalesce(v.resign_reason, '')::text AS resign_reason, coalesce(v.resign_requested_by, '')::text AS resign_requested_by
+  FROM pgbaton.leader v
+ WHERE starts_with(v.name, $1::text)
+   AND ($2::text = '' OR strpos(lower(v.owner), lower($2::text)) > 0)
+ ORDER BY v.name
+ LIMIT $3::int
+`
+
+type ElectionsParams struct {
+	Prefix  string `json:"prefix"`
+	Holder  string `json:"holder"`
+	MaxRows int32  `json:"max_rows"`
+}
+
+type ElectionsRow struct {
+	Name              string    `json:"name"`
+	Owner             string    `json:"owner"`
+	Value             string    `json:"value"`
+	Term              int64     `json:"term"`
+	Rank              int32     `json:"rank"`
+	Since             time.Time `json:"since"`
+	ResignReason      string    `json:"resign_reason"`
+	ResignRequestedBy string    `json:"resign_requested_by"`
+}
+
+// The leasetable elections that have a leader (pgbaton.leader), by name:
+// the leader, what it published, its term and rank, and a pending request
+// that it resign. holder matches the leader (substring, any case).
+func (q *Queries) Elections(ctx context.Context, db DBTX, arg ElectionsParams) ([]ElectionsRow, error) {
+	rows, err := db.Query(ctx, elections, arg.Prefix, arg.Holder, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ElectionsRow{}
+	for rows.Next() {
+		var i ElectionsRow
+		if err := rows.Scan(
+			&i.Name,
+			&i.Owner,
+			&i.Value,
+			&i.Term,
+			&i.Rank,
+			&i.Since,
+			&i.ResignReason,
+			&i.ResignRequestedBy,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const events = `-- name: Events :many
 SELECT e.id, e.at, e.actor, e.action, e.target, e.reason, e.old_token, e.new_token, e.detail
   FROM pgbaton.event e
@@ -487,6 +547,30 @@ func (q *Queries) LockTableUsage(ctx context.Context, db DBTX) (LockTableUsageRo
 	row := db.QueryRow(ctx, lockTableUsage)
 	var i LockTableUsageRow
 	err := row.Scan(&i.Used, &i.Advisory, &i.Capacity)
+	return i, err
+}
+
+const requestLeaderResign = `-- name: RequestLeaderResign :one
+SELECT r.leader::text AS leader, r.term::bigint AS term
+  FROM pgbaton.request_leader_resign($1::text, $2::text) r
+`
+
+type RequestLeaderResignParams struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
+}
+
+type RequestLeaderResignRow struct {
+	Leader string `json:"leader"`
+	Term   int64  `json:"term"`
+}
+
+// Asks the leader of an election to resign and writes the audit row
+// (pgbaton.request_leader_resign). The CLI's resign shares it.
+func (q *Queries) RequestLeaderResign(ctx context.Context, db DBTX, arg RequestLeaderResignParams) (RequestLeaderResignRow, error) {
+	row := db.QueryRow(ctx, requestLeaderResign, arg.Name, arg.Reason)
+	var i RequestLeaderResignRow
+	err := row.Scan(&i.Leader, &i.Term)
 	return i, err
 }
 

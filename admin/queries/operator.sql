@@ -109,6 +109,19 @@ SELECT q.name::text AS name, q.is_group::bool AS is_group, q.position::bigint AS
  ORDER BY q.name, q.position
  LIMIT sqlc.arg(max_rows)::int;
 
+-- name: Elections :many
+-- The leasetable elections that have a leader (pgbaton.leader), by name:
+-- the leader, what it published, its term and rank, and a pending request
+-- that it resign. holder matches the leader (substring, any case).
+SELECT v.name::text AS name, v.owner::text AS owner, coalesce(v.value, '')::text AS value, v.term::bigint AS term,
+       coalesce(v.rank, 0)::int AS rank, v.since::timestamptz AS since,
+       coalesce(v.resign_reason, '')::text AS resign_reason, coalesce(v.resign_requested_by, '')::text AS resign_requested_by
+  FROM pgbaton.leader v
+ WHERE starts_with(v.name, sqlc.arg(prefix)::text)
+   AND (sqlc.arg(holder)::text = '' OR strpos(lower(v.owner), lower(sqlc.arg(holder)::text)) > 0)
+ ORDER BY v.name
+ LIMIT sqlc.arg(max_rows)::int;
+
 -- name: JobRuns :many
 -- Job runs newest first, before the id `before` (keyset paging: 0 for the
 -- first page).
@@ -146,3 +159,9 @@ SELECT g.enabled::boolean AS enabled, g.active::boolean AS active, g.grace_until
        g.from_timeline, g.to_timeline, g.ttl_in_use_ms::bigint AS ttl_in_use_ms,
        CASE WHEN g.active THEN greatest(extract(epoch FROM g.grace_until - g.db_now), 0) ELSE 0 END::float8 AS remaining_seconds
   FROM pgbaton.failover_grace() g;
+
+-- name: RequestLeaderResign :one
+-- Asks the leader of an election to resign and writes the audit row
+-- (pgbaton.request_leader_resign). The CLI's resign shares it.
+SELECT r.leader::text AS leader, r.term::bigint AS term
+  FROM pgbaton.request_leader_resign(sqlc.arg(name)::text, sqlc.arg(reason)::text) r;

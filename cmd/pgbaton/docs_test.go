@@ -19,6 +19,7 @@ var docsHelp = [][]string{
 	{"events", "--help"},
 	{"watch", "--help"},
 	{"release", "--help"},
+	{"resign", "--help"},
 	{"exec", "--help"},
 	{"migrate", "--help"},
 	{"migrate", "up", "--help"},

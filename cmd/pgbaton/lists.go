@@ -315,8 +315,11 @@ func newEventsCmd(g *globals) *cobra.Command {
 					var out [][]string
 					for _, v := range views {
 						tokens := "-"
-						if v.OldToken != nil && v.NewToken != nil {
+						switch {
+						case v.OldToken != nil && v.NewToken != nil:
 							tokens = fmt.Sprintf("%d→%d", *v.OldToken, *v.NewToken)
+						case v.OldToken != nil: // a request to resign: the term asked
+							tokens = strconv.FormatInt(*v.OldToken, 10)
 						}
 						row := []string{strconv.FormatInt(v.ID, 10), v.At, v.Actor, v.Action, v.Target, tokens, v.Reason}
 						if g.output == "wide" {

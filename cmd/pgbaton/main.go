@@ -162,7 +162,7 @@ see "pgbaton help environment".`,
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "", "output format: "+strings.Join(outputFormats, ", ")+" (default $"+envOutput+", else table)")
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
 	root.AddCommand(newStatusCmd(g), newMigrateCmd(g), newLocksCmd(g), newLeasesCmd(g),
-		newRunsCmd(g), newEventsCmd(g), newReleaseCmd(g), newWatchCmd(g), newServeCmd(g),
+		newRunsCmd(g), newEventsCmd(g), newReleaseCmd(g), newResignCmd(g), newWatchCmd(g), newServeCmd(g),
 		newVersionCmd(g), newExecCmd(g), newWatchdogCmd(), newEnvironmentTopic())
 	// Unknown subcommands and wrong argument counts are usage errors.
 	root.Args = func(cmd *cobra.Command, args []string) error {

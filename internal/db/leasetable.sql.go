@@ -532,6 +532,62 @@ func (q *Queries) LeaseRenew(ctx context.Context, db DBTX, arg LeaseRenewParams)
 	return expires_at, err
 }
 
+const leaseRequestResign = `-- name: LeaseRequestResign :one
+SELECT coalesce(pgbaton.request_resign($1::text, $2::text, $3::text), 0)::bigint AS term
+`
+
+type LeaseRequestResignParams struct {
+	Name        string `json:"name"`
+	Reason      string `json:"reason"`
+	RequestedBy string `json:"requested_by"`
+}
+
+// Asks the leader of an election to resign, and returns its term; 0 when
+// nobody leads it (tokens are positive).
+func (q *Queries) LeaseRequestResign(ctx context.Context, db DBTX, arg LeaseRequestResignParams) (int64, error) {
+	row := db.QueryRow(ctx, leaseRequestResign, arg.Name, arg.Reason, arg.RequestedBy)
+	var term int64
+	err := row.Scan(&term)
+	return term, err
+}
+
+const leaseResignRequest = `-- name: LeaseResignRequest :many
+SELECT v.resign_reason::text AS reason, v.resign_requested_by::text AS requested_by
+  FROM pgbaton.leader v
+ WHERE v.name = $1::text AND v.term = $2::bigint AND v.resign_reason IS NOT NULL
+`
+
+type LeaseResignRequestParams struct {
+	Name  string `json:"name"`
+	Token int64  `json:"token"`
+}
+
+type LeaseResignRequestRow struct {
+	Reason      string `json:"reason"`
+	RequestedBy string `json:"requested_by"`
+}
+
+// The request that the leader of one term resign, if any.
+func (q *Queries) LeaseResignRequest(ctx context.Context, db DBTX, arg LeaseResignRequestParams) ([]LeaseResignRequestRow, error) {
+	rows, err := db.Query(ctx, leaseResignRequest, arg.Name, arg.Token)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LeaseResignRequestRow{}
+	for rows.Next() {
+		var i LeaseResignRequestRow
+		if err := rows.Scan(&i.Reason, &i.RequestedBy); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const leaseSettleMany = `-- name: LeaseSettleMany :many
 SELECT s.name::text AS name, s.state::text AS state
   FROM pgbaton.settle_many($1::text[], $2::bigint[], $3::text) s
@@ -640,7 +696,7 @@ func (q *Queries) LeaseUnlisten(ctx context.Context, db DBTX) error {
 
 const leaseWaitFor = `-- name: LeaseWaitFor :exec
 SELECT pgbaton.wait_for($1::text, $2::text, $3::boolean, $4::bigint, $5::bigint, $6::boolean,
-                          $7::boolean)
+                        $7::integer, $8::boolean)
 `
 
 type LeaseWaitForParams struct {
@@ -650,11 +706,12 @@ type LeaseWaitForParams struct {
 	Session pgtype.Int8 `json:"session"`
 	TtlMs   int64       `json:"ttl_ms"`
 	Listens bool        `json:"listens"`
+	Rank    pgtype.Int4 `json:"rank"`
 	Drain   bool        `json:"drain"`
 }
 
 // Joins the wait queue of a lease or group, bound to the client's lease
-// session.
+// session: as a candidate of that rank, or as an observer (rank NULL).
 func (q *Queries) LeaseWaitFor(ctx context.Context, db DBTX, arg LeaseWaitForParams) error {
 	_, err := db.Exec(ctx, leaseWaitFor,
 		arg.Name,
@@ -663,6 +720,7 @@ func (q *Queries) LeaseWaitFor(ctx context.Context, db DBTX, arg LeaseWaitForPar
 		arg.Session,
 		arg.TtlMs,
 		arg.Listens,
+		arg.Rank,
 		arg.Drain,
 	)
 	return err

@@ -60,6 +60,20 @@ type PgbatonJobRun struct {
 	Checkpoint  []byte      `json:"checkpoint"`
 }
 
+// pgbaton elections with a leader now: owner, value, term, rank, and a pending request to resign
+type PgbatonLeader struct {
+	Name              string      `json:"name"`
+	Owner             pgtype.Text `json:"owner"`
+	Value             interface{} `json:"value"`
+	Term              pgtype.Int8 `json:"term"`
+	Rank              int32       `json:"rank"`
+	Since             *time.Time  `json:"since"`
+	ExpiresAt         time.Time   `json:"expires_at"`
+	ResignReason      pgtype.Text `json:"resign_reason"`
+	ResignRequestedBy pgtype.Text `json:"resign_requested_by"`
+	ResignRequestedAt *time.Time  `json:"resign_requested_at"`
+}
+
 // pgbaton leases. (name, token) is valid iff token matches AND pgbaton.lease_expiry(expires_at, pgbaton.session_expiry(session_id)) > clock_timestamp().
 type PgbatonLease struct {
 	Name       string      `json:"name"`
@@ -78,13 +92,23 @@ type PgbatonLease struct {
 
 // pgbaton wait queue: live waiters of each lease or group in the order they are served
 type PgbatonLeaseQueue struct {
-	Name     string    `json:"name"`
-	IsGroup  bool      `json:"is_group"`
-	Position int64     `json:"position"`
-	Waiter   string    `json:"waiter"`
-	Owner    string    `json:"owner"`
-	Since    time.Time `json:"since"`
-	Waited   int32     `json:"waited"`
+	Name     string      `json:"name"`
+	IsGroup  bool        `json:"is_group"`
+	Position int64       `json:"position"`
+	Waiter   string      `json:"waiter"`
+	Owner    string      `json:"owner"`
+	Since    time.Time   `json:"since"`
+	Waited   int32       `json:"waited"`
+	Rank     pgtype.Int4 `json:"rank"`
+}
+
+// pgbaton: requests that the leader of an election (its term: token) resign
+type PgbatonLeaseResign struct {
+	Name        string    `json:"name"`
+	Token       int64     `json:"token"`
+	Reason      string    `json:"reason"`
+	RequestedBy string    `json:"requested_by"`
+	RequestedAt time.Time `json:"requested_at"`
 }
 
 // pgbaton: lease sessions; a lease with session_id is valid while its own grant or its session has not expired
@@ -131,6 +155,7 @@ type PgbatonLeaseWaiter struct {
 	Owner     pgtype.Text `json:"owner"`
 	SessionID pgtype.Int8 `json:"session_id"`
 	ExpiresAt *time.Time  `json:"expires_at"`
+	Rank      pgtype.Int4 `json:"rank"`
 }
 
 // pgbaton: messages each consumer has processed (idempotent consumer); pruned by pgbaton.prune_processed

@@ -1,0 +1,90 @@
+package leasetable
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgbaton/pgbaton"
+)
+
+// Observe streams the leaders of election name as they change, to any
+// process, candidate or not: the current leader first (when there is
+// one), then each new leader as its term begins, in term order (terms
+// only grow, so no leader is ever sent after a newer one), until ctx ends
+// or the client closes, when the channel is closed.
+//
+// It is woken by the database when a term begins (pgbaton_lease
+// notifications to its registration as an observer of the election; a
+// client without a listen slot polls instead, as waiters do), and reads
+// the leader then. The channel is unbuffered: an observer that reads
+// slowly is sent the leader of the moment, and terms that began and ended
+// while it was not reading are skipped, as they would be by a loop over
+// Leader. Moments without a leader are not sent.
+func (c *Client) Observe(ctx context.Context, name string) (<-chan Leader, error) {
+	if err := checkName("election name", name); err != nil {
+		return nil, err
+	}
+	if ctx == nil {
+		return nil, invalid("Observe needs a context")
+	}
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	// Registered before the first look: a term that begins after the look
+	// wakes it.
+	w, err := c.joinQueue(ctx, name, false, false, pgtype.Int4{})
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan Leader)
+	if !c.k.spawn(func() { c.observe(ctx, w, ch) }) {
+		w.stop()
+		return nil, pgbaton.ErrClosed
+	}
+	return ch, nil
+}
+
+// observe is Observe's goroutine: it sends each leader it reads with a
+// term larger than the last one sent.
+func (c *Client) observe(ctx context.Context, w *waiting, ch chan<- Leader) {
+	defer close(ch)
+	defer w.stop()
+	var last int64
+	outage := outageBackoff()
+	for {
+		ld, err := c.Leader(ctx, w.name)
+		// Until its expiry, the leader read is the leader: nothing new
+		// without a notification. With nobody leading, the next term
+		// notifies; looking again every TTL covers a notification lost
+		// with a LISTEN connection.
+		next := c.cfg.TTL
+		switch {
+		case err == nil:
+			outage.Reset()
+			next = min(next, ld.Remaining)
+			if ld.Term > last {
+				select {
+				case ch <- ld:
+					last = ld.Term
+				case <-ctx.Done():
+					return
+				case <-c.bg.Done():
+					return
+				}
+			}
+		case errors.Is(err, ErrNoLeader):
+			outage.Reset()
+		default:
+			if ctx.Err() != nil {
+				return
+			}
+			c.log.Debug("pgbaton: observing an election: reading its leader failed", "election", w.name, "error", err)
+			next = outage.Next()
+		}
+		if w.wait(ctx, next) != nil {
+			return
+		}
+	}
+}
