@@ -47,6 +47,8 @@
 //   - one holder of a name: TryAcquire (ErrHeld, a *HeldError saying who
 //     holds it), Acquire (waits), Do (runs a function under the lease),
 //     Semaphore (one of n slots);
+//   - several names at once, all or none, never deadlocking: AcquireAll,
+//     TryAcquireAll (a LeaseSet);
 //   - work items and shards: Register, Claim, ClaimWait, CompleteTx,
 //     Complete, CompleteAndClaim, Keep;
 //   - leader election with the token as the term: Elect, Campaign,
