@@ -77,10 +77,11 @@
 //
 // # Cancellation and cleanup
 //
-//   - A call that may grant leases (TryAcquire, Acquire, Claim, ClaimWait,
-//     CompleteAndClaim, Semaphore, Keep) returns as soon as its context
-//     ends. If the grant was already on its way, it is given back when the
-//     reply arrives: the caller either gets the lease or holds nothing.
+//   - A call that may grant leases (TryAcquire, Acquire, AcquireAll,
+//     TryAcquireAll, Claim, ClaimWait, CompleteAndClaim, Semaphore, Keep)
+//     returns as soon as its context ends. If the grant was already on its
+//     way, it is given back when the reply arrives: the caller either gets
+//     the lease or holds nothing.
 //   - Release, Complete and Close give leases back even when their context
 //     has ended, on a context of their own bounded by Config.ReleaseTimeout.
 //     A release that cannot reach the database is tried again by Close,
