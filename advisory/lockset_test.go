@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -235,4 +236,29 @@ func TestXactLockAllOppositeOrders(t *testing.T) {
 	for err := range errs {
 		assert.NoError(t, err)
 	}
+}
+
+// TestLockAllBehindKilledHolder: a set one of whose keys a killed process
+// held is granted as soon as the server sees that process's session end,
+// the keys before it held meanwhile.
+func TestLockAllBehindKilledHolder(t *testing.T) {
+	d := env.DB(t)
+	admin := adminPool(t)
+	l := newLocker(t, d.Pool(t), advisory.Config{})
+	ctx := pgtest.Context(t, time.Minute)
+	k := env.StartChild(t, "hold", d.URL, "set:killed")
+	k.Expect(t, "locked", 30*time.Second)
+	got := make(chan *advisory.LockSet, 1)
+	go func() {
+		set, err := l.LockAll(ctx, advisory.Name("set:killed"), advisory.Name("set:other"))
+		assert.NoError(t, err)
+		got <- set
+	}()
+	eventuallyWaiting(t, admin, d, 1)
+	k.Signal(t, syscall.SIGKILL)
+	set := <-got
+	require.NotNil(t, set)
+	assert.NoError(t, set.Err())
+	assert.Len(t, set.Locks(), 2)
+	require.NoError(t, set.Unlock(ctx))
 }

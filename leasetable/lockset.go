@@ -150,7 +150,9 @@ func (c *Client) TryAcquireAll(ctx context.Context, names ...string) (*LeaseSet,
 // rest after each wait: a set nothing is in the way of is granted in one.
 //
 // When it fails (ctx ended, the client closed, a database error, or a
-// lease taken early was lost while a later one was waited for), the
+// lease taken early was lost while a later one was waited for, as far as
+// the client knows: a forced release reaches it at the next keep-alive,
+// as for any lease), the
 // leases it had taken are given back before it returns: the caller holds
 // all of the set or none of it. Bad input is refused as TryAcquireAll
 // refuses it.

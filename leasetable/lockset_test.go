@@ -3,8 +3,10 @@ package leasetable_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -200,4 +202,79 @@ func TestLeaseSetEndsWithFirstLease(t *testing.T) {
 	assert.NoError(t, set.Lease("one").Err(), "the other lease is still held")
 	require.NoError(t, set.Release(ctx), "releasing the rest of the set")
 	assert.ErrorIs(t, set.Lease("one").Err(), leasetable.ErrReleased)
+}
+
+// TestAcquireAllBehindKilledHolder: a set one of whose names a killed
+// process held is granted once that grant's TTL runs out, with a larger
+// token, the names before it held meanwhile.
+func TestAcquireAllBehindKilledHolder(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := pgtest.Context(t, time.Minute)
+	k := env.StartChild(t, "hold", d.URL, "set/killed", shortTTL.String())
+	oldTok, err := strconv.ParseInt(k.Expect(t, "token", 30*time.Second), 10, 64)
+	require.NoError(t, err)
+	waiting := make(chan string, 16)
+	c := newClient(t, pool, leasetable.Config{Owner: "taker", TTL: shortTTL, Logger: logTo(waiting)})
+	got := make(chan *leasetable.LeaseSet, 1)
+	go func() {
+		set, err := c.AcquireAll(ctx, "set/killed", "set/first")
+		assert.NoError(t, err)
+		got <- set
+	}()
+	require.Equal(t, "set/killed", <-waiting)
+	assert.Equal(t, 1, pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease WHERE owner = 'taker'"), "set/first held while set/killed is waited for")
+	killed := time.Now()
+	k.Signal(t, syscall.SIGKILL)
+	set := <-got
+	require.NotNil(t, set)
+	t.Logf("set granted %s after SIGKILL (TTL %s)", time.Since(killed), shortTTL)
+	assert.Greater(t, set.Lease("set/killed").Token(), oldTok)
+	assert.NoError(t, set.Err())
+	require.NoError(t, set.Release(ctx))
+}
+
+// TestAcquireAllEarlyLeaseLost: when a lease the set took first is lost
+// (force-released by an operator) while a later name is waited for,
+// AcquireAll fails with ErrLeaseLost and gives back everything: the
+// caller holds none of the set.
+func TestAcquireAllEarlyLeaseLost(t *testing.T) {
+	ctx := pgtest.Context(t, time.Minute)
+	pool := env.DB(t).Pool(t)
+	waiting, lost := make(chan string, 16), make(chan struct{}, 1)
+	a := newClient(t, pool, leasetable.Config{Owner: "a", TTL: shortTTL, Logger: slog.New(lostHandler{waitHandler{waiting}, lost})})
+	b := newClient(t, pool, leasetable.Config{Owner: "b"})
+	lb, err := b.TryAcquire(ctx, "e/2")
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		_, err := a.AcquireAll(ctx, "e/2", "e/1")
+		got <- err
+	}()
+	require.Equal(t, "e/2", <-waiting)
+	_, err = pool.Exec(ctx, "SELECT pgbaton.force_release_lease('e/1', 'test: lost while the set waits')")
+	require.NoError(t, err)
+	// a's keeper learns of the loss at its next keep-alive; then e/2 is
+	// given, and the set must not be.
+	<-lost
+	require.NoError(t, lb.Release(ctx))
+	err = <-got
+	assert.ErrorIs(t, err, leasetable.ErrLeaseLost)
+	assert.Zero(t, pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease WHERE owner = 'a'"), "a holds part of the set")
+}
+
+// lostHandler is waitHandler that also tells of a lease lost.
+type lostHandler struct {
+	waitHandler
+	lost chan<- struct{}
+}
+
+func (h lostHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "pgbaton: lease lost" {
+		select {
+		case h.lost <- struct{}{}:
+		default:
+		}
+	}
+	return h.waitHandler.Handle(ctx, r)
 }
