@@ -152,10 +152,9 @@ func (c *Client) TryAcquireAll(ctx context.Context, names ...string) (*LeaseSet,
 // When it fails (ctx ended, the client closed, a database error, or a
 // lease taken early was lost while a later one was waited for, as far as
 // the client knows: a forced release reaches it at the next keep-alive,
-// as for any lease), the
-// leases it had taken are given back before it returns: the caller holds
-// all of the set or none of it. Bad input is refused as TryAcquireAll
-// refuses it.
+// as for any lease), the leases it had taken are given back before it
+// returns: the caller holds all of the set or none of it. Bad input is
+// refused as TryAcquireAll refuses it.
 func (c *Client) AcquireAll(ctx context.Context, names ...string) (*LeaseSet, error) {
 	sorted, err := setNames(names)
 	if err != nil {
