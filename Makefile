@@ -96,6 +96,20 @@ test-ha: ## Run the HA test bed: Patroni + etcd on loopback, switchover, failove
 # on a quiet machine. BENCHARGS adds to it (e.g. -only Claim -runs 3).
 BENCHARGS ?=
 
+# The lock-set storm (test/lockset_test.go): LOCKSETS_PROCS processes,
+# each with its own pool, take random 3-name sets of 10 names
+# (leasetable.AcquireAll, then advisory.LockAll) for LOCKSETS_DURATION; a
+# 5 s run is part of `make test`. No deadlock (a set waiting 30 s fails),
+# no name with two holders (check.Overlaps), every process gets sets.
+# Without the race detector, whose cost would be most of the figures:
+#   lock-set storm (MODE): ... N sets/s, per process MIN..MAX (fairness MAX/MIN), slowest set D, ... 0 overlaps
+LOCKSETS_DURATION ?= 60s
+LOCKSETS_PROCS    ?= 16
+
+.PHONY: locksets
+locksets: deps-postgres ## Run the lock-set storm for LOCKSETS_DURATION: no deadlock or overlap; throughput and fairness
+	$(GO) test -count=1 -timeout 0 -v -run 'TestLockSetStorm' ./test/ -args -locksets.duration=$(LOCKSETS_DURATION) -locksets.procs=$(LOCKSETS_PROCS)
+
 # The chaos suite (test/): the short run is part of `make test`; `make chaos`
 # runs many seeds for longer. Each run prints one line:
 #   chaos: seed S ops N faults F overlaps 0 stale_accepted 0 lost 0 doubled 0 max_takeover_ms X

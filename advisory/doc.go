@@ -77,6 +77,21 @@
 // the lock table full, pgbaton.ErrNotMigrated without the schema) and, as
 // after any failed statement, the transaction is aborted: roll it back.
 //
+// # Lock sets
+//
+// LockAll and TryLockAll take the exclusive locks on several keys, every
+// one or none (a LockSet; its Context ends with its first lock), and
+// XactLockAll and XactTryLockAll the same in the caller's transaction.
+// Every set is taken in one order, whatever order its keys are given in:
+// bigint keys (Name, Int64) first by the bigint Postgres sees, then pairs
+// by (hi, lo). So sets that share keys never wait for each other in a
+// cycle, which Postgres's deadlock detector would not see: a Locker's
+// waits run on connections of their own, apart from the sessions that
+// hold its locks. A set that fails gives back what it took before it
+// returns: the session locks are unlocked, and a transaction is rolled
+// back to a savepoint taken before the set, so it holds none of it and
+// can go on.
+//
 // # Loss
 //
 // Each session is pinged when it was idle for Config.PingInterval, and

@@ -47,6 +47,8 @@
 //   - one holder of a name: TryAcquire (ErrHeld, a *HeldError saying who
 //     holds it), Acquire (waits), Do (runs a function under the lease),
 //     Semaphore (one of n slots);
+//   - several names at once, all or none, never deadlocking: AcquireAll,
+//     TryAcquireAll (a LeaseSet);
 //   - work items and shards: Register, Claim, ClaimWait, CompleteTx,
 //     Complete, CompleteAndClaim, Keep;
 //   - leader election with the token as the term: Elect, Campaign,
@@ -75,10 +77,11 @@
 //
 // # Cancellation and cleanup
 //
-//   - A call that may grant leases (TryAcquire, Acquire, Claim, ClaimWait,
-//     CompleteAndClaim, Semaphore, Keep) returns as soon as its context
-//     ends. If the grant was already on its way, it is given back when the
-//     reply arrives: the caller either gets the lease or holds nothing.
+//   - A call that may grant leases (TryAcquire, Acquire, AcquireAll,
+//     TryAcquireAll, Claim, ClaimWait, CompleteAndClaim, Semaphore, Keep)
+//     returns as soon as its context ends. If the grant was already on its
+//     way, it is given back when the reply arrives: the caller either gets
+//     the lease or holds nothing.
 //   - Release, Complete and Close give leases back even when their context
 //     has ended, on a context of their own bounded by Config.ReleaseTimeout.
 //     A release that cannot reach the database is tried again by Close,

@@ -990,6 +990,89 @@ LANGUAGE sql AS $$
     SELECT a.token, a.expires_at FROM pgbaton.lease_attempt(p_name, p_owner, p_ttl_ms) a WHERE a.acquired
 $$;
 
+-- lease_attempt_all tries to take every lease named in p_names for
+-- p_owner at once: it grants all of them or none. The names are taken in
+-- byte order (COLLATE "C"), the one order every caller of this function
+-- and every ordered wait for a set (leasetable's AcquireAll) takes them
+-- in, so two calls for {a, b} and {b, a} never wait for each other in a
+-- cycle. Each name is attempted as lease_attempt attempts it without a
+-- waiter: a name held, or free but waited for (its waiters go first), or
+-- held back by a failover grace, is refused. The first name refused ends
+-- the call: the grants made before it are rolled back with the block's
+-- subtransaction (their row locks go too; the tokens they drew are never
+-- used), and one row describes the refusal as lease_attempt's columns do
+-- (acquired false, name the name refused). When all are granted it
+-- returns one row per name in that order, each with its own token, all
+-- bound to p_session and marked with request id p_ref: a request sent
+-- again after a lost reply finds them all, and release_ref gives them all
+-- back. With p_keep_prefix a refusal keeps the grants made before it: the
+-- rows of those come first, then the refusal's. That is one step of an
+-- ordered wait for a set (take the names in order, holding those taken,
+-- wait in the queue of the one refused, go on after it), in one round
+-- trip. Empty sets, more than 1000 names, duplicate names and invalid
+-- names are refused with invalid_parameter_value.
+CREATE FUNCTION pgbaton.lease_attempt_all(p_names text[], p_owner text, p_ttl_ms bigint,
+    p_session bigint DEFAULT NULL, p_ref uuid DEFAULT NULL, p_keep_prefix boolean DEFAULT false,
+    OUT name text, OUT acquired boolean, OUT token bigint, OUT expires_at timestamptz, OUT holder text,
+    OUT db_now timestamptz, OUT grace_until timestamptz, OUT ahead integer)
+RETURNS SETOF record
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+DECLARE
+    n      text;
+    a      record;
+    names  text[];
+    tokens bigint[] := '{}';
+    exps   timestamptz[] := '{}';
+BEGIN
+    IF p_names IS NULL OR cardinality(p_names) = 0 OR cardinality(p_names) > 1000 THEN
+        RAISE EXCEPTION 'pgbaton: a lease set must have 1 to 1000 names, got %', coalesce(cardinality(p_names), 0)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    names := ARRAY(SELECT DISTINCT x COLLATE "C" FROM unnest(p_names) x ORDER BY 1);
+    IF cardinality(names) <> cardinality(p_names) THEN
+        RAISE EXCEPTION 'pgbaton: a lease set names a lease twice' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOREACH n IN ARRAY names LOOP
+        PERFORM pgbaton.lease_check_args(n, p_owner, p_ttl_ms);
+    END LOOP;
+    BEGIN
+        FOREACH n IN ARRAY names LOOP
+            SELECT * INTO a FROM pgbaton.lease_attempt(n, p_owner, p_ttl_ms, NULL, p_session, p_ref, NULL);
+            IF NOT a.acquired THEN
+                -- Kept in variables, which the rollback below leaves alone.
+                name := n; acquired := false; token := a.token; expires_at := a.expires_at; holder := a.holder;
+                db_now := a.db_now; grace_until := a.grace_until; ahead := a.ahead;
+                IF p_keep_prefix THEN
+                    RETURN QUERY SELECT g.name, true, g.token, g.expires_at, p_owner, a.db_now, NULL::timestamptz, 0
+                                   FROM unnest(names[1:cardinality(tokens)], tokens, exps) WITH ORDINALITY
+                                        AS g(name, token, expires_at, i) ORDER BY g.i;
+                    RETURN NEXT;
+                    RETURN;
+                END IF;
+                RAISE EXCEPTION USING ERRCODE = 'PB002';
+            END IF;
+            tokens := tokens || a.token;
+            exps := exps || a.expires_at;
+        END LOOP;
+    EXCEPTION WHEN SQLSTATE 'PB002' THEN
+        RETURN NEXT;
+        RETURN;
+    END;
+    RETURN QUERY SELECT g.name, true, g.token, g.expires_at, p_owner, clock_timestamp(), NULL::timestamptz, 0
+                   FROM unnest(names, tokens, exps) WITH ORDINALITY AS g(name, token, expires_at, i) ORDER BY g.i;
+END $$;
+
+-- try_acquire_all takes every lease named in p_names for owner for
+-- ttl_ms, or none (lease_attempt_all): one row (name, token, expires_at)
+-- per name, in byte order, when all are granted; no row when any is held.
+CREATE FUNCTION pgbaton.try_acquire_all(p_names text[], p_owner text, p_ttl_ms bigint)
+RETURNS TABLE (name text, token bigint, expires_at timestamptz)
+LANGUAGE sql AS $$
+    SELECT a.name, a.token, a.expires_at FROM pgbaton.lease_attempt_all(p_names, p_owner, p_ttl_ms) a WHERE a.acquired
+$$;
+
 -- renew extends the lease (name, owner, token) to ttl_ms from now and
 -- returns its expiry; no row when that grant is no longer valid. It never
 -- inserts a row and never takes over an expired or stolen lease. Its TTL

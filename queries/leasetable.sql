@@ -8,6 +8,16 @@ SELECT a.acquired::boolean AS acquired, a.token::bigint AS token,
   FROM pgbaton.lease_attempt(@name::text, @owner::text, @ttl_ms::bigint, sqlc.narg(metadata)::jsonb, sqlc.narg(session)::bigint, sqlc.narg(ref)::uuid,
                              sqlc.narg(waiter)::text) a;
 
+-- name: LeaseAttemptAll :many
+-- Every name of a set or none (pgbaton.lease_attempt_all): a row per name
+-- granted, in byte order, then a row for the name refused if one was;
+-- with keep_prefix the names granted before it are kept.
+SELECT a.name::text AS name, a.acquired::boolean AS acquired, a.token::bigint AS token,
+       a.expires_at::timestamptz AS expires_at, coalesce(a.holder, '')::text AS holder,
+       a.db_now::timestamptz AS db_now, (a.grace_until IS NOT NULL)::boolean AS grace, coalesce(a.ahead, 0)::integer AS ahead
+  FROM pgbaton.lease_attempt_all(@names::text[], @owner::text, @ttl_ms::bigint, sqlc.narg(session)::bigint, sqlc.narg(ref)::uuid,
+                                 @keep_prefix::boolean) a;
+
 -- name: LeaseRenew :one
 SELECT r.expires_at::timestamptz AS expires_at
   FROM pgbaton.renew(@name::text, @owner::text, @token::bigint, @ttl_ms::bigint) r;

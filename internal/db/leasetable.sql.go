@@ -100,6 +100,73 @@ func (q *Queries) LeaseAttempt(ctx context.Context, db DBTX, arg LeaseAttemptPar
 	return i, err
 }
 
+const leaseAttemptAll = `-- name: LeaseAttemptAll :many
+SELECT a.name::text AS name, a.acquired::boolean AS acquired, a.token::bigint AS token,
+       a.expires_at::timestamptz AS expires_at, coalesce(a.holder, '')::text AS holder,
+       a.db_now::timestamptz AS db_now, (a.grace_until IS NOT NULL)::boolean AS grace, coalesce(a.ahead, 0)::integer AS ahead
+  FROM pgbaton.lease_attempt_all($1::text[], $2::text, $3::bigint, $4::bigint, $5::uuid,
+                                 $6::boolean) a
+`
+
+type LeaseAttemptAllParams struct {
+	Names      []string    `json:"names"`
+	Owner      string      `json:"owner"`
+	TtlMs      int64       `json:"ttl_ms"`
+	Session    pgtype.Int8 `json:"session"`
+	Ref        pgtype.UUID `json:"ref"`
+	KeepPrefix bool        `json:"keep_prefix"`
+}
+
+type LeaseAttemptAllRow struct {
+	Name      string    `json:"name"`
+	Acquired  bool      `json:"acquired"`
+	Token     int64     `json:"token"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Holder    string    `json:"holder"`
+	DbNow     time.Time `json:"db_now"`
+	Grace     bool      `json:"grace"`
+	Ahead     int32     `json:"ahead"`
+}
+
+// Every name of a set or none (pgbaton.lease_attempt_all): a row per name
+// granted, in byte order, then a row for the name refused if one was;
+// with keep_prefix the names granted before it are kept.
+func (q *Queries) LeaseAttemptAll(ctx context.Context, db DBTX, arg LeaseAttemptAllParams) ([]LeaseAttemptAllRow, error) {
+	rows, err := db.Query(ctx, leaseAttemptAll,
+		arg.Names,
+		arg.Owner,
+		arg.TtlMs,
+		arg.Session,
+		arg.Ref,
+		arg.KeepPrefix,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LeaseAttemptAllRow{}
+	for rows.Next() {
+		var i LeaseAttemptAllRow
+		if err := rows.Scan(
+			&i.Name,
+			&i.Acquired,
+			&i.Token,
+			&i.ExpiresAt,
+			&i.Holder,
+			&i.DbNow,
+			&i.Grace,
+			&i.Ahead,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const leaseClaim = `-- name: LeaseClaim :many
 SELECT c.name::text AS name, c.token::bigint AS token, c.expires_at::timestamptz AS expires_at
   FROM pgbaton.claim($1::text, $2::text, $3::integer, $4::bigint, $5::bigint,
