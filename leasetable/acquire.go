@@ -51,7 +51,7 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte, wait
 	}
 	// The request id makes the attempt safe to send again after a broken
 	// connection: a repeat finds the grant the first one made.
-	p := db.LeaseAttemptParams{Name: name, Owner: c.cfg.Owner, TtlMs: c.ttlMs, Metadata: metadata, Session: s.param(), Ref: newRef(), Waiter: w.param()}
+	p := db.LeaseAttemptParams{Name: name, Owner: c.cfg.Owner, TtlMs: c.ttlMs, Metadata: metadata, Session: s.param(), Ref: newRef(), Waiter: w.param(), LockDelayMs: c.cfg.lockDelayMs()}
 	row, err := inFlight(c, ctx, func(ctx context.Context) (row db.LeaseAttemptRow, err error) {
 		err = c.retry(ctx, true, func(ctx context.Context) (err error) {
 			row, err = c.q.LeaseAttempt(ctx, c.pool, p)
@@ -81,7 +81,7 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte, wait
 			c.startGrace(ctx)
 		}
 		return nil, &HeldError{Name: name, Holder: row.Holder, Token: row.Token, ExpiresAt: row.ExpiresAt,
-			Grace: row.GraceUntil != nil, Ahead: int(row.Ahead), remaining: row.ExpiresAt.Sub(row.DbNow)}
+			Grace: row.GraceUntil != nil, LockDelay: row.LockDelayUntil != nil, Ahead: int(row.Ahead), remaining: row.ExpiresAt.Sub(row.DbNow)}
 	}
 	leases, err := c.track("", []db.LeaseClaimRow{{Name: name, Token: row.Token, ExpiresAt: row.ExpiresAt}}, s, start, waitStart)
 	if err != nil {
@@ -234,7 +234,7 @@ func (c *Client) releaseGrants(ctx context.Context, names []string, tokens []int
 	if len(names) == 0 {
 		return
 	}
-	if _, err := c.releaseMany(ctx, names, tokens); err != nil {
+	if _, err := c.releaseMany(ctx, names, tokens, nil); err != nil {
 		c.log.Warn("pgbaton: giving back a grant whose caller gave up failed; it expires at its TTL",
 			"leases", names, "error", err)
 		return
@@ -304,12 +304,14 @@ func (c *Client) waitAcquire(ctx context.Context, name string, metadata []byte, 
 		if !errors.As(err, &held) {
 			return l, false, err // granted (the common case at once) or failed
 		}
-		c.log.Debug("pgbaton: waiting for lease", "lease", name, "holder", held.Holder, "grace", held.Grace, "expires_in", held.remaining, "ahead", held.Ahead)
+		c.log.Debug("pgbaton: waiting for lease", "lease", name, "holder", held.Holder, "grace", held.Grace, "lock_delay", held.LockDelay, "expires_in", held.remaining, "ahead", held.Ahead)
 		w.heldBy(held.Token)
 		if err := w.wait(ctx, w.atHead(held)); err != nil {
 			by := fmt.Sprintf("held by %q", held.Holder)
 			if held.Grace {
 				by = "failover grace"
+			} else if held.LockDelay {
+				by = fmt.Sprintf("lock-delay after %q lost it", held.Holder)
 			}
 			return nil, true, fmt.Errorf("leasetable: waiting for lease %q (%s): %w", name, by, err)
 		}

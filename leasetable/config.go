@@ -106,6 +106,19 @@ type Config struct {
 	// defaults. The other tables are package retention's.
 	Retention Retention
 
+	// LockDelay is the lock-delay of the leases this client takes by name
+	// (Acquire, TryAcquire, elections): when one is lost rather than
+	// released (it expires, its holder is paused or cut off past it, the
+	// database's clock steps, a failover loses it, or an operator
+	// force-releases it without clearing the delay), nobody is granted it
+	// again before LockDelay has passed after its expiry; a Release or
+	// Complete frees it at once. For resources that cannot check a
+	// fencing token: it gives a lost holder's writes in flight time to
+	// land. Waiters wait through it (HeldError.LockDelay). Claim, ClaimWait
+	// and semaphores grant without one. At most MaxLockDelay; rounded up
+	// to whole milliseconds. Default 0: none, as before it existed.
+	LockDelay time.Duration
+
 	// ReleaseTimeout bounds how long a release or completion may take
 	// once the caller's context has ended, or when it has none (see the
 	// package doc, Cancellation and cleanup). Default 5s.
@@ -153,6 +166,9 @@ func (c Config) withDefaults() (Config, error) {
 		return c, err
 	}
 	c.Retention = r
+	if err := checkLockDelay(c.LockDelay); err != nil {
+		return c, err
+	}
 	orDefault(&c.ReleaseTimeout, 5*time.Second)
 	if c.ReleaseTimeout < 0 {
 		return c, invalid("ReleaseTimeout must be positive, got %s", c.ReleaseTimeout)

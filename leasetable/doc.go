@@ -156,6 +156,20 @@
 // 'reason'). New and Check log a warning when no standby is synchronous
 // (Client.Replication: ErrNoSyncStandby). See [Running in production].
 //
+// # Lock-delay
+//
+// For resources that cannot check a fencing token, Config.LockDelay (at
+// most MaxLockDelay, default none) gives the leases a client takes by name
+// a lock-delay: when one is lost rather than released (it expires, its
+// holder is paused or cut off past it, the database's clock steps, a
+// failover loses it, an operator force-releases it without
+// --clear-lock-delay), nobody is granted it before the delay has passed
+// after its expiry, so the lost holder's writes in flight land first.
+// Release and Complete free it at once; a Release after the loss does not.
+// TryAcquire returns a *HeldError with LockDelay set and ExpiresAt the
+// delay's end; Acquire waits through it. Claim, ClaimWait and semaphores
+// grant without one. See [Safety].
+//
 // # SQL protocol, retention, metrics and logs
 //
 // The protocol is SQL functions in the pgbaton schema, so psql or any

@@ -57,13 +57,17 @@ var (
 // refuses a lock with waiters queued); or when nobody does but a failover
 // grace holds every grant back (Grace is true, Holder empty, ExpiresAt the
 // grace's end: a grant the old primary made may be lost, and its holder
-// may still be working until then). errors.Is(err, ErrHeld) is true for it.
+// may still be working until then); or when the last grant was lost and
+// its lock-delay has not ended (LockDelay is true, Holder and Token the
+// lost grant's, ExpiresAt the delay's end: Config.LockDelay).
+// errors.Is(err, ErrHeld) is true for it.
 type HeldError struct {
 	Name      string    // the lease asked for
 	Holder    string    // owner of the live grant
 	Token     int64     // token of the live grant
 	ExpiresAt time.Time // when the grant expires unless renewed, database clock
 	Grace     bool      // not granted for a failover grace, until ExpiresAt
+	LockDelay bool      // not granted for the lock-delay of Holder's lost grant, until ExpiresAt
 	Ahead     int       // callers queued for the lease before this one: for a free lease, or a caller that waits
 
 	// remaining is ExpiresAt minus the database clock when it was read, so a
@@ -75,6 +79,10 @@ func (e *HeldError) Error() string {
 	if e.Grace {
 		return fmt.Sprintf("leasetable: lease %q is not granted before %s: failover grace (a grant the previous primary made may be lost, and its holder working)",
 			e.Name, e.ExpiresAt.Format(time.RFC3339Nano))
+	}
+	if e.LockDelay {
+		return fmt.Sprintf("leasetable: lease %q is in lock-delay until %s: %q (token %d) lost it, and may still be finishing its writes",
+			e.Name, e.ExpiresAt.Format(time.RFC3339Nano), e.Holder, e.Token)
 	}
 	if e.Holder == "" && e.Ahead > 0 {
 		return fmt.Sprintf("leasetable: lease %q is free but %d waiting callers are queued for it first", e.Name, e.Ahead)

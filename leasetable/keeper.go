@@ -267,7 +267,7 @@ func (k *keeper) sendBack() {
 		var err error
 		if len(leases) > 0 {
 			names, tokens := grants(byName(leases))
-			_, err = c.releaseMany(ctx, names, tokens)
+			_, err = c.releaseMany(ctx, names, tokens, lostNames(leases))
 		}
 		if err != nil || len(failed) > 0 {
 			c.log.Debug("pgbaton: giving back grants failed; trying again after the next keep-alive", "leases", len(leases), "requests", len(failed), "error", err)

@@ -486,6 +486,10 @@ func (l *Lease) releaseAfterTx(ctx context.Context) error {
 // release gives back this grant and reports whether the database still
 // had it; safe to repeat after a broken connection (retry).
 func (l *Lease) release(ctx context.Context) (ok bool, err error) {
+	if l.status().state == leaseLost {
+		freed, err := l.c.releaseMany(ctx, []string{l.name}, []int64{l.token}, []string{l.name})
+		return len(freed) == 1, err
+	}
 	var r db.LeaseReleaseRow
 	err = l.c.retry(ctx, true, func(ctx context.Context) (err error) {
 		r, err = l.c.q.LeaseRelease(ctx, l.c.pool, db.LeaseReleaseParams{Name: l.name, Owner: l.c.cfg.Owner, Token: l.token})

@@ -69,13 +69,18 @@ func slowLinkWorker(t *testing.T, ctx context.Context, owner string, items ...st
 	return direct, newClient(t, pool, leasetable.Config{Owner: owner, TTL: time.Minute}), pool, proxy
 }
 
-// childClient opens a pool and client in a child process.
-func childClient(ctx context.Context, url string, ttl time.Duration) (*leasetable.Client, func(), error) {
+// childClient opens a pool and client in a child process; lockDelay is
+// its Config.LockDelay, if given.
+func childClient(ctx context.Context, url string, ttl time.Duration, lockDelay ...time.Duration) (*leasetable.Client, func(), error) {
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := leasetable.New(ctx, pool, leasetable.Config{TTL: ttl, Owner: "child-" + strconv.Itoa(os.Getpid())})
+	cfg := leasetable.Config{TTL: ttl, Owner: "child-" + strconv.Itoa(os.Getpid())}
+	for _, d := range lockDelay {
+		cfg.LockDelay = d
+	}
+	c, err := leasetable.New(ctx, pool, cfg)
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
@@ -84,13 +89,21 @@ func childClient(ctx context.Context, url string, ttl time.Duration) (*leasetabl
 }
 
 // childHold acquires args[1] with TTL args[2], prints "token N", then
-// waits for the lease to end and prints "ended <cause>", then exits.
+// waits for the lease to end and prints "ended <cause>", then exits. With
+// a Config.LockDelay args[3], it then also gives the lease back as a
+// deferred Release would and prints "released <error>".
 func childHold(ctx context.Context, args []string) error {
 	ttl, err := time.ParseDuration(args[2])
 	if err != nil {
 		return err
 	}
-	c, closeFn, err := childClient(ctx, args[0], ttl)
+	var delay time.Duration
+	if len(args) > 3 {
+		if delay, err = time.ParseDuration(args[3]); err != nil {
+			return err
+		}
+	}
+	c, closeFn, err := childClient(ctx, args[0], ttl, delay)
 	if err != nil {
 		return err
 	}
@@ -105,6 +118,9 @@ func childHold(ctx context.Context, args []string) error {
 	pgtest.Printf("ended %v", l.Err())
 	if !errors.Is(l.Err(), leasetable.ErrLeaseLost) {
 		return fmt.Errorf("lease ended with %v, want ErrLeaseLost", l.Err())
+	}
+	if delay > 0 {
+		pgtest.Printf("released %v", l.Release(ctx))
 	}
 	return nil
 }

@@ -23,7 +23,7 @@ func (c *Client) releaseAll(ctx context.Context, stopped, retried []*Lease) erro
 	names, tokens := grants(byName(leases))
 	ctx, cancel := c.cleanupContext(ctx)
 	defer cancel()
-	freed, err := c.releaseMany(ctx, names, tokens)
+	freed, err := c.releaseMany(ctx, names, tokens, lostNames(leases))
 	if err != nil {
 		err = c.dbError("release", err)
 		for _, l := range stopped {
@@ -49,11 +49,12 @@ func (c *Client) releaseAll(ctx context.Context, stopped, retried []*Lease) erro
 }
 
 // releaseMany gives back the grants (names[i], tokens[i]) in one round
-// trip and returns the names it freed.
-func (c *Client) releaseMany(ctx context.Context, names []string, tokens []int64) (freed []string, err error) {
+// trip and returns the names it freed; those named in lost were lost, and
+// keep their lock-delay.
+func (c *Client) releaseMany(ctx context.Context, names []string, tokens []int64, lost []string) (freed []string, err error) {
 	var rows []db.LeaseReleaseManyRow
 	err = c.retry(ctx, true, func(ctx context.Context) (err error) {
-		rows, err = c.q.LeaseReleaseMany(ctx, c.pool, db.LeaseReleaseManyParams{Names: names, Tokens: tokens, Owner: c.cfg.Owner})
+		rows, err = c.q.LeaseReleaseMany(ctx, c.pool, db.LeaseReleaseManyParams{Names: names, Tokens: tokens, Owner: c.cfg.Owner, Lost: lost})
 		return err
 	})
 	var wake []string

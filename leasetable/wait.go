@@ -154,7 +154,7 @@ func (w *waiting) paced(d time.Duration) time.Duration {
 // before the queue, 286 with it and every poller at PollInterval).
 func (w *waiting) atHead(held *HeldError) time.Duration {
 	d := held.remaining
-	if !held.Grace && (w.poll != nil || w.c.ln.polling()) {
+	if !held.Grace && !held.LockDelay && (w.poll != nil || w.c.ln.polling()) {
 		d = min(d, headPoll(w.c.cfg.PollInterval)*time.Duration(held.Ahead+1))
 	}
 	return d

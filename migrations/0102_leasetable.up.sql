@@ -108,6 +108,14 @@ CREATE TABLE pgbaton.lease (
     -- finds its own grant instead of being refused by it, and a grant whose
     -- caller gave up can be found and given back without knowing its token.
     grant_ref   uuid,
+    -- The grant's lock-delay (Chubby's lock-delay, Consul's LockDelay),
+    -- chosen by its holder at grant time: when the grant is lost rather
+    -- than released (it expires, or is force-released keeping the delay),
+    -- the name is not granted again before lock_delay_ms after its expiry
+    -- (lease_free_at). A release or completion frees it at once. Bounded
+    -- by lock_delay_max_ms (60 s): longer would keep a name from everyone
+    -- for longer than a person waits. 0 (the default) is no delay.
+    lock_delay_ms bigint NOT NULL DEFAULT 0 CHECK (lock_delay_ms >= 0 AND lock_delay_ms <= 60000),
     CONSTRAINT lease_held_has_expiry CHECK ((owner IS NULL) = (expires_at IS NULL))
 )
 -- Renewals of leases renewed one by one (pgbaton.renew) touch no indexed
@@ -203,9 +211,9 @@ CREATE INDEX lease_waiter_queue_idx ON pgbaton.lease_waiter (name, rank DESC NUL
 --
 --     held  <=>  pgbaton.lease_expiry(l.expires_at, pgbaton.session_expiry(l.session_id)) > clock_timestamp()
 --
--- and a name is free for a new grant when that is not true. Every
--- function, view and query that asks whether a lease is held, or until
--- when, calls it; where the session's row is joined already (lease_status,
+-- and a name may be granted again lease_free_at (below: this plus the
+-- grant's lock-delay) after that. Every function, view and query that
+-- asks whether a lease is held, or until when, calls it; where the session's row is joined already (lease_status,
 -- claim's dead sessions) it passes that row's expires_at instead of
 -- looking it up again. A failover grace does not enter it: the grace holds
 -- back new grants (grant_state), not the expiry of the ones made.
@@ -227,6 +235,43 @@ $$;
 COMMENT ON FUNCTION pgbaton.lease_expiry(timestamptz, timestamptz) IS
     'pgbaton: when a lease stops being held: the later of its own expiry and its session''s, NULL when free; held iff this > clock_timestamp()';
 
+-- lease_free_at is the one definition of when a name may be granted again:
+-- lease_expiry, the instant its grant stops being held, plus the grant's
+-- lock-delay p_lock_delay_ms; NULL for a free row (released, completed or
+-- never granted: free now). So
+--
+--     grantable  <=>  pgbaton.lease_free_at(l.expires_at, <session expiry>, l.lock_delay_ms) IS NULL
+--                     OR pgbaton.lease_free_at(...) <= clock_timestamp()
+--
+-- Every statement that grants (lease_attempt, claim) or counts what can be
+-- granted (group_free) asks it; what asks whether a grant still holds
+-- (renew, assert_token, lease_status.held) asks lease_expiry. Between the
+-- two instants the grant is lost and the name is in lock-delay: a holder
+-- that cannot be reached, or was paused, may still be finishing writes to
+-- a resource that cannot check a fencing token, and nobody else is given
+-- the name until they had lock_delay_ms to land. A clean release sets
+-- owner and expires_at to NULL, so it frees the name at once whatever the
+-- delay.
+--
+-- It is built on lease_expiry rather than next to it, and inlinable for
+-- the same reasons (see lease_expiry).
+CREATE FUNCTION pgbaton.lease_free_at(p_expires_at timestamptz, p_session_expires_at timestamptz, p_lock_delay_ms bigint)
+RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT pgbaton.lease_expiry(p_expires_at, p_session_expires_at) + p_lock_delay_ms * interval '1 millisecond'
+$$;
+
+COMMENT ON FUNCTION pgbaton.lease_free_at(timestamptz, timestamptz, bigint) IS
+    'pgbaton: when a name may be granted again: lease_expiry plus the grant''s lock-delay; NULL when free now';
+
+-- lock_delay_max_ms is the longest lock-delay a grant may ask for: 60 s,
+-- Consul's bound too (a constant function, put in place when planned).
+CREATE FUNCTION pgbaton.lock_delay_max_ms()
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT 60000::bigint
+$$;
+
 -- session_expiry is when lease session p_session expires: NULL for no
 -- session (STRICT: a lease without one costs no call), or for one that is
 -- gone (closed or pruned, which unbound its leases). plpgsql, which keeps
@@ -239,20 +284,25 @@ BEGIN
 END $$;
 
 -- lease_status is pgbaton.lease with the expiry and renewal of a session's
--- leases taken from their session, and whether each lease is held now:
--- read leases through it. (held tests owner first so that it is false,
--- not NULL, for a free lease.)
+-- leases taken from their session, whether each lease is held now, and,
+-- for a lost grant whose lock-delay has not ended, when it ends
+-- (lock_delay_until; NULL otherwise): read leases through it. (held tests
+-- owner first so that it is false, not NULL, for a free lease.)
 CREATE VIEW pgbaton.lease_status AS
 SELECT l.name, l.lease_group, l.owner, l.token, l.acquired_at,
        CASE WHEN s.id IS NULL THEN l.renewed_at ELSE greatest(l.renewed_at, s.renewed_at) END AS renewed_at,
        pgbaton.lease_expiry(l.expires_at, s.expires_at) AS expires_at,
        l.metadata, l.session_id, l.seq,
-       (l.owner IS NOT NULL AND pgbaton.lease_expiry(l.expires_at, s.expires_at) > clock_timestamp()) AS held
+       (l.owner IS NOT NULL AND pgbaton.lease_expiry(l.expires_at, s.expires_at) > clock_timestamp()) AS held,
+       l.lock_delay_ms,
+       CASE WHEN pgbaton.lease_expiry(l.expires_at, s.expires_at) <= clock_timestamp()
+             AND pgbaton.lease_free_at(l.expires_at, s.expires_at, l.lock_delay_ms) > clock_timestamp()
+            THEN pgbaton.lease_free_at(l.expires_at, s.expires_at, l.lock_delay_ms) END AS lock_delay_until
   FROM pgbaton.lease l
   LEFT JOIN pgbaton.lease_session s ON s.id = l.session_id;
 
 COMMENT ON VIEW pgbaton.lease_status IS
-    'pgbaton leases with their effective expiry (session keep-alive included) and whether they are held now';
+    'pgbaton leases with their effective expiry (session keep-alive included), whether they are held now, and until when a lost grant''s lock-delay holds the name back';
 
 -- waiter_alive is whether a registration in the wait queue (its session
 -- p_session, or without one its own expiry p_expires_at) still waits: a
@@ -411,7 +461,8 @@ INSERT INTO pgbaton.token_epoch (timeline, epoch) VALUES (pgbaton.insert_timelin
 --
 -- The longest TTL in use is the largest TTL any grant, session_open or
 -- keep-alive used (lease_ttl, noted in the same transaction, before the
--- grant is acknowledged). It never falls by itself. Not covered: a TTL
+-- grant is acknowledged); a grant with a lock-delay counts its TTL plus
+-- the delay, which a lost grant holds its name back for too. It never falls by itself. Not covered: a TTL
 -- larger than every one before whose first grant is itself lost in the
 -- failover (pgbaton's clients note their TTL when they open their
 -- session, before their first grant).
@@ -731,8 +782,21 @@ BEGIN
     RETURNING s.expires_at, s.revoked, e;
 END $$;
 
+-- unbound_expiry is the expiry a lease row bound to session p_session
+-- keeps when it is unbound from it (closed or pruned): its own, except
+-- that a grant with a lock-delay keeps the later of its own and the
+-- session's, so that unbinding it never brings the end of its delay
+-- (lease_free_at) forward.
+CREATE FUNCTION pgbaton.unbound_expiry(p_expires_at timestamptz, p_session bigint, p_lock_delay_ms bigint)
+RETURNS timestamptz
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN p_lock_delay_ms > 0 THEN pgbaton.lease_expiry(p_expires_at, pgbaton.session_expiry(p_session))
+                ELSE p_expires_at END
+$$;
+
 -- session_close ends session p_id: its leases keep only their own expiry
--- (those the client released are no longer bound to it), and the row goes.
+-- (those the client released are no longer bound to it; a grant with a
+-- lock-delay keeps the session's, unbound_expiry), and the row goes.
 CREATE FUNCTION pgbaton.session_close(p_id bigint)
 RETURNS void
 LANGUAGE plpgsql
@@ -742,7 +806,8 @@ BEGIN
     -- First wait for grants binding to it (session_of), so that the
     -- unbinding below sees them.
     PERFORM 1 FROM pgbaton.lease_session s WHERE s.id = p_id FOR UPDATE;
-    UPDATE pgbaton.lease l SET session_id = NULL WHERE l.session_id = p_id;
+    UPDATE pgbaton.lease l SET session_id = NULL, expires_at = pgbaton.unbound_expiry(l.expires_at, p_id, l.lock_delay_ms)
+     WHERE l.session_id = p_id;
     DELETE FROM pgbaton.lease_session s WHERE s.id = p_id;
 END $$;
 
@@ -766,7 +831,8 @@ BEGIN
     IF cardinality(dead) = 0 THEN
         RETURN 0;
     END IF;
-    UPDATE pgbaton.lease l SET session_id = NULL WHERE l.session_id = ANY (dead);
+    UPDATE pgbaton.lease l SET session_id = NULL, expires_at = pgbaton.unbound_expiry(l.expires_at, l.session_id, l.lock_delay_ms)
+     WHERE l.session_id = ANY (dead);
     DELETE FROM pgbaton.lease_session s WHERE s.id = ANY (dead);
     RETURN cardinality(dead);
 END $$;
@@ -888,10 +954,16 @@ END $$;
 -- holder NULL, ahead their number, and expires_at a TTL from now (it is
 -- woken when its turn comes). A waiter granted the lease leaves the queue.
 -- A waiter refused a held lease learns its place too (ahead).
+-- p_lock_delay_ms is the new grant's lock-delay (0 to lock_delay_max_ms;
+-- see lease_free_at). A lost grant whose lock-delay has not ended is not
+-- granted either: acquired is false, holder and token are the lost
+-- grant's, and expires_at and lock_delay_until are the delay's end. The
+-- longest TTL in use counts a grant's lock-delay in its TTL, so a failover
+-- grace also outlasts the delay of a grant the failover lost.
 CREATE FUNCTION pgbaton.lease_attempt(p_name text, p_owner text, p_ttl_ms bigint, p_metadata jsonb DEFAULT NULL,
-    p_session bigint DEFAULT NULL, p_ref uuid DEFAULT NULL, p_waiter text DEFAULT NULL,
+    p_session bigint DEFAULT NULL, p_ref uuid DEFAULT NULL, p_waiter text DEFAULT NULL, p_lock_delay_ms bigint DEFAULT 0,
     OUT acquired boolean, OUT token bigint, OUT expires_at timestamptz, OUT holder text, OUT db_now timestamptz,
-    OUT grace_until timestamptz, OUT ahead integer)
+    OUT grace_until timestamptz, OUT ahead integer, OUT lock_delay_until timestamptz)
 LANGUAGE plpgsql
 SET enable_seqscan = off
 AS $$
@@ -902,10 +974,16 @@ DECLARE
     present boolean;
     locked  boolean := false;
     until   timestamptz;
+    free_at timestamptz;
+    se      timestamptz;
     epoch   bigint;
     grace   timestamptz;
 BEGIN
     PERFORM pgbaton.lease_check_args(p_name, p_owner, p_ttl_ms);
+    IF p_lock_delay_ms IS NULL OR p_lock_delay_ms < 0 OR p_lock_delay_ms > pgbaton.lock_delay_max_ms() THEN
+        RAISE EXCEPTION 'pgbaton: lock_delay_ms must be 0 to %, got %', pgbaton.lock_delay_max_ms(), p_lock_delay_ms
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     sid := pgbaton.session_of(p_session, p_owner);
     PERFORM pgbaton.requeue(p_name, p_waiter, false, sid, p_ttl_ms);
     LOOP
@@ -920,7 +998,9 @@ BEGIN
             SELECT * INTO cur FROM pgbaton.lease l WHERE l.name = p_name;
         END IF;
         present := FOUND;
-        until := pgbaton.lease_expiry(cur.expires_at, pgbaton.session_expiry(cur.session_id));
+        se := pgbaton.session_expiry(cur.session_id);
+        until := pgbaton.lease_expiry(cur.expires_at, se);
+        free_at := pgbaton.lease_free_at(cur.expires_at, se, cur.lock_delay_ms);
         -- Held, whether found so at the look or granted to someone else
         -- between the look and the lock.
         IF present AND until > clock_timestamp() THEN
@@ -932,6 +1012,13 @@ BEGIN
             ahead := CASE WHEN p_waiter IS NULL OR acquired THEN 0 ELSE pgbaton.waiters_ahead(p_name, p_waiter) END;
             expires_at := CASE WHEN acquired THEN cur.expires_at ELSE until END;
             db_now := clock_timestamp();
+            RETURN;
+        END IF;
+        -- Lost, and in its lock-delay: nobody is granted it before free_at.
+        IF present AND free_at > clock_timestamp() THEN
+            acquired := false; token := cur.token; holder := cur.owner;
+            ahead := CASE WHEN p_waiter IS NULL THEN 0 ELSE pgbaton.waiters_ahead(p_name, p_waiter) END;
+            expires_at := free_at; lock_delay_until := free_at; db_now := clock_timestamp();
             RETURN;
         END IF;
         -- Free or expired, and locked: grant it.
@@ -963,11 +1050,11 @@ BEGIN
         locked := true;
     END LOOP;
     t := clock_timestamp();
-    PERFORM pgbaton.note_ttl(p_ttl_ms);
+    PERFORM pgbaton.note_ttl(p_ttl_ms + p_lock_delay_ms);
     UPDATE pgbaton.lease l
        SET owner = p_owner, token = pgbaton.token_draw(pgbaton.token_base(epoch)), session_id = sid, grant_ref = p_ref,
            acquired_at = t, renewed_at = t, expires_at = t + p_ttl_ms * interval '1 millisecond',
-           metadata = coalesce(p_metadata, l.metadata)
+           metadata = coalesce(p_metadata, l.metadata), lock_delay_ms = p_lock_delay_ms
      WHERE l.name = p_name
     RETURNING l.token, l.expires_at INTO token, expires_at;
     acquired := true; holder := p_owner; db_now := t; ahead := 0;
@@ -1235,7 +1322,7 @@ BEGIN
         n := n + (SELECT count(*) FROM (
                       SELECT 1 FROM pgbaton.lease l
                        WHERE l.lease_group = p_group AND l.owner IS NOT NULL
-                         AND pgbaton.lease_expiry(l.expires_at, pgbaton.session_expiry(l.session_id)) <= clock_timestamp()
+                         AND pgbaton.lease_free_at(l.expires_at, pgbaton.session_expiry(l.session_id), l.lock_delay_ms) <= clock_timestamp()
                        LIMIT p_cap - n) e);
     END IF;
     RETURN n;
@@ -1501,25 +1588,47 @@ END $$;
 -- passes those to notify_waiters once this has committed. Clients give
 -- back many leases at once with it (Close, a grant whose caller gave up).
 -- The waiters of the whole batch are looked up once, not row by row.
-CREATE FUNCTION pgbaton.release_many(p_names text[], p_tokens bigint[], p_owner text)
+--
+-- p_lost names the grants of the batch that were lost, not released: their
+-- holder stopped because its local deadline passed (or it was told of a
+-- loss), and gives them back only so that its lease session no longer
+-- keeps them. Such a grant with a lock-delay is not freed: it is unbound
+-- from the session with the expiry it had (unbound_expiry), so the name is
+-- granted again no sooner than that plus the delay (lease_free_at), as if
+-- it had not been given back. It is returned too, with waiters false.
+CREATE FUNCTION pgbaton.release_many(p_names text[], p_tokens bigint[], p_owner text, p_lost text[] DEFAULT NULL)
 RETURNS TABLE (name text, waiters boolean)
 LANGUAGE plpgsql
 SET enable_seqscan = off
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
-    freed  text[];
-    groups text[];
-    wait   text[];
+    freed   text[];
+    groups  text[];
+    wait    text[];
+    delayed text[];
+    lost    text[] := coalesce(p_lost, '{}');
 BEGIN
+    IF cardinality(lost) > 0 THEN
+        WITH k AS (
+            UPDATE pgbaton.lease l
+               SET expires_at = pgbaton.unbound_expiry(l.expires_at, l.session_id, l.lock_delay_ms), session_id = NULL
+              FROM unnest(p_names, p_tokens) AS g(name, token)
+             WHERE l.name = g.name AND l.token = g.token AND l.owner = p_owner
+               AND l.lock_delay_ms > 0 AND l.name = ANY (lost)
+            RETURNING l.name)
+        SELECT array_agg(k.name) INTO delayed FROM k;
+    END IF;
     WITH r AS (
         UPDATE pgbaton.lease l
            SET owner = NULL, expires_at = NULL, session_id = NULL
           FROM unnest(p_names, p_tokens) AS g(name, token)
          WHERE l.name = g.name AND l.token = g.token AND l.owner = p_owner
+           AND NOT (l.name = ANY (coalesce(delayed, '{}')))
         RETURNING l.name, l.lease_group)
     SELECT array_agg(r.name), array_agg(r.lease_group)
       INTO freed, groups FROM r;
+    RETURN QUERY SELECT d.name, false FROM unnest(delayed) d(name);
     IF freed IS NULL THEN
         RETURN;
     END IF;
@@ -1715,8 +1824,11 @@ END $$;
 -- each with a new token, skipping rows other claims have locked (FOR UPDATE
 -- SKIP LOCKED), so concurrent workers never wait on or get the same row.
 -- Rows come back in that order. Grants are bound to p_session; expired
--- rows are those whose lease_expiry (their own expiry and their session's,
--- if any) has passed.
+-- rows are those whose lease_free_at (their own expiry and their
+-- session's, if any, plus the lost grant's lock-delay) has passed. Claims
+-- grant without a lock-delay: a work item, shard or semaphore slot whose
+-- worker died is claimed again at its expiry (fence its effects with
+-- complete_tx); a row granted by lease_attempt with one keeps it.
 -- With p_fair (semaphores), the group's free leases go to its live waiters
 -- in their order first (the wait queue, wait_for): the call claims only
 -- what is left over for it, behind the waiters ahead of p_waiter (all of
@@ -1793,7 +1905,7 @@ BEGIN
     ), expired AS (
         SELECT l.name, l.seq FROM pgbaton.lease l
          WHERE l.lease_group = p_group AND l.owner IS NOT NULL AND l.session_id IS NULL
-           AND pgbaton.lease_expiry(l.expires_at, pgbaton.session_expiry(l.session_id)) <= t
+           AND pgbaton.lease_free_at(l.expires_at, pgbaton.session_expiry(l.session_id), l.lock_delay_ms) <= t
          ORDER BY l.seq LIMIT want FOR UPDATE SKIP LOCKED
     ), dead AS (
         SELECT e.name, e.seq
@@ -1801,7 +1913,7 @@ BEGIN
          CROSS JOIN LATERAL (
             SELECT l.name, l.seq FROM pgbaton.lease l
              WHERE l.lease_group = p_group AND l.owner IS NOT NULL AND l.session_id = s.id
-               AND pgbaton.lease_expiry(l.expires_at, s.expires_at) <= t
+               AND pgbaton.lease_free_at(l.expires_at, s.expires_at, l.lock_delay_ms) <= t
              ORDER BY l.seq LIMIT want FOR UPDATE SKIP LOCKED) e
          WHERE s.expires_at <= t
     )
@@ -1828,7 +1940,8 @@ BEGIN
     WITH granted AS (
         UPDATE pgbaton.lease l
            SET owner = p_owner, token = pgbaton.token_draw(base), session_id = sid, grant_ref = p_ref,
-               acquired_at = t, renewed_at = t, expires_at = t + p_ttl_ms * interval '1 millisecond'
+               acquired_at = t, renewed_at = t, expires_at = t + p_ttl_ms * interval '1 millisecond',
+               lock_delay_ms = 0
          WHERE l.name = ANY (picked)
         RETURNING l.name, l.token, l.expires_at, l.seq)
     SELECT g.name, g.token, g.expires_at FROM granted g ORDER BY g.seq;

@@ -17,7 +17,7 @@ END $$;
 DROP FUNCTION pgbaton.grant_roles();
 DROP FUNCTION pgbaton.prune(text,interval,integer);
 DROP FUNCTION pgbaton.terminate_advisory_holder(integer,text,text);
-DROP FUNCTION pgbaton.force_release_lease(text,text);
+DROP FUNCTION pgbaton.force_release_lease(text,text,boolean);
 DROP FUNCTION pgbaton.request_leader_resign(text,text);
 DROP FUNCTION pgbaton.set_failover_grace(boolean,text);
 DROP FUNCTION pgbaton.require_reason(text);

@@ -71,13 +71,25 @@ END $$;
 -- when there is no such lease or it is not held. A lease kept by its
 -- session's keep-alive counts as held; it is unbound from the session, and
 -- the session's client is told (revoked).
-CREATE FUNCTION pgbaton.force_release_lease(p_name text, p_reason text)
-RETURNS TABLE (old_owner text, old_token bigint, new_token bigint)
+--
+-- A grant with a lock-delay (lease.lock_delay_ms) is lost, not released:
+-- its holder may still be finishing writes, so by default the name is not
+-- granted again before the delay has passed from now (its row keeps the
+-- old owner and the new token, expired now; lock_delay_until says until
+-- when). p_clear_delay frees it at once instead, and also ends the
+-- lock-delay of a grant lost before (expired, not held any more), which is
+-- otherwise PB404 like any lease not held.
+CREATE FUNCTION pgbaton.force_release_lease(p_name text, p_reason text, p_clear_delay boolean DEFAULT false)
+RETURNS TABLE (old_owner text, old_token bigint, new_token bigint, lock_delay_until timestamptz)
 LANGUAGE plpgsql
 SET enable_seqscan = off
 AS $$
 DECLARE
-    cur pgbaton.lease%ROWTYPE;
+    cur     pgbaton.lease%ROWTYPE;
+    se      timestamptz;
+    held    boolean;
+    delayed boolean;
+    keep    boolean;
 BEGIN
     PERFORM pgbaton.require_admin('force-releasing a lease');
     PERFORM pgbaton.require_reason(p_reason);
@@ -85,14 +97,25 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'pgbaton: no lease named %', p_name USING ERRCODE = 'PB404';
     END IF;
-    IF (pgbaton.lease_expiry(cur.expires_at, pgbaton.session_expiry(cur.session_id)) > clock_timestamp()) IS NOT TRUE THEN
+    se := pgbaton.session_expiry(cur.session_id);
+    held := coalesce(pgbaton.lease_expiry(cur.expires_at, se) > clock_timestamp(), false);
+    delayed := NOT held AND coalesce(pgbaton.lease_free_at(cur.expires_at, se, cur.lock_delay_ms) > clock_timestamp(), false);
+    IF NOT held AND NOT (delayed AND coalesce(p_clear_delay, false)) THEN
+        IF delayed THEN
+            RAISE EXCEPTION 'pgbaton: lease % is not held; it is in lock-delay until %', p_name,
+                pgbaton.lease_free_at(cur.expires_at, se, cur.lock_delay_ms)
+                USING ERRCODE = 'PB404', HINT = 'Pass clear_delay to end the lock-delay now.';
+        END IF;
         RAISE EXCEPTION 'pgbaton: lease % is not held', p_name USING ERRCODE = 'PB404';
     END IF;
+    keep := held AND cur.lock_delay_ms > 0 AND NOT coalesce(p_clear_delay, false);
     UPDATE pgbaton.lease l
-       SET owner = NULL, expires_at = NULL, session_id = NULL, token = pgbaton.next_token()
+       SET owner = CASE WHEN keep THEN l.owner END,
+           expires_at = CASE WHEN keep THEN clock_timestamp() END,
+           session_id = NULL, token = pgbaton.next_token()
      WHERE l.name = p_name
-    RETURNING l.token INTO new_token;
-    IF cur.session_id IS NOT NULL THEN
+    RETURNING l.token, pgbaton.lease_free_at(l.expires_at, NULL, l.lock_delay_ms) INTO new_token, lock_delay_until;
+    IF cur.session_id IS NOT NULL AND held THEN
         UPDATE pgbaton.lease_session s SET revoked = s.revoked + 1 WHERE s.id = cur.session_id;
     END IF;
     old_owner := cur.owner;
@@ -101,10 +124,15 @@ BEGIN
     VALUES ('force_release_lease', p_name, p_reason, cur.token, new_token,
             jsonb_build_object('owner', cur.owner, 'group', cur.lease_group, 'session', cur.session_id,
                                'acquired_at', cur.acquired_at,
-                               'expires_at', pgbaton.lease_expiry(cur.expires_at, pgbaton.session_expiry(cur.session_id))));
+                               'expires_at', pgbaton.lease_expiry(cur.expires_at, se),
+                               'lock_delay_ms', cur.lock_delay_ms, 'lock_delay_until', lock_delay_until,
+                               'lock_delay_cleared', delayed OR (held AND cur.lock_delay_ms > 0 AND NOT keep)));
     IF cur.lease_group IS NOT NULL THEN
         PERFORM pgbaton.group_gate(cur.lease_group, false);
     END IF;
+    -- A lease kept in lock-delay wakes the head of its queue too
+    -- (notify_waiters wakes it for a lease not held): it learns the
+    -- delay's end, which may come before the expiry it was waiting for.
     PERFORM pgbaton.notify_waiters(ARRAY[p_name, cur.lease_group]);
     RETURN NEXT;
 END $$;

@@ -40,9 +40,10 @@ import (
 )
 
 // Expire ends l as if its TTL ran out while its holder was paused: the
-// database sees it expired (the next Acquire is granted at once, with a
-// larger token; the old token's fenced writes fail), its waiters are
-// woken, and l's client has lost it: l.Err wraps leasetable.ErrLeaseLost.
+// database sees it expired (the next Acquire is granted at once, or once
+// the lock-delay l was granted with has passed, with a larger token; the
+// old token's fenced writes fail), its waiters are woken, and l's client
+// has lost it: l.Err wraps leasetable.ErrLeaseLost.
 func Expire(ctx context.Context, l *leasetable.Lease) error {
 	return expire(ctx, l, leasetable.CauseExpired)
 }

@@ -4,9 +4,9 @@
 -- name: LeaseAttempt :one
 SELECT a.acquired::boolean AS acquired, a.token::bigint AS token,
        a.expires_at::timestamptz AS expires_at, coalesce(a.holder, '')::text AS holder,
-       a.db_now::timestamptz AS db_now, a.grace_until, coalesce(a.ahead, 0)::integer AS ahead
+       a.db_now::timestamptz AS db_now, a.grace_until, coalesce(a.ahead, 0)::integer AS ahead, a.lock_delay_until
   FROM pgbaton.lease_attempt(@name::text, @owner::text, @ttl_ms::bigint, sqlc.narg(metadata)::jsonb, sqlc.narg(session)::bigint, sqlc.narg(ref)::uuid,
-                             sqlc.narg(waiter)::text) a;
+                             sqlc.narg(waiter)::text, @lock_delay_ms::bigint) a;
 
 -- name: LeaseAttemptAll :many
 -- Every name of a set or none (pgbaton.lease_attempt_all): a row per name
@@ -136,9 +136,10 @@ SELECT pg_notify('pgbaton_lease', @payload::text);
 -- name: LeaseReleaseMany :many
 -- Gives back leases of one owner in one round trip, each guarded by its
 -- (name, token) like pgbaton.release; returns the names freed and
--- whether anyone waits for each.
+-- whether anyone waits for each. lost names the grants given back because
+-- they were lost: those with a lock-delay keep it (pgbaton.release_many).
 SELECT r.name::text AS name, r.waiters::boolean AS waiters
-  FROM pgbaton.release_many(@names::text[], @tokens::bigint[], @owner::text) r;
+  FROM pgbaton.release_many(@names::text[], @tokens::bigint[], @owner::text, @lost::text[]) r;
 
 -- name: LeaseCompleteTx :exec
 -- Completes leases inside the caller's transaction; raises PB001, aborting

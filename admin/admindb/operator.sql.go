@@ -271,25 +271,36 @@ func (q *Queries) FailoverGrace(ctx context.Context, db DBTX) (FailoverGraceRow,
 }
 
 const forceReleaseLease = `-- name: ForceReleaseLease :one
-SELECT f.old_owner::text AS old_owner, f.old_token::bigint AS old_token, f.new_token::bigint AS new_token
-  FROM pgbaton.force_release_lease($1::text, $2::text) f
+SELECT f.old_owner::text AS old_owner, f.old_token::bigint AS old_token, f.new_token::bigint AS new_token,
+       coalesce(f.lock_delay_until, clock_timestamp())::timestamptz AS free_at
+  FROM pgbaton.force_release_lease($1::text, $2::text, $3::bool) f
 `
 
 type ForceReleaseLeaseParams struct {
-	Name   string `json:"name"`
-	Reason string `json:"reason"`
+	Name       string `json:"name"`
+	Reason     string `json:"reason"`
+	ClearDelay bool   `json:"clear_delay"`
 }
 
 type ForceReleaseLeaseRow struct {
-	OldOwner string `json:"old_owner"`
-	OldToken int64  `json:"old_token"`
-	NewToken int64  `json:"new_token"`
+	OldOwner string    `json:"old_owner"`
+	OldToken int64     `json:"old_token"`
+	NewToken int64     `json:"new_token"`
+	FreeAt   time.Time `json:"free_at"`
 }
 
+// clear_delay frees a grant with a lock-delay at once (and ends the
+// lock-delay of one lost before); free_at says when the name can be
+// granted again: now, or when the lock-delay kept ends.
 func (q *Queries) ForceReleaseLease(ctx context.Context, db DBTX, arg ForceReleaseLeaseParams) (ForceReleaseLeaseRow, error) {
-	row := db.QueryRow(ctx, forceReleaseLease, arg.Name, arg.Reason)
+	row := db.QueryRow(ctx, forceReleaseLease, arg.Name, arg.Reason, arg.ClearDelay)
 	var i ForceReleaseLeaseRow
-	err := row.Scan(&i.OldOwner, &i.OldToken, &i.NewToken)
+	err := row.Scan(
+		&i.OldOwner,
+		&i.OldToken,
+		&i.NewToken,
+		&i.FreeAt,
+	)
 	return i, err
 }
 
@@ -434,7 +445,9 @@ const leases = `-- name: Leases :many
 SELECT l.name, coalesce(l.lease_group, '')::text AS lease_group, coalesce(l.owner, '')::text AS owner,
        coalesce(l.token, 0)::bigint AS token, l.acquired_at, l.expires_at,
        l.held::bool AS held,
-       (CASE WHEN l.held THEN 'held' WHEN l.owner IS NOT NULL THEN 'expired' ELSE 'free' END)::text AS lease_state,
+       (CASE WHEN l.held THEN 'held' WHEN l.lock_delay_until IS NOT NULL THEN 'lock-delay'
+             WHEN l.owner IS NOT NULL THEN 'expired' ELSE 'free' END)::text AS lease_state,
+       l.lock_delay_until,
        coalesce((extract(epoch FROM l.expires_at - clock_timestamp()) * 1000)::bigint, 0)::bigint AS expires_in_ms,
        coalesce((extract(epoch FROM clock_timestamp() - l.acquired_at) * 1000)::bigint, 0)::bigint AS held_for_ms,
        l.metadata
@@ -446,6 +459,7 @@ SELECT l.name, coalesce(l.lease_group, '')::text AS lease_group, coalesce(l.owne
    AND CASE $5::text
          WHEN 'held' THEN l.held
          WHEN 'expired' THEN l.owner IS NOT NULL AND NOT l.held
+         WHEN 'lock-delay' THEN l.lock_delay_until IS NOT NULL
          WHEN 'free' THEN l.owner IS NULL
          ELSE true
        END
@@ -463,23 +477,27 @@ type LeasesParams struct {
 }
 
 type LeasesRow struct {
-	Name        string     `json:"name"`
-	LeaseGroup  string     `json:"lease_group"`
-	Owner       string     `json:"owner"`
-	Token       int64      `json:"token"`
-	AcquiredAt  *time.Time `json:"acquired_at"`
-	ExpiresAt   *time.Time `json:"expires_at"`
-	Held        bool       `json:"held"`
-	LeaseState  string     `json:"lease_state"`
-	ExpiresInMs int64      `json:"expires_in_ms"`
-	HeldForMs   int64      `json:"held_for_ms"`
-	Metadata    []byte     `json:"metadata"`
+	Name           string     `json:"name"`
+	LeaseGroup     string     `json:"lease_group"`
+	Owner          string     `json:"owner"`
+	Token          int64      `json:"token"`
+	AcquiredAt     *time.Time `json:"acquired_at"`
+	ExpiresAt      *time.Time `json:"expires_at"`
+	Held           bool       `json:"held"`
+	LeaseState     string     `json:"lease_state"`
+	LockDelayUntil *time.Time `json:"lock_delay_until"`
+	ExpiresInMs    int64      `json:"expires_in_ms"`
+	HeldForMs      int64      `json:"held_for_ms"`
+	Metadata       []byte     `json:"metadata"`
 }
 
 // Leases by name after the name `after` (keyset paging: ” for the first
 // page), filtered: prefix on the name, the group, holder as a substring of
 // the owner (any case), and state 'held', 'expired' (an owner whose expiry
-// has passed and nobody took it over yet), 'free' (no owner) or 'all'.
+// has passed and nobody took it over yet), 'lock-delay' (an owner that
+// lost its grant, whose lock-delay holds the name back until
+// lock_delay_until), 'free' (no owner) or 'all'. 'expired' includes
+// 'lock-delay'.
 func (q *Queries) Leases(ctx context.Context, db DBTX, arg LeasesParams) ([]LeasesRow, error) {
 	rows, err := db.Query(ctx, leases,
 		arg.Prefix,
@@ -505,6 +523,7 @@ func (q *Queries) Leases(ctx context.Context, db DBTX, arg LeasesParams) ([]Leas
 			&i.ExpiresAt,
 			&i.Held,
 			&i.LeaseState,
+			&i.LockDelayUntil,
 			&i.ExpiresInMs,
 			&i.HeldForMs,
 			&i.Metadata,

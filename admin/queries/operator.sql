@@ -68,11 +68,16 @@ SELECT r.pid, r.mode, r.granted, r.objsubid, r.key, r.key1, r.key2, r.name, r.na
 -- Leases by name after the name `after` (keyset paging: '' for the first
 -- page), filtered: prefix on the name, the group, holder as a substring of
 -- the owner (any case), and state 'held', 'expired' (an owner whose expiry
--- has passed and nobody took it over yet), 'free' (no owner) or 'all'.
+-- has passed and nobody took it over yet), 'lock-delay' (an owner that
+-- lost its grant, whose lock-delay holds the name back until
+-- lock_delay_until), 'free' (no owner) or 'all'. 'expired' includes
+-- 'lock-delay'.
 SELECT l.name, coalesce(l.lease_group, '')::text AS lease_group, coalesce(l.owner, '')::text AS owner,
        coalesce(l.token, 0)::bigint AS token, l.acquired_at, l.expires_at,
        l.held::bool AS held,
-       (CASE WHEN l.held THEN 'held' WHEN l.owner IS NOT NULL THEN 'expired' ELSE 'free' END)::text AS lease_state,
+       (CASE WHEN l.held THEN 'held' WHEN l.lock_delay_until IS NOT NULL THEN 'lock-delay'
+             WHEN l.owner IS NOT NULL THEN 'expired' ELSE 'free' END)::text AS lease_state,
+       l.lock_delay_until,
        coalesce((extract(epoch FROM l.expires_at - clock_timestamp()) * 1000)::bigint, 0)::bigint AS expires_in_ms,
        coalesce((extract(epoch FROM clock_timestamp() - l.acquired_at) * 1000)::bigint, 0)::bigint AS held_for_ms,
        l.metadata
@@ -84,6 +89,7 @@ SELECT l.name, coalesce(l.lease_group, '')::text AS lease_group, coalesce(l.owne
    AND CASE sqlc.arg(lease_state)::text
          WHEN 'held' THEN l.held
          WHEN 'expired' THEN l.owner IS NOT NULL AND NOT l.held
+         WHEN 'lock-delay' THEN l.lock_delay_until IS NOT NULL
          WHEN 'free' THEN l.owner IS NULL
          ELSE true
        END
@@ -145,8 +151,12 @@ SELECT e.id, e.at, e.actor, e.action, e.target, e.reason, e.old_token, e.new_tok
  LIMIT sqlc.arg(max_rows)::int;
 
 -- name: ForceReleaseLease :one
-SELECT f.old_owner::text AS old_owner, f.old_token::bigint AS old_token, f.new_token::bigint AS new_token
-  FROM pgbaton.force_release_lease(sqlc.arg(name)::text, sqlc.arg(reason)::text) f;
+-- clear_delay frees a grant with a lock-delay at once (and ends the
+-- lock-delay of one lost before); free_at says when the name can be
+-- granted again: now, or when the lock-delay kept ends.
+SELECT f.old_owner::text AS old_owner, f.old_token::bigint AS old_token, f.new_token::bigint AS new_token,
+       coalesce(f.lock_delay_until, clock_timestamp())::timestamptz AS free_at
+  FROM pgbaton.force_release_lease(sqlc.arg(name)::text, sqlc.arg(reason)::text, sqlc.arg(clear_delay)::bool) f;
 
 -- name: TerminateAdvisoryHolder :one
 SELECT t.terminated::bool AS terminated, t.locks_held::int AS locks_held

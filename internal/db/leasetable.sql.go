@@ -50,29 +50,31 @@ const leaseAttempt = `-- name: LeaseAttempt :one
 
 SELECT a.acquired::boolean AS acquired, a.token::bigint AS token,
        a.expires_at::timestamptz AS expires_at, coalesce(a.holder, '')::text AS holder,
-       a.db_now::timestamptz AS db_now, a.grace_until, coalesce(a.ahead, 0)::integer AS ahead
+       a.db_now::timestamptz AS db_now, a.grace_until, coalesce(a.ahead, 0)::integer AS ahead, a.lock_delay_until
   FROM pgbaton.lease_attempt($1::text, $2::text, $3::bigint, $4::jsonb, $5::bigint, $6::uuid,
-                             $7::text) a
+                             $7::text, $8::bigint) a
 `
 
 type LeaseAttemptParams struct {
-	Name     string      `json:"name"`
-	Owner    string      `json:"owner"`
-	TtlMs    int64       `json:"ttl_ms"`
-	Metadata []byte      `json:"metadata"`
-	Session  pgtype.Int8 `json:"session"`
-	Ref      pgtype.UUID `json:"ref"`
-	Waiter   pgtype.Text `json:"waiter"`
+	Name        string      `json:"name"`
+	Owner       string      `json:"owner"`
+	TtlMs       int64       `json:"ttl_ms"`
+	Metadata    []byte      `json:"metadata"`
+	Session     pgtype.Int8 `json:"session"`
+	Ref         pgtype.UUID `json:"ref"`
+	Waiter      pgtype.Text `json:"waiter"`
+	LockDelayMs int64       `json:"lock_delay_ms"`
 }
 
 type LeaseAttemptRow struct {
-	Acquired   bool       `json:"acquired"`
-	Token      int64      `json:"token"`
-	ExpiresAt  time.Time  `json:"expires_at"`
-	Holder     string     `json:"holder"`
-	DbNow      time.Time  `json:"db_now"`
-	GraceUntil *time.Time `json:"grace_until"`
-	Ahead      int32      `json:"ahead"`
+	Acquired       bool       `json:"acquired"`
+	Token          int64      `json:"token"`
+	ExpiresAt      time.Time  `json:"expires_at"`
+	Holder         string     `json:"holder"`
+	DbNow          time.Time  `json:"db_now"`
+	GraceUntil     *time.Time `json:"grace_until"`
+	Ahead          int32      `json:"ahead"`
+	LockDelayUntil *time.Time `json:"lock_delay_until"`
 }
 
 // Wrappers for the lease protocol functions (migrations/0102_leasetable). The
@@ -86,6 +88,7 @@ func (q *Queries) LeaseAttempt(ctx context.Context, db DBTX, arg LeaseAttemptPar
 		arg.Session,
 		arg.Ref,
 		arg.Waiter,
+		arg.LockDelayMs,
 	)
 	var i LeaseAttemptRow
 	err := row.Scan(
@@ -96,6 +99,7 @@ func (q *Queries) LeaseAttempt(ctx context.Context, db DBTX, arg LeaseAttemptPar
 		&i.DbNow,
 		&i.GraceUntil,
 		&i.Ahead,
+		&i.LockDelayUntil,
 	)
 	return i, err
 }
@@ -507,13 +511,14 @@ func (q *Queries) LeaseRelease(ctx context.Context, db DBTX, arg LeaseReleasePar
 
 const leaseReleaseMany = `-- name: LeaseReleaseMany :many
 SELECT r.name::text AS name, r.waiters::boolean AS waiters
-  FROM pgbaton.release_many($1::text[], $2::bigint[], $3::text) r
+  FROM pgbaton.release_many($1::text[], $2::bigint[], $3::text, $4::text[]) r
 `
 
 type LeaseReleaseManyParams struct {
 	Names  []string `json:"names"`
 	Tokens []int64  `json:"tokens"`
 	Owner  string   `json:"owner"`
+	Lost   []string `json:"lost"`
 }
 
 type LeaseReleaseManyRow struct {
@@ -523,9 +528,15 @@ type LeaseReleaseManyRow struct {
 
 // Gives back leases of one owner in one round trip, each guarded by its
 // (name, token) like pgbaton.release; returns the names freed and
-// whether anyone waits for each.
+// whether anyone waits for each. lost names the grants given back because
+// they were lost: those with a lock-delay keep it (pgbaton.release_many).
 func (q *Queries) LeaseReleaseMany(ctx context.Context, db DBTX, arg LeaseReleaseManyParams) ([]LeaseReleaseManyRow, error) {
-	rows, err := db.Query(ctx, leaseReleaseMany, arg.Names, arg.Tokens, arg.Owner)
+	rows, err := db.Query(ctx, leaseReleaseMany,
+		arg.Names,
+		arg.Tokens,
+		arg.Owner,
+		arg.Lost,
+	)
 	if err != nil {
 		return nil, err
 	}

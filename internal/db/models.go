@@ -86,8 +86,9 @@ type PgbatonLease struct {
 	Metadata   []byte      `json:"metadata"`
 	Seq        int64       `json:"seq"`
 	// pgbaton.lease_session keeping this lease alive beyond expires_at; NULL for leases renewed one by one
-	SessionID pgtype.Int8 `json:"session_id"`
-	GrantRef  pgtype.UUID `json:"grant_ref"`
+	SessionID   pgtype.Int8 `json:"session_id"`
+	GrantRef    pgtype.UUID `json:"grant_ref"`
+	LockDelayMs int64       `json:"lock_delay_ms"`
 }
 
 // pgbaton wait queue: live waiters of each lease or group in the order they are served
@@ -122,19 +123,21 @@ type PgbatonLeaseSession struct {
 	Revoked   int64     `json:"revoked"`
 }
 
-// pgbaton leases with their effective expiry (session keep-alive included) and whether they are held now
+// pgbaton leases with their effective expiry (session keep-alive included), whether they are held now, and until when a lost grant's lock-delay holds the name back
 type PgbatonLeaseStatus struct {
-	Name       string      `json:"name"`
-	LeaseGroup pgtype.Text `json:"lease_group"`
-	Owner      pgtype.Text `json:"owner"`
-	Token      pgtype.Int8 `json:"token"`
-	AcquiredAt *time.Time  `json:"acquired_at"`
-	RenewedAt  *time.Time  `json:"renewed_at"`
-	ExpiresAt  *time.Time  `json:"expires_at"`
-	Metadata   []byte      `json:"metadata"`
-	SessionID  pgtype.Int8 `json:"session_id"`
-	Seq        int64       `json:"seq"`
-	Held       pgtype.Bool `json:"held"`
+	Name           string      `json:"name"`
+	LeaseGroup     pgtype.Text `json:"lease_group"`
+	Owner          pgtype.Text `json:"owner"`
+	Token          pgtype.Int8 `json:"token"`
+	AcquiredAt     *time.Time  `json:"acquired_at"`
+	RenewedAt      *time.Time  `json:"renewed_at"`
+	ExpiresAt      *time.Time  `json:"expires_at"`
+	Metadata       []byte      `json:"metadata"`
+	SessionID      pgtype.Int8 `json:"session_id"`
+	Seq            int64       `json:"seq"`
+	Held           pgtype.Bool `json:"held"`
+	LockDelayMs    int64       `json:"lock_delay_ms"`
+	LockDelayUntil *time.Time  `json:"lock_delay_until"`
 }
 
 // pgbaton: TTLs in use, a row each time a longer one is first used; the longest is the failover grace

@@ -1,0 +1,34 @@
+package leasetable
+
+import "time"
+
+// MaxLockDelay is the longest Config.LockDelay: 60s, Consul's bound too.
+// The database refuses a longer one (pgbaton.lock_delay_max_ms).
+const MaxLockDelay = 60 * time.Second
+
+// checkLockDelay rejects a lock-delay the database would refuse.
+func checkLockDelay(d time.Duration) error {
+	if d < 0 || d > MaxLockDelay {
+		return invalid("LockDelay must be 0 to %s, got %s", MaxLockDelay, d)
+	}
+	return nil
+}
+
+// lockDelayMs is Config.LockDelay as the database takes it: whole
+// milliseconds, rounded up, so a delay is never shortened.
+func (c Config) lockDelayMs() int64 {
+	return int64((c.LockDelay + time.Millisecond - 1) / time.Millisecond)
+}
+
+// lostNames are the names of the leases among leases that were lost: given
+// back, they keep their lock-delay (pgbaton.release_many's p_lost), where
+// a lease released by its holder frees its name at once. Nil when none.
+func lostNames(leases []*Lease) []string {
+	var out []string
+	for _, l := range leases {
+		if l.status().state == leaseLost {
+			out = append(out, l.name)
+		}
+	}
+	return out
+}
