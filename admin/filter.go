@@ -10,7 +10,7 @@ import (
 
 // Lease and advisory lock states a view can be filtered by.
 var (
-	leaseStates = []string{"held", "expired", "free", "all"}
+	leaseStates = []string{"held", "expired", "lock-delay", "free", "all"}
 	lockStates  = []string{"", "held", "waiting", "contended"}
 	// refreshSeconds are the auto-refresh intervals the page offers; 0 is off.
 	refreshSeconds = []int{0, 5, 15, 60}

@@ -177,6 +177,29 @@ func TestFiltersStatesWaitersAndPages(t *testing.T) {
 	}
 }
 
+// A lost grant in its lock-delay shows as state lock-delay, with the
+// delay's end, and under the lock-delay filter.
+func TestLeaseInLockDelay(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	_, err := f.pool.Exec(ctx, `SELECT pgbaton.lease_attempt('lease:lost', 'worker-4', 1, p_lock_delay_ms => 60000)`)
+	require.NoError(t, err)
+	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
+		var expired bool
+		err := f.pool.QueryRow(ctx, `SELECT NOT held FROM pgbaton.lease_status WHERE name = 'lease:lost'`).Scan(&expired)
+		return expired, err
+	}, "lease:lost does not expire")
+	ts := serve(t, f.pool, admin.Config{})
+	code, body := get(t, ts, "/?state=lock-delay")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `<tr data-lease="lease:lost" data-state="lock-delay">`)
+	require.Contains(t, body, "lock-delay until 20")
+	_, body = get(t, ts, "/?state=expired")
+	require.Contains(t, body, `data-state="lock-delay"`, "a lease in lock-delay has expired")
+	_, body = get(t, ts, "/")
+	require.NotContains(t, body, `data-lease="lease:lost"`, "not held")
+}
+
 // The lease waiters are the wait queues (pgbaton.lease_queue): by name,
 // then in the order they are served, with their owner; a waiter whose
 // lease session expired is not in the queue and takes no place in it.

@@ -249,7 +249,7 @@ func TestCompletionFromTheDatabase(t *testing.T) {
 	require.Equal(t, []string{":4"}, complete("release", "shard-0", ""), "one NAME only")
 	require.Equal(t, []string{"shards", ":4"}, complete("leases", "--group", ""))
 	require.Equal(t, []string{"shard-1", ":4"}, complete("leases", "--group", "shards", "--prefix", "shard-1"))
-	require.Equal(t, []string{"held", "expired", "free", "all", ":4"}, complete("leases", "--state", ""))
+	require.Equal(t, []string{"held", "expired", "lock-delay", "free", "all", ":4"}, complete("leases", "--state", ""))
 
 	// A database that cannot be reached completes nothing, quickly.
 	code, out, _ := cli(t, cobra.ShellCompRequestCmd, "--dsn", "postgres://x@127.0.0.1:1/db", "release", "")

@@ -36,6 +36,7 @@ func newLeasesCmd(g *globals) *cobra.Command {
 		Example: `  pgbaton leases
   pgbaton leases --group shards --state all
   pgbaton leases --state expired          # an owner whose expiry passed; nobody took it over yet
+  pgbaton leases --state lock-delay       # lost grants whose lock-delay still holds the name back
   pgbaton leases --limit 100 --after shard-0099   # the next page
   pgbaton leases --waiting                # the wait queues: who is served next, and how long each waited`,
 		Args: exactArgs(0),
@@ -80,7 +81,7 @@ func newLeasesCmd(g *globals) *cobra.Command {
 		},
 	}
 	f.flags(g, cmd, "leases", false)
-	cmd.Flags().StringVar(&f.state, "state", "held", "held, expired (expiry passed, not taken over yet), free, or all")
+	cmd.Flags().StringVar(&f.state, "state", "held", "held, expired (expiry passed, not taken over yet), lock-delay (expired, its lock-delay not over), free, or all")
 	cmd.Flags().BoolVar(&all, "all", false, "include free and expired leases (--state all)")
 	cmd.Flags().StringVar(&f.after, "after", "", "start after this lease name: the next page of a list cut at --limit")
 	cmd.Flags().BoolVar(&waiting, "waiting", false, "show who waits for leases, in queue order (pgbaton.lease_queue), instead")

@@ -38,7 +38,7 @@ type advisoryLock struct {
 type leaseView struct {
 	Name       string          `json:"name"`
 	Group      string          `json:"group,omitempty"`
-	State      string          `json:"state"` // held, expired or free
+	State      string          `json:"state"` // held, expired, lock-delay or free
 	Owner      string          `json:"owner,omitempty"`
 	Token      int64           `json:"token,string"`
 	Held       bool            `json:"held"`
@@ -47,6 +47,9 @@ type leaseView struct {
 	ExpiresIn  string          `json:"expires_in,omitempty"`
 	HeldFor    string          `json:"held_for,omitempty"`
 	Metadata   json.RawMessage `json:"metadata,omitempty"`
+	// LockDelayUntil is, in state lock-delay, when the lost grant's
+	// lock-delay ends: nobody is granted the lease before it.
+	LockDelayUntil string `json:"lock_delay_until,omitempty"`
 }
 
 type locksReport struct {
@@ -64,14 +67,14 @@ type lockFilter struct {
 	prefix  string
 	group   string
 	holder  string
-	state   string // leases: held, expired, free, all
+	state   string // leases: held, expired, lock-delay, free, all
 	after   string // leases after this name (the next page)
 	waiting bool
 	limit   int
 }
 
 // Lease states `leases --state` accepts.
-var leaseStates = []string{"held", "expired", "free", "all"}
+var leaseStates = []string{"held", "expired", "lock-delay", "free", "all"}
 
 func (f *lockFilter) flags(g *globals, cmd *cobra.Command, what string, withWaiting bool) {
 	cmd.Flags().StringVar(&f.prefix, "prefix", "", "only "+what+" whose name starts with this")
@@ -261,6 +264,11 @@ func leaseFromRow(l admindb.LeasesRow) leaseView {
 	}
 	if len(l.Metadata) > 0 && string(l.Metadata) != "{}" {
 		v.Metadata = json.RawMessage(l.Metadata)
+	}
+	if l.LockDelayUntil != nil {
+		v.LockDelayUntil = l.LockDelayUntil.UTC().Format(time.RFC3339Nano)
+		// EXPIRES IN says when it can be granted again.
+		v.ExpiresIn = "delay " + fmtDuration(time.Until(*l.LockDelayUntil))
 	}
 	return v
 }

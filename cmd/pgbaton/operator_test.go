@@ -226,6 +226,50 @@ func TestReleaseLeaseIsAuditedAndFencesTheOldHolder(t *testing.T) {
 	require.Equal(t, exitNotFound, code, errOut)
 }
 
+// A lease taken with a lock-delay: a forced release keeps the delay (the
+// leases list shows it, in JSON too) unless --clear-lock-delay, which also
+// ends a lock-delay under way.
+func TestReleaseLeaseKeepsOrClearsItsLockDelay(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	pool := f.db.Pool(t)
+	_, err := pool.Exec(ctx, `SELECT pgbaton.lease_attempt('lease:delayed', 'worker-5', 60000, p_lock_delay_ms => 60000)`)
+	require.NoError(t, err)
+
+	code, out, errOut := cli(t, "release", "lease:delayed", "--dsn", f.db.URL, "--reason", "wedged", "--yes", "-o", "json")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, errOut, "its lock-delay was kept: nobody is granted it for 1m0s")
+	var res struct {
+		FreeAt time.Time `json:"free_at"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &res))
+	require.WithinDuration(t, time.Now().Add(time.Minute), res.FreeAt, 10*time.Second)
+
+	code, out, errOut = cli(t, "leases", "--dsn", f.db.URL, "--state", "lock-delay", "-o", "json")
+	require.Equal(t, exitOK, code, errOut)
+	var views []leaseView
+	require.NoError(t, json.Unmarshal([]byte(out), &views))
+	require.Len(t, views, 1)
+	require.Equal(t, "lock-delay", views[0].State)
+	require.Equal(t, "worker-5", views[0].Owner, "the owner that lost it")
+	until, err := time.Parse(time.RFC3339Nano, views[0].LockDelayUntil)
+	require.NoError(t, err)
+	require.WithinDuration(t, res.FreeAt, until, time.Millisecond)
+	code, out, _ = cli(t, "leases", "--dsn", f.db.URL, "--state", "lock-delay")
+	require.Equal(t, exitOK, code)
+	require.Regexp(t, `lease:delayed\s+-\s+lock-delay\s+worker-5\s+\d+\s+delay 5\ds`, out)
+
+	code, _, errOut = cli(t, "release", "lease:delayed", "--dsn", f.db.URL, "--reason", "again", "--yes")
+	require.Equal(t, exitNotFound, code, "not held: %s", errOut)
+	code, _, errOut = cli(t, "release", "lease:delayed", "--dsn", f.db.URL, "--reason", "clear it", "--yes", "--clear-lock-delay")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, errOut, "in lock-delay until")
+	require.NotContains(t, errOut, "was kept")
+	var free bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT owner IS NULL AND lock_delay_until IS NULL FROM pgbaton.lease_status WHERE name = 'lease:delayed'`).Scan(&free))
+	require.True(t, free)
+}
+
 func TestReleaseAdvisoryTerminatesOnlyWhenAsked(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)

@@ -8,6 +8,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -18,12 +19,13 @@ import (
 )
 
 type releaseOpts struct {
-	reason    string
-	yes       bool
-	terminate bool
-	kind      string
-	namespace string
-	stdin     io.Reader
+	reason     string
+	clearDelay bool
+	yes        bool
+	terminate  bool
+	kind       string
+	namespace  string
+	stdin      io.Reader
 }
 
 func newReleaseCmd(g *globals) *cobra.Command {
@@ -35,9 +37,14 @@ func newReleaseCmd(g *globals) *cobra.Command {
 (pgbaton events) in the same transaction. Needs role pgbaton_admin.
 
 A lease is freed and its token bumped, so the old holder's fenced writes fail
-from then on. An advisory lock can only be freed by ending the session that
-holds it, which frees every lock that session holds: pgbaton shows them and
-does it only with --terminate-backend.
+from then on. A lease taken with a lock-delay (leasetable.Config.LockDelay) is
+then granted to nobody until the delay has passed, as if its holder had lost
+it; --clear-lock-delay frees it at once instead, and also ends the lock-delay
+of a lease lost before.
+
+An advisory lock can only be freed by ending the session that holds it, which
+frees every lock that session holds: pgbaton shows them and does it only with
+--terminate-backend.
 
 NAME is a lease name or an advisory lock name; an advisory lock can also be
 given as a bigint key or as "a,b" for an (int, int) pair. Shell completion
@@ -73,6 +80,7 @@ script, CI, a pipe) it changes nothing unless --yes is given.`,
 	cmd.Flags().StringVar(&o.reason, "reason", "", "why (required; written to the audit log)")
 	cmd.Flags().BoolVarP(&o.yes, "yes", "y", false, "do not ask for confirmation")
 	cmd.Flags().BoolVar(&o.terminate, "terminate-backend", false, "for an advisory lock: terminate the session holding it")
+	cmd.Flags().BoolVar(&o.clearDelay, "clear-lock-delay", false, "for a lease: free it at once, without its lock-delay (also ends a lock-delay under way)")
 	cmd.Flags().StringVar(&o.kind, "kind", "auto", "lease, advisory, or auto (a held lease of that name first)")
 	cmd.Flags().StringVar(&o.namespace, "namespace", "", "advisory lock namespace (advisory.Config.Namespace)")
 	return cmd
@@ -83,6 +91,9 @@ func (g *globals) release(ctx context.Context, pool *pgxpool.Pool, name string, 
 		// Names sort after their prefixes: the lease named name, if held,
 		// is the first held lease whose name starts with it.
 		rows, err := admindb.New().Leases(ctx, pool, admindb.LeasesParams{Prefix: name, LeaseState: "held", MaxRows: 1})
+		if err == nil && o.clearDelay && (len(rows) == 0 || rows[0].Name != name) {
+			rows, err = admindb.New().Leases(ctx, pool, admindb.LeasesParams{Prefix: name, LeaseState: "lock-delay", MaxRows: 1})
+		}
 		if err != nil {
 			return explainQueryError(err)
 		}
@@ -115,18 +126,26 @@ func (g *globals) confirm(o releaseOpts, prompt string) error {
 }
 
 func (g *globals) releaseLease(ctx context.Context, pool *pgxpool.Pool, l leaseView, o releaseOpts) error {
-	fmt.Fprintf(g.stderr, "lease %s held by %s with token %d for %s, expires in %s\n", l.Name, l.Owner, l.Token, l.HeldFor, l.ExpiresIn)
+	if l.LockDelayUntil != "" {
+		fmt.Fprintf(g.stderr, "lease %s lost by %s with token %d, in lock-delay until %s\n", l.Name, l.Owner, l.Token, l.LockDelayUntil)
+	} else {
+		fmt.Fprintf(g.stderr, "lease %s held by %s with token %d for %s, expires in %s\n", l.Name, l.Owner, l.Token, l.HeldFor, l.ExpiresIn)
+	}
 	if err := g.confirm(o, "Force-release it? Its holder's fenced writes will fail."); err != nil {
 		return err
 	}
 	var res admindb.ForceReleaseLeaseRow
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var err error
-		res, err = admindb.New().ForceReleaseLease(ctx, tx, admindb.ForceReleaseLeaseParams{Name: l.Name, Reason: o.reason})
+		res, err = admindb.New().ForceReleaseLease(ctx, tx, admindb.ForceReleaseLeaseParams{Name: l.Name, Reason: o.reason, ClearDelay: o.clearDelay})
 		return err
 	})
 	if err != nil {
 		return explainQueryError(err)
+	}
+	if d := time.Until(res.FreeAt); d > 0 {
+		fmt.Fprintf(g.stderr, "its lock-delay was kept: nobody is granted it for %s (until %s); --clear-lock-delay frees it now\n",
+			fmtDuration(d), res.FreeAt.UTC().Format(time.RFC3339))
 	}
 	out := struct {
 		Kind     string `json:"kind"`
@@ -134,7 +153,8 @@ func (g *globals) releaseLease(ctx context.Context, pool *pgxpool.Pool, l leaseV
 		OldOwner string `json:"old_owner"`
 		OldToken int64  `json:"old_token,string"`
 		NewToken int64  `json:"new_token,string"`
-	}{"lease", l.Name, res.OldOwner, res.OldToken, res.NewToken}
+		FreeAt   string `json:"free_at"` // when it can be granted again: now, or when its lock-delay ends
+	}{"lease", l.Name, res.OldOwner, res.OldToken, res.NewToken, res.FreeAt.UTC().Format(time.RFC3339Nano)}
 	return g.render(out, []string{"RELEASED", "OLD OWNER", "OLD TOKEN", "NEW TOKEN"}, func() [][]string {
 		return [][]string{{"lease " + l.Name, res.OldOwner, strconv.FormatInt(res.OldToken, 10), strconv.FormatInt(res.NewToken, 10)}}
 	})
