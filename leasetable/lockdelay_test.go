@@ -252,3 +252,44 @@ func TestLockDelayBadInput(t *testing.T) {
 	require.Error(t, err)
 	require.ErrorContains(t, err, "lock_delay_ms must be 0 to 60000")
 }
+
+// Closing (or pruning) a lease session unbinds its leases; a grant with a
+// lock-delay keeps the session's expiry rather than falling back to its
+// own, earlier one, so its delay is not brought forward. One without
+// keeps only its own, as before.
+func TestLockDelayKeptWhenItsSessionCloses(t *testing.T) {
+	pool := env.DB(t).Pool(t)
+	ctx := pgtest.Context(t, time.Minute)
+	for _, delay := range []int64{0, 1000} {
+		name := fmt.Sprintf("bound-%d", delay)
+		var sid int64
+		require.NoError(t, pool.QueryRow(ctx, "SELECT id FROM pgbaton.session_open('o', 60000)").Scan(&sid))
+		_, err := pool.Exec(ctx, "SELECT pgbaton.lease_attempt($1, 'o', 1, p_session => $2, p_lock_delay_ms => $3)", name, sid, delay)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, "SELECT pgbaton.session_close($1)", sid)
+		require.NoError(t, err)
+		n := pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease_status WHERE name = $1 AND held", name)
+		if delay > 0 {
+			require.Equal(t, 1, n, "held until its session's expiry, then in lock-delay")
+		} else {
+			pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
+				return pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease_status WHERE name = $1 AND held", name) == 0, nil
+			}, "%s held by its own 1ms expiry only", name)
+		}
+	}
+}
+
+// The failover grace waits out the longest TTL in use; a grant with a
+// lock-delay counts its TTL plus the delay, so a grant the failover lost
+// keeps its name from everyone for its delay too.
+func TestLockDelayCountsInTheFailoverGrace(t *testing.T) {
+	pool := env.DB(t).Pool(t)
+	ctx := pgtest.Context(t, time.Minute)
+	c := newClient(t, pool, leasetable.Config{Owner: "holder", TTL: time.Second, LockDelay: 5 * time.Second})
+	l, err := c.Acquire(ctx, "graced")
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	var ttl int64
+	require.NoError(t, pool.QueryRow(ctx, "SELECT pgbaton.ttl_in_use()").Scan(&ttl))
+	require.GreaterOrEqual(t, ttl, int64(6000))
+}
