@@ -63,8 +63,8 @@ var (
 // errors.Is(err, ErrHeld) is true for it.
 type HeldError struct {
 	Name      string    // the lease asked for
-	Holder    string    // owner of the live grant
-	Token     int64     // token of the live grant
+	Holder    string    // owner of the live grant (with LockDelay: of the lost one)
+	Token     int64     // token of the live grant (with LockDelay: of the lost one)
 	ExpiresAt time.Time // when the grant expires unless renewed, database clock
 	Grace     bool      // not granted for a failover grace, until ExpiresAt
 	LockDelay bool      // not granted for the lock-delay of Holder's lost grant, until ExpiresAt
