@@ -62,8 +62,10 @@ func TestLockDelayHolderStoppedPastItsLease(t *testing.T) {
 	pool := d.Pool(t)
 	ctx := pgtest.Context(t, 3*time.Minute)
 	const ttl, delay, runs = time.Second, 2 * time.Second, 4
-	c := newClient(t, pool, leasetable.Config{Owner: "next", TTL: ttl})
+	looks := make(chan string, 1000) // the waiter's looks that found the lease not free
+	c := newClient(t, pool, leasetable.Config{Owner: "next", TTL: ttl, Logger: logTo(looks)})
 	var late []time.Duration
+	var waits []int
 	for i := range runs {
 		name := fmt.Sprintf("stopped-%d", i)
 		k := env.StartChild(t, "hold", d.URL, name, ttl.String(), delay.String())
@@ -101,6 +103,10 @@ func TestLockDelayHolderStoppedPastItsLease(t *testing.T) {
 		at := acquiredAt(t, pool, name, l.Token())
 		require.False(t, at.Before(lost.freeAt), "granted at %s, before the lock-delay ended at %s", at, lost.freeAt)
 		late = append(late, at.Sub(lost.freeAt))
+		waits = append(waits, len(looks))
+		for range len(looks) {
+			<-looks
+		}
 		require.NoError(t, l.Release(ctx))
 		if i%2 == 1 {
 			require.NoError(t, k.Wait(t, 10*time.Second), k.Stderr())
@@ -108,9 +114,12 @@ func TestLockDelayHolderStoppedPastItsLease(t *testing.T) {
 			k.Signal(t, syscall.SIGKILL)
 		}
 	}
-	t.Logf("next grant after expiry + lock-delay (%s): %v", delay, late)
-	for _, d := range late {
+	t.Logf("next grant after expiry + lock-delay (%s): %v; looks of the waiter before it: %v", delay, late, waits)
+	for i, d := range late {
 		assert.Less(t, d, ttl, "the waiter is woken when the delay ends")
+		// One to the holder's expiry, one to the delay's end: it neither
+		// polls nor spins (a look more for a wake-up is allowed).
+		assert.LessOrEqual(t, waits[i], 3, "the waiter looked %d times", waits[i])
 	}
 }
 
