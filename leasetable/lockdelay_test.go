@@ -302,3 +302,32 @@ func TestLockDelayCountsInTheFailoverGrace(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, "SELECT pgbaton.ttl_in_use()").Scan(&ttl))
 	require.GreaterOrEqual(t, ttl, int64(6000))
 }
+
+// A lock set's grants carry the client's lock-delay like Acquire's, and a
+// set refused by a name in lock-delay says so. Before, AcquireAll granted
+// without one: a set lost by force was free again at once.
+func TestLockDelayOnLockSets(t *testing.T) {
+	pool := env.DB(t).Pool(t)
+	ctx := pgtest.Context(t, time.Minute)
+	holder := newClient(t, pool, leasetable.Config{Owner: "holder", LockDelay: 30 * time.Second})
+	other := newClient(t, pool, leasetable.Config{Owner: "other"})
+
+	set, err := holder.AcquireAll(ctx, "set-b", "set-a")
+	require.NoError(t, err)
+	before := time.Now()
+	until, err := forceRelease(t, pool, "set-a", false)
+	require.NoError(t, err)
+	assert.WithinDuration(t, before.Add(30*time.Second), until, 5*time.Second)
+	select {
+	case <-set.Done():
+	case <-ctx.Done():
+		t.Fatal("the set did not end with its lost lease")
+	}
+	_, err = other.TryAcquireAll(ctx, "set-a", "set-b")
+	var held *leasetable.HeldError
+	require.ErrorAs(t, err, &held)
+	assert.Equal(t, "set-a", held.Name)
+	assert.True(t, held.LockDelay, "%v", err)
+	assert.True(t, until.Equal(held.ExpiresAt), "HeldError.ExpiresAt %s, the delay's end %s", held.ExpiresAt, until)
+	require.ErrorIs(t, set.Release(ctx), leasetable.ErrNotHeld, "set-a was lost")
+}

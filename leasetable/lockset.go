@@ -230,7 +230,8 @@ func (c *Client) attemptSet(ctx context.Context, names []string, keepPrefix bool
 	if err != nil {
 		return nil, nil, err
 	}
-	p := db.LeaseAttemptAllParams{Names: names, Owner: c.cfg.Owner, TtlMs: c.ttlMs, Session: s.param(), Ref: newRef(), KeepPrefix: keepPrefix}
+	p := db.LeaseAttemptAllParams{Names: names, Owner: c.cfg.Owner, TtlMs: c.ttlMs, Session: s.param(), Ref: newRef(), KeepPrefix: keepPrefix,
+		LockDelayMs: c.cfg.lockDelayMs()}
 	rows, err := inFlight(c, ctx, func(ctx context.Context) (rows []db.LeaseAttemptAllRow, err error) {
 		err = c.retry(ctx, true, func(ctx context.Context) (err error) {
 			rows, err = c.q.LeaseAttemptAll(ctx, c.pool, p)
@@ -262,7 +263,7 @@ func (c *Client) attemptSet(ctx context.Context, names []string, keepPrefix bool
 			c.startGrace(ctx)
 		}
 		held = &HeldError{Name: r.Name, Holder: r.Holder, Token: r.Token, ExpiresAt: r.ExpiresAt,
-			Grace: r.Grace, Ahead: int(r.Ahead), remaining: r.ExpiresAt.Sub(r.DbNow)}
+			Grace: r.Grace, LockDelay: r.LockDelay, Ahead: int(r.Ahead), remaining: r.ExpiresAt.Sub(r.DbNow)}
 	}
 	if len(granted) == 0 {
 		return nil, held, nil

@@ -30,7 +30,7 @@ DROP FUNCTION pgbaton.group_gate(text,boolean);
 DROP FUNCTION pgbaton.reserved_pair_hi();
 DROP FUNCTION pgbaton.renew(text,text,bigint,bigint);
 DROP FUNCTION pgbaton.try_acquire_all(text[],text,bigint);
-DROP FUNCTION pgbaton.lease_attempt_all(text[],text,bigint,bigint,uuid,boolean);
+DROP FUNCTION pgbaton.lease_attempt_all(text[],text,bigint,bigint,uuid,boolean,bigint);
 DROP FUNCTION pgbaton.try_acquire(text,text,bigint);
 DROP FUNCTION pgbaton.lease_attempt(text,text,bigint,jsonb,bigint,uuid,text,bigint);
 DROP FUNCTION pgbaton.waiters_ahead(text,text);

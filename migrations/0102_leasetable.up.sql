@@ -1097,11 +1097,14 @@ $$;
 -- ordered wait for a set (take the names in order, holding those taken,
 -- wait in the queue of the one refused, go on after it), in one round
 -- trip. Empty sets, more than 1000 names, duplicate names and invalid
--- names are refused with invalid_parameter_value.
+-- names are refused with invalid_parameter_value. p_lock_delay_ms is each
+-- grant's lock-delay and lock_delay_until the refusal's, as in
+-- lease_attempt.
 CREATE FUNCTION pgbaton.lease_attempt_all(p_names text[], p_owner text, p_ttl_ms bigint,
     p_session bigint DEFAULT NULL, p_ref uuid DEFAULT NULL, p_keep_prefix boolean DEFAULT false,
+    p_lock_delay_ms bigint DEFAULT 0,
     OUT name text, OUT acquired boolean, OUT token bigint, OUT expires_at timestamptz, OUT holder text,
-    OUT db_now timestamptz, OUT grace_until timestamptz, OUT ahead integer)
+    OUT db_now timestamptz, OUT grace_until timestamptz, OUT ahead integer, OUT lock_delay_until timestamptz)
 RETURNS SETOF record
 LANGUAGE plpgsql
 SET enable_seqscan = off
@@ -1126,13 +1129,14 @@ BEGIN
     END LOOP;
     BEGIN
         FOREACH n IN ARRAY names LOOP
-            SELECT * INTO a FROM pgbaton.lease_attempt(n, p_owner, p_ttl_ms, NULL, p_session, p_ref, NULL);
+            SELECT * INTO a FROM pgbaton.lease_attempt(n, p_owner, p_ttl_ms, NULL, p_session, p_ref, NULL, p_lock_delay_ms);
             IF NOT a.acquired THEN
                 -- Kept in variables, which the rollback below leaves alone.
                 name := n; acquired := false; token := a.token; expires_at := a.expires_at; holder := a.holder;
-                db_now := a.db_now; grace_until := a.grace_until; ahead := a.ahead;
+                db_now := a.db_now; grace_until := a.grace_until; ahead := a.ahead; lock_delay_until := a.lock_delay_until;
                 IF p_keep_prefix THEN
-                    RETURN QUERY SELECT g.name, true, g.token, g.expires_at, p_owner, a.db_now, NULL::timestamptz, 0
+                    RETURN QUERY SELECT g.name, true, g.token, g.expires_at, p_owner, a.db_now, NULL::timestamptz, 0,
+                                        NULL::timestamptz
                                    FROM unnest(names[1:cardinality(tokens)], tokens, exps) WITH ORDINALITY
                                         AS g(name, token, expires_at, i) ORDER BY g.i;
                     RETURN NEXT;
@@ -1147,7 +1151,8 @@ BEGIN
         RETURN NEXT;
         RETURN;
     END;
-    RETURN QUERY SELECT g.name, true, g.token, g.expires_at, p_owner, clock_timestamp(), NULL::timestamptz, 0
+    RETURN QUERY SELECT g.name, true, g.token, g.expires_at, p_owner, clock_timestamp(), NULL::timestamptz, 0,
+                        NULL::timestamptz
                    FROM unnest(names, tokens, exps) WITH ORDINALITY AS g(name, token, expires_at, i) ORDER BY g.i;
 END $$;
 

@@ -14,9 +14,10 @@ SELECT a.acquired::boolean AS acquired, a.token::bigint AS token,
 -- with keep_prefix the names granted before it are kept.
 SELECT a.name::text AS name, a.acquired::boolean AS acquired, a.token::bigint AS token,
        a.expires_at::timestamptz AS expires_at, coalesce(a.holder, '')::text AS holder,
-       a.db_now::timestamptz AS db_now, (a.grace_until IS NOT NULL)::boolean AS grace, coalesce(a.ahead, 0)::integer AS ahead
+       a.db_now::timestamptz AS db_now, (a.grace_until IS NOT NULL)::boolean AS grace, coalesce(a.ahead, 0)::integer AS ahead,
+       (a.lock_delay_until IS NOT NULL)::boolean AS lock_delay
   FROM pgbaton.lease_attempt_all(@names::text[], @owner::text, @ttl_ms::bigint, sqlc.narg(session)::bigint, sqlc.narg(ref)::uuid,
-                                 @keep_prefix::boolean) a;
+                                 @keep_prefix::boolean, @lock_delay_ms::bigint) a;
 
 -- name: LeaseRenew :one
 SELECT r.expires_at::timestamptz AS expires_at

@@ -107,18 +107,20 @@ func (q *Queries) LeaseAttempt(ctx context.Context, db DBTX, arg LeaseAttemptPar
 const leaseAttemptAll = `-- name: LeaseAttemptAll :many
 SELECT a.name::text AS name, a.acquired::boolean AS acquired, a.token::bigint AS token,
        a.expires_at::timestamptz AS expires_at, coalesce(a.holder, '')::text AS holder,
-       a.db_now::timestamptz AS db_now, (a.grace_until IS NOT NULL)::boolean AS grace, coalesce(a.ahead, 0)::integer AS ahead
+       a.db_now::timestamptz AS db_now, (a.grace_until IS NOT NULL)::boolean AS grace, coalesce(a.ahead, 0)::integer AS ahead,
+       (a.lock_delay_until IS NOT NULL)::boolean AS lock_delay
   FROM pgbaton.lease_attempt_all($1::text[], $2::text, $3::bigint, $4::bigint, $5::uuid,
-                                 $6::boolean) a
+                                 $6::boolean, $7::bigint) a
 `
 
 type LeaseAttemptAllParams struct {
-	Names      []string    `json:"names"`
-	Owner      string      `json:"owner"`
-	TtlMs      int64       `json:"ttl_ms"`
-	Session    pgtype.Int8 `json:"session"`
-	Ref        pgtype.UUID `json:"ref"`
-	KeepPrefix bool        `json:"keep_prefix"`
+	Names       []string    `json:"names"`
+	Owner       string      `json:"owner"`
+	TtlMs       int64       `json:"ttl_ms"`
+	Session     pgtype.Int8 `json:"session"`
+	Ref         pgtype.UUID `json:"ref"`
+	KeepPrefix  bool        `json:"keep_prefix"`
+	LockDelayMs int64       `json:"lock_delay_ms"`
 }
 
 type LeaseAttemptAllRow struct {
@@ -130,6 +132,7 @@ type LeaseAttemptAllRow struct {
 	DbNow     time.Time `json:"db_now"`
 	Grace     bool      `json:"grace"`
 	Ahead     int32     `json:"ahead"`
+	LockDelay bool      `json:"lock_delay"`
 }
 
 // Every name of a set or none (pgbaton.lease_attempt_all): a row per name
@@ -143,6 +146,7 @@ func (q *Queries) LeaseAttemptAll(ctx context.Context, db DBTX, arg LeaseAttempt
 		arg.Session,
 		arg.Ref,
 		arg.KeepPrefix,
+		arg.LockDelayMs,
 	)
 	if err != nil {
 		return nil, err
@@ -160,6 +164,7 @@ func (q *Queries) LeaseAttemptAll(ctx context.Context, db DBTX, arg LeaseAttempt
 			&i.DbNow,
 			&i.Grace,
 			&i.Ahead,
+			&i.LockDelay,
 		); err != nil {
 			return nil, err
 		}
