@@ -51,7 +51,8 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte, wait
 	}
 	// The request id makes the attempt safe to send again after a broken
 	// connection: a repeat finds the grant the first one made.
-	p := db.LeaseAttemptParams{Name: name, Owner: c.cfg.Owner, TtlMs: c.ttlMs, Metadata: metadata, Session: s.param(), Ref: newRef(), Waiter: w.param(), LockDelayMs: c.cfg.lockDelayMs()}
+	p := db.LeaseAttemptParams{Name: name, Owner: c.cfg.Owner, TtlMs: c.ttlMs, Metadata: metadata, Session: s.param(), Ref: newRef(), Waiter: w.param(), LockDelayMs: c.cfg.lockDelayMs(),
+		Rank: w.rankParam()}
 	row, err := inFlight(c, ctx, func(ctx context.Context) (row db.LeaseAttemptRow, err error) {
 		err = c.retry(ctx, true, func(ctx context.Context) (err error) {
 			row, err = c.q.LeaseAttempt(ctx, c.pool, p)

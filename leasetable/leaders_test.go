@@ -531,3 +531,61 @@ func TestObserveSlowReaderSkipsButNeverGoesBack(t *testing.T) {
 	}
 	require.NoError(t, last.Resign(ctx))
 }
+
+// A polling candidate whose registration the database lost (the wait
+// queue is unlogged: a crash or a failover empties it) queues again at
+// its next look with its rank, not as a rank-0 newcomer behind candidates
+// that came meanwhile. Before, lease_attempt queued it again at rank 0,
+// and the older rank-0 candidate got the term.
+func TestPollingCandidateKeepsItsRankWhenQueuedAgain(t *testing.T) {
+	pool := env.DB(t).Pool(t)
+	ctx := pgtest.Context(t, time.Minute)
+	old := newClient(t, pool, leasetable.Config{Owner: "old"})
+	ld, err := old.Elect(ctx, "leader", "v1")
+	require.NoError(t, err)
+
+	polling := leasetable.Config{NoListen: true, PollInterval: 50 * time.Millisecond}
+	preferredCfg := polling
+	preferredCfg.Owner = "preferred"
+	preferred := newClient(t, pool, preferredCfg)
+	won := make(chan *leasetable.Leadership, 2)
+	go func() {
+		l, err := preferred.ElectWith(ctx, "leader", "v2", leasetable.Preference(1))
+		assert.NoError(t, err)
+		won <- l
+	}()
+	pgtest.Eventually(t, time.Minute, func() (bool, error) {
+		return pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease_queue WHERE name = 'leader' AND owner = 'preferred'") == 1, nil
+	}, "the preferred candidate queued")
+	// Its registration is lost; a rank-0 candidate queues; the preferred
+	// one queues again at its next look.
+	_, err = pool.Exec(ctx, "DELETE FROM pgbaton.lease_waiter WHERE owner = 'preferred'")
+	require.NoError(t, err)
+	otherCfg := polling
+	otherCfg.Owner = "other"
+	other := newClient(t, pool, otherCfg)
+	go func() {
+		l, err := other.Elect(ctx, "leader", "v1")
+		assert.NoError(t, err)
+		won <- l
+	}()
+	pgtest.Eventually(t, time.Minute, func() (bool, error) {
+		return pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease_queue WHERE name = 'leader'") == 2, nil
+	}, "both candidates queued")
+	assert.Equal(t, 1, pgtest.Count(t, pool, "SELECT position::int FROM pgbaton.lease_queue WHERE name = 'leader' AND owner = 'preferred'"),
+		"the preferred candidate queued again behind a rank-0 one")
+
+	require.NoError(t, ld.Resign(ctx))
+	var first *leasetable.Leadership
+	select {
+	case first = <-won:
+	case <-ctx.Done():
+		t.Fatal("nobody elected")
+	}
+	require.NotNil(t, first)
+	leader, err := old.Leader(ctx, "leader")
+	require.NoError(t, err)
+	assert.Equal(t, "preferred", leader.Owner)
+	require.NoError(t, first.Resign(ctx))
+	require.NoError(t, (<-won).Resign(ctx))
+}

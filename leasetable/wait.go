@@ -27,6 +27,9 @@ type waiting struct {
 	// last found in its way.
 	poll      *backoff.Backoff
 	lastToken int64
+	// rank is the waiter's place among candidates (joinQueue), for a look
+	// that queues it again after the database lost its registration.
+	rank int32
 }
 
 // startWaiting joins the wait queue of lease name, or of group name when
@@ -53,7 +56,7 @@ func (c *Client) joinQueue(ctx context.Context, name string, group, drain bool, 
 	if err != nil {
 		return nil, err
 	}
-	w := &waiting{c: c, name: name, id: id, wake: wake, unsubscribe: unsubscribe}
+	w := &waiting{c: c, name: name, id: id, wake: wake, unsubscribe: unsubscribe, rank: rank.Int32}
 	c.k.waiters.Add(1) // until stop: the session is in use
 	if mode == pollingBackoff {
 		w.poll = &backoff.Backoff{Min: slotlessPoll, Max: c.cfg.PollInterval}
@@ -88,6 +91,14 @@ func (w *waiting) param() pgtype.Text {
 		return pgtype.Text{}
 	}
 	return pgtype.Text{String: w.id, Valid: true}
+}
+
+// rankParam is the waiter's rank for a look: 0 for no waiter.
+func (w *waiting) rankParam() int32 {
+	if w == nil {
+		return 0
+	}
+	return w.rank
 }
 
 // stop unsubscribes and has the registration removed, by the LISTEN

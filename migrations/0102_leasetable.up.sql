@@ -911,7 +911,8 @@ END $$;
 -- as listening: a listener's own registration again (wait_for) may come
 -- later, and a listener not notified would wait for its timer (after a
 -- switchover the HA run's clients worked again 3 s later than before).
-CREATE FUNCTION pgbaton.requeue(p_name text, p_waiter text, p_group boolean, p_session bigint, p_ttl_ms bigint)
+CREATE FUNCTION pgbaton.requeue(p_name text, p_waiter text, p_group boolean, p_session bigint, p_ttl_ms bigint,
+    p_rank integer DEFAULT 0)
 RETURNS void
 LANGUAGE plpgsql
 SET enable_seqscan = off
@@ -932,9 +933,9 @@ BEGIN
         END IF;
         RETURN;
     END IF;
-    INSERT INTO pgbaton.lease_waiter AS w (name, waiter, is_group, owner, session_id, expires_at, listens)
+    INSERT INTO pgbaton.lease_waiter AS w (name, waiter, is_group, owner, session_id, expires_at, listens, rank)
     VALUES (p_name, p_waiter, p_group, (SELECT s.owner FROM pgbaton.lease_session s WHERE s.id = p_session), p_session,
-            clock_timestamp() + p_ttl_ms * interval '1 millisecond', true)
+            clock_timestamp() + p_ttl_ms * interval '1 millisecond', true, coalesce(p_rank, 0))
     ON CONFLICT (name, waiter) DO NOTHING;
 END $$;
 
@@ -962,6 +963,7 @@ END $$;
 -- grace also outlasts the delay of a grant the failover lost.
 CREATE FUNCTION pgbaton.lease_attempt(p_name text, p_owner text, p_ttl_ms bigint, p_metadata jsonb DEFAULT NULL,
     p_session bigint DEFAULT NULL, p_ref uuid DEFAULT NULL, p_waiter text DEFAULT NULL, p_lock_delay_ms bigint DEFAULT 0,
+    p_rank integer DEFAULT 0,
     OUT acquired boolean, OUT token bigint, OUT expires_at timestamptz, OUT holder text, OUT db_now timestamptz,
     OUT grace_until timestamptz, OUT ahead integer, OUT lock_delay_until timestamptz)
 LANGUAGE plpgsql
@@ -985,7 +987,7 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     sid := pgbaton.session_of(p_session, p_owner);
-    PERFORM pgbaton.requeue(p_name, p_waiter, false, sid, p_ttl_ms);
+    PERFORM pgbaton.requeue(p_name, p_waiter, false, sid, p_ttl_ms, p_rank);
     LOOP
         -- Look before locking: an attempt on a live lease takes no row lock
         -- and no transaction id, so contended attempts write no WAL. The

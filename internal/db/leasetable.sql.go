@@ -52,7 +52,7 @@ SELECT a.acquired::boolean AS acquired, a.token::bigint AS token,
        a.expires_at::timestamptz AS expires_at, coalesce(a.holder, '')::text AS holder,
        a.db_now::timestamptz AS db_now, a.grace_until, coalesce(a.ahead, 0)::integer AS ahead, a.lock_delay_until
   FROM pgbaton.lease_attempt($1::text, $2::text, $3::bigint, $4::jsonb, $5::bigint, $6::uuid,
-                             $7::text, $8::bigint) a
+                             $7::text, $8::bigint, $9::integer) a
 `
 
 type LeaseAttemptParams struct {
@@ -64,6 +64,7 @@ type LeaseAttemptParams struct {
 	Ref         pgtype.UUID `json:"ref"`
 	Waiter      pgtype.Text `json:"waiter"`
 	LockDelayMs int64       `json:"lock_delay_ms"`
+	Rank        int32       `json:"rank"`
 }
 
 type LeaseAttemptRow struct {
@@ -89,6 +90,7 @@ func (q *Queries) LeaseAttempt(ctx context.Context, db DBTX, arg LeaseAttemptPar
 		arg.Ref,
 		arg.Waiter,
 		arg.LockDelayMs,
+		arg.Rank,
 	)
 	var i LeaseAttemptRow
 	err := row.Scan(
