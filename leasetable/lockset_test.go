@@ -106,23 +106,27 @@ func TestTryAcquireAllWaitersFirst(t *testing.T) {
 	w := newClient(t, pool, leasetable.Config{Owner: "w", Logger: logTo(waiting)})
 	lb, err := b.TryAcquire(ctx, "q/2")
 	require.NoError(t, err)
-	got := make(chan error, 1)
+	type result struct {
+		l   *leasetable.Lease
+		err error
+	}
+	got := make(chan result, 1)
 	go func() {
 		l, err := w.Acquire(ctx, "q/2")
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		got <- err
+		got <- result{l, err}
 	}()
 	require.Equal(t, "q/2", <-waiting)
 	// Released: free, but w waits for it; a's set must not overtake w.
 	// (w may take it at any instant after the release: either way a's set
-	// is refused, by the waiter or by w's grant.)
+	// is refused, by the waiter or by w's grant, which w keeps until the
+	// end of the test.)
 	require.NoError(t, lb.Release(ctx))
 	_, err = a.TryAcquireAll(ctx, "q/1", "q/2")
 	assert.ErrorIs(t, err, leasetable.ErrHeld)
 	assert.Zero(t, pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease WHERE owner = 'a'"))
-	require.NoError(t, <-got)
+	r := <-got
+	require.NoError(t, r.err)
+	require.NoError(t, r.l.Release(ctx))
 }
 
 // TestAcquireAllGivesBackOnCancel: a set that waits for its last name holds
