@@ -92,9 +92,9 @@ type Config struct {
 
 	// ListenSlots is how many clients of the database may listen at once,
 	// default 16; give every client the same value. A slot is a session
-	// advisory lock on the client's LISTEN connection; the package doc
-	// (Waiting) says when a client takes and frees one, and how the waiters
-	// of a client without one poll.
+	// advisory lock on the client's LISTEN connection; docs/production.md
+	// says when a client takes and frees one, and how the waiters of a
+	// client without one poll.
 	ListenSlots int
 
 	// Retention says how long the rows of leasetable's tables that pile

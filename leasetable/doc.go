@@ -97,34 +97,25 @@
 //
 // # Waiting
 //
-// Waiters of a lease or group queue in the database in the order they
-// came (pgbaton.lease_queue shows the queue: position, owner, time
-// waited). A lease nobody holds goes to the oldest live waiter: Acquire,
-// Semaphore and Elect are served first come, first served, and TryAcquire
-// on a free lease that others wait for returns a *HeldError whose Ahead
-// says how many. A waiter is bound to its Client's session, so one whose
-// process died leaves the queue when its session expires (a TTL at most);
-// one that gives up is removed by its client in the background, within
-// about 100ms, and hands its turn on. A release or a
-// Register wakes as many waiters as leases became free, oldest first, not
-// all of them. ClaimWait and Keep queue too and are woken in order, but a
-// work queue's items go to whoever claims first (Claim does not wait its
-// turn): throughput comes first there. Clients that poll (NoListen, no
-// listen slot, a transaction pooler) keep their place in the queue and
-// find out at their next look that their turn came: the head of a queue
-// looks every PollInterval/10 (5 to 50ms), those behind it less often.
+// Waiters (Acquire, Semaphore, Elect, ClaimWait, Keep) queue in the
+// database in the order they came; pgbaton.lease_queue shows the queue
+// (position, owner, time waited). A lease nobody holds goes to the oldest
+// live waiter, and TryAcquire on a free lease that others wait for returns
+// a *HeldError whose Ahead says how many. A release or a Register wakes as
+// many waiters as leases became free, oldest first. A work queue's items
+// go to whoever claims first (Claim does not wait its turn): throughput
+// comes first there. A waiter is bound to its Client's session, so one
+// whose process died leaves the queue when its session expires; one that
+// gives up is removed in the background and hands its turn on.
 //
-// Waiters (Acquire, ClaimWait, Keep, Semaphore, Elect) wake when the lease
-// is released or items are registered, through one LISTEN connection per
-// Client (application_name "pgbaton lease listener <owner>"), and at the
-// holder's known expiry. At most Config.ListenSlots (16) clients of a
-// database listen at once: a client opens its LISTEN connection only when
-// a slot is free, listens only while it has waiters, and closes it 30s
-// after its last waiter left; the waiters of a client without a slot look
-// again after 50ms, doubling up to PollInterval. Behind a transaction
-// pooler notifications are not delivered: waiters poll, and Check reports
-// the degraded mode (pgbaton.ErrDegraded); see Config.ListenDSN and
-// Config.NoListen, and [Running in production].
+// Waiters wake through one LISTEN connection per Client (application_name
+// "pgbaton lease listener <owner>"), held only while a listen slot is free
+// (Config.ListenSlots), and at the holder's known expiry. Clients that
+// poll (NoListen, no free slot, a transaction pooler) keep their place in
+// the queue and find out at their next look that their turn came. Behind
+// a transaction pooler Check reports the degraded mode
+// (pgbaton.ErrDegraded; see Config.ListenDSN). [Running in production]
+// says when a client listens and how often a poller looks.
 //
 // # The database's clock
 //
@@ -189,26 +180,3 @@
 // [SQL protocol]: https://github.com/pgbaton/pgbaton/blob/main/docs/sql-protocol.md
 // [Operating]: https://github.com/pgbaton/pgbaton/blob/main/docs/operating.md
 package leasetable
-
-// How the package is built, for its maintainers (not part of the API).
-// Why lease sessions are safe, how clock steps are seen and what the
-// failover grace covers is argued once, in docs/safety.md.
-//
-// Goroutines: per Client, the keeper (keeper.go: one goroutine, one timer,
-// until Close), the LISTEN connection's loop while a listen slot is held
-// (listener.go) and the retention loop (retention.go); per session and per
-// Lease, none. Every other goroutine is bounded and counted in
-// Client.background, which Close waits for: a statement that may grant
-// leases, sent by inFlight so that its caller can return when its context
-// ends while the reply still gives back what was granted (none when the
-// context can never end: it runs on the caller's goroutine); a group's
-// CompleteAndClaim sender (combine.go); the keeper's round trips and
-// Lease.OnRenew hooks (spawn); removals of waiter registrations on the
-// pool; and Keep's Work, one per lease kept. Elect, Campaign, Do and
-// Lease.Do start none.
-//
-// leasetable imports none of the other layers (advisory, fencedwrite) nor
-// the packages built on it (jobs, retention; deps_test.go fails on an
-// import upward). What those need from it is kept small: Client.Pool,
-// Lease.Do, Lease.OnRenew. The pruning rules are pgbaton.prune's, in
-// migrations/0105_operator.up.sql.

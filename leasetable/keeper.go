@@ -182,7 +182,12 @@ func earliest(a, b time.Time) time.Time {
 }
 
 // spawn runs fn on a goroutine Close waits for, and reports whether it
-// did: not after Close has begun.
+// did: not after Close has begun. Besides the keeper, the LISTEN loop
+// while a listen slot is held and the retention loop, every goroutine of
+// a Client is bounded and started here: statements that may grant leases
+// (inFlight), CompleteAndClaim senders, the keeper's round trips and
+// OnRenew hooks, removals of waiter registrations. Keep's Work goroutines
+// are Keep's own; per session and per Lease there are none.
 func (k *keeper) spawn(fn func()) bool {
 	if !k.enter() {
 		return false
