@@ -53,27 +53,13 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte, wait
 	// connection: a repeat finds the grant the first one made.
 	p := db.LeaseAttemptParams{Name: name, Owner: c.cfg.Owner, TtlMs: c.ttlMs, Metadata: metadata, Session: s.param(), Ref: newRef(), Waiter: w.param(), LockDelayMs: c.cfg.lockDelayMs(),
 		Rank: w.rankParam()}
-	row, err := inFlight(c, ctx, func(ctx context.Context) (row db.LeaseAttemptRow, err error) {
+	row, err := grant(c, ctx, s, p.Ref, func(ctx context.Context) (row db.LeaseAttemptRow, err error) {
 		err = c.retry(ctx, true, func(ctx context.Context) (err error) {
 			row, err = c.q.LeaseAttempt(ctx, c.pool, p)
 			return err
 		})
 		return row, err
-	}, func(ctx context.Context, row db.LeaseAttemptRow, err error) {
-		// Granted, or maybe granted: give back what the request id got.
-		// The keeper tries again after the session's next keep-alive if
-		// the server cannot be reached now; the grant is bound to the
-		// session, so without that it would be kept alive with it.
-		if err != nil || row.Acquired {
-			c.giveBackRef(ctx, s, p.Ref)
-		}
-	})
-	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-		if f, _ := classify(context.Background(), err); f == ambiguous {
-			// The grant may have landed: give it back by its request id.
-			c.k.giveBackRef(s, p.Ref)
-		}
-	}
+	}, func(row db.LeaseAttemptRow) bool { return row.Acquired })
 	if err != nil {
 		return nil, c.dbError("acquire "+name, err)
 	}
@@ -130,9 +116,7 @@ func (c *Client) track(group string, rows []db.LeaseClaimRow, s *session, start,
 // committed would be unknown, so every call given up would cost a
 // connection and a give-back by request id. A ctx that can never end (Done
 // is nil) cannot be given up: then the statement runs on the caller's
-// goroutine. Either way Close waits for it. (CompleteAndClaim's round
-// trips run on a sender of their own for the same reasons, and settle
-// completions from the reply: combine.go.)
+// goroutine. Either way Close waits for it.
 //
 // The statements a wait sends between its looks (the waiter's
 // registration, the listen-slot question, a group's next expiry, a lease
@@ -191,6 +175,24 @@ func inFlight[T any](c *Client, ctx context.Context, send func(context.Context) 
 	}
 	r := <-ch // the sender took the turn: its reply is there
 	return r.v, r.err
+}
+
+// grant sends a statement that may grant leases in session s under
+// request id ref (inFlight), and gives back by ref what it granted, or may
+// have granted, to a caller that gave up or whose reply was lost (a broken
+// connection). Given back now if it can be, else by the keeper after the
+// session's next keep-alive: the grant is bound to the session, so without
+// that it would be kept alive with it.
+func grant[T any](c *Client, ctx context.Context, s *session, ref pgtype.UUID, send func(context.Context) (T, error), granted func(T) bool) (T, error) {
+	v, err := inFlight(c, ctx, send, func(ctx context.Context, v T, err error) {
+		if err != nil || granted(v) {
+			c.giveBackRef(ctx, s, ref)
+		}
+	})
+	if f, _ := classify(context.Background(), err); f == ambiguous {
+		c.k.giveBackRef(s, ref)
+	}
+	return v, err
 }
 
 // ctxErr is the error of an ended ctx: its Err, and its cause when that

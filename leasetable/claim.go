@@ -218,25 +218,14 @@ func (c *Client) claim(ctx context.Context, group string, n int, waitStart time.
 	// returns what the first one granted instead of claiming more.
 	p := db.LeaseClaimParams{LeaseGroup: group, Owner: c.cfg.Owner, N: int32(n), TtlMs: c.ttlMs, Session: s.param(), Ref: newRef(),
 		Waiter: w.param(), Fair: fair}
-	rows, err := inFlight(c, ctx, func(ctx context.Context) (rows []db.LeaseClaimRow, err error) {
+	rows, err := grant(c, ctx, s, p.Ref, func(ctx context.Context) (rows []db.LeaseClaimRow, err error) {
 		err = c.retry(ctx, true, func(ctx context.Context) (err error) {
 			rows, err = c.q.LeaseClaim(ctx, c.pool, p)
 			p.Retry = true
 			return err
 		})
 		return rows, err
-	}, func(ctx context.Context, rows []db.LeaseClaimRow, err error) {
-		// As in attempt: by request id, tried again after the next
-		// keep-alive when the server cannot be reached now.
-		if err != nil || len(rows) > 0 {
-			c.giveBackRef(ctx, s, p.Ref)
-		}
-	})
-	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-		if f, _ := classify(context.Background(), err); f == ambiguous {
-			c.k.giveBackRef(s, p.Ref)
-		}
-	}
+	}, func(rows []db.LeaseClaimRow) bool { return len(rows) > 0 })
 	if err != nil {
 		return nil, c.dbError("claim from "+group, err)
 	}
@@ -319,12 +308,16 @@ func (c *Client) CompleteAndClaim(ctx context.Context, group string, n int, done
 	// Sent together with the calls of the client's other workers on group
 	// (combine.go).
 	call := &combined{cb: cb, n: n, done: make(chan combinedReply, 1)}
-	c.completeAndClaimCombined(ctx, group, call)
-	r, ok := awaitCombined(ctx, call)
-	if !ok {
+	r, err := inFlight(c, ctx, func(context.Context) (combinedReply, error) {
+		return c.completeAndClaimCombined(group, call), nil
+	}, func(ctx context.Context, r combinedReply, _ error) { c.settleAbandoned(ctx, call, r) })
+	switch {
+	case errors.Is(err, pgbaton.ErrClosed): // nothing was sent
+		r.err = err
+	case err != nil:
 		// Given up: the reply, when it comes, settles done and gives back
 		// this call's share of the claim.
-		err := c.dbError("complete and claim from "+group, ctxErr(ctx))
+		err = c.dbError("complete and claim from "+group, err)
 		c.attemptFailed(ctx, group, err, start)
 		return nil, err
 	}

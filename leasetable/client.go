@@ -43,7 +43,6 @@ type Client struct {
 
 	k    *keeper  // the session, the leases, what to give back
 	sems sync.Map // semaphores checked: name -> slots
-	cc   combiner // CompleteAndClaim calls queued per group
 }
 
 // New returns a client for the pgbaton schema behind pool. It refuses a
@@ -153,6 +152,9 @@ func (c *Client) Close(ctx context.Context) error {
 	}
 	for _, l := range left.handed {
 		l.endHandedOff("client closed")
+	}
+	for _, call := range left.calls {
+		call.done <- combinedReply{err: pgbaton.ErrClosed}
 	}
 	// Its row deleted, leases not given back keep only their own expiry.
 	if s := left.sess; s != nil && s.state.CompareAndSwap(sessionAlive, sessionClosed) {

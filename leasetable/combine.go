@@ -2,8 +2,6 @@ package leasetable
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
@@ -24,21 +22,16 @@ import (
 // ran their statements one after another on one server core, where raw
 // pgx runs four at once (TestLargeCompleteAndClaimCallsOverlap).
 //
-// A caller whose context ends while its call is queued or on the wire
-// returns at once; when the reply comes, its finished leases are settled
-// from it and its share of the claim is given back, as inFlight does for
-// a lone call.
+// Each call goes through inFlight like any statement that may grant
+// leases: a caller whose context ends returns at once, and when the reply
+// comes its finished leases are settled from it and its share of the
+// claim is given back (settleAbandoned). The queues are the keeper's.
 
 // combined is one CompleteAndClaim call waiting for its round trip.
 type combined struct {
 	cb   *completion
 	n    int
 	done chan combinedReply // buffered: the sender never blocks on it
-
-	// taken: the turn to decide who reads the reply, taken by the sender
-	// once the reply is in done or by the caller giving up (as in
-	// inFlight); the caller reads it unless the caller took the turn.
-	taken atomic.Bool
 }
 
 // combinedReply is a caller's part of the reply.
@@ -54,23 +47,39 @@ type combinedReply struct {
 // cost, and the calls gain more from running beside each other.
 const combineMax = 100
 
-// combiner queues the calls of each group. mu is a leaf lock.
+// combiner is the calls queued per group, owned by the keeper.
 type combiner struct {
-	mu      sync.Mutex
 	pending map[string][]*combined // by group
 	sending map[string]int         // senders running, by group
 }
 
-// completeAndClaimCombined queues call for group and starts a sender if
-// none runs for it, or if the calls queued claim combineMax leases. A
-// caller whose ctx can never end (Done is nil) cannot give up, so when it
-// would start a sender it sends a round trip on its own goroutine
-// instead, sparing the hand-off, as inFlight does; the calls that came
-// meanwhile go on a sender. Once the client is closed, the calls queued
-// get pgbaton.ErrClosed.
-func (c *Client) completeAndClaimCombined(ctx context.Context, group string, call *combined) {
-	cc := &c.cc
-	cc.mu.Lock()
+// completeAndClaimCombined queues call for group and returns its part of
+// the reply. When no sender runs for group, or the calls queued claim
+// combineMax leases, it sends a round trip itself (call is among those
+// taken, waits for the next, or went with another sender's), then leaves
+// what is queued to a sender of its own. Calls still queued when the
+// client closes get pgbaton.ErrClosed from Close.
+func (c *Client) completeAndClaimCombined(group string, call *combined) combinedReply {
+	var start bool
+	if !c.k.ask(func(k *keeper) { start = k.cc.queue(group, call) }) {
+		return combinedReply{err: pgbaton.ErrClosed}
+	}
+	if start {
+		if calls := c.takeCombined(group); calls != nil {
+			c.sendCalls(group, calls)
+			var more bool
+			c.k.ask(func(k *keeper) { more = !k.cc.idle(group) })
+			if more {
+				c.k.spawn(func() { c.sendCombined(group) })
+			}
+		}
+	}
+	return <-call.done
+}
+
+// queue queues call for group and reports whether its caller starts a
+// sender's turn.
+func (cc *combiner) queue(group string, call *combined) bool {
 	if cc.pending == nil {
 		cc.pending, cc.sending = map[string][]*combined{}, map[string]int{}
 	}
@@ -83,66 +92,33 @@ func (c *Client) completeAndClaimCombined(ctx context.Context, group string, cal
 	if start {
 		cc.sending[group]++
 	}
-	cc.mu.Unlock()
-	if start && ctx.Done() == nil && c.k.enter() {
-		// call is among those taken, waits for the next, or went with
-		// another sender's; none taken ends this turn (takeCombined).
-		if calls := c.takeCombined(group); calls != nil {
-			c.sendCalls(group, calls)
-			start = c.moreCombined(group)
-		} else {
-			start = false
-		}
-		c.background.Done()
-	}
-	if !start || c.k.spawn(func() { c.sendCombined(group) }) {
-		return
-	}
-	// Closed: nothing will send what is queued for group.
-	for calls := c.takeCombined(group); calls != nil; calls = c.takeCombined(group) {
-		for _, call := range calls {
-			c.deliver(call, combinedReply{err: pgbaton.ErrClosed})
-		}
-	}
+	return start
 }
 
 // takeCombined takes the calls queued for group, the first and then as
-// many as claim combineMax leases in all, or, when none is left, ends the
-// caller's turn as a sender of group (see idleLocked) and returns nil.
-func (c *Client) takeCombined(group string) []*combined {
-	cc := &c.cc
-	cc.mu.Lock()
-	defer cc.mu.Unlock()
-	if cc.idleLocked(group) {
-		return nil
-	}
-	q := cc.pending[group]
-	k, sum := 0, 0
-	for k < len(q) && (k == 0 || sum+q[k].n <= combineMax) {
-		sum += q[k].n
-		k++
-	}
-	take := q[:k:k]
-	if k == len(q) {
-		cc.pending[group] = nil
-	} else {
-		cc.pending[group] = q[k:]
-	}
+// many as claim combineMax leases in all, or, when none is left (or the
+// client closed), ends the caller's turn as a sender of group and returns
+// nil.
+func (c *Client) takeCombined(group string) (take []*combined) {
+	c.k.ask(func(k *keeper) {
+		cc := &k.cc
+		if cc.idle(group) {
+			return
+		}
+		q := cc.pending[group]
+		n, sum := 0, 0
+		for n < len(q) && (n == 0 || sum+q[n].n <= combineMax) {
+			sum += q[n].n
+			n++
+		}
+		take, cc.pending[group] = q[:n:n], q[n:]
+	})
 	return take
 }
 
-// moreCombined reports whether calls are queued for group, and ends the
-// caller's turn as a sender when none is.
-func (c *Client) moreCombined(group string) bool {
-	c.cc.mu.Lock()
-	defer c.cc.mu.Unlock()
-	return !c.cc.idleLocked(group)
-}
-
-// idleLocked ends a sender's turn, and reports true, when no call is
-// queued for group; the group is forgotten with its last sender. cc.mu is
-// held.
-func (cc *combiner) idleLocked(group string) bool {
+// idle ends a sender's turn, and reports true, when no call is queued for
+// group; the group is forgotten with its last sender.
+func (cc *combiner) idle(group string) bool {
 	if len(cc.pending[group]) > 0 {
 		return false
 	}
@@ -156,11 +132,7 @@ func (cc *combiner) idleLocked(group string) bool {
 // sendCombined sends the queued calls of group, a round trip at a time,
 // until none is left.
 func (c *Client) sendCombined(group string) {
-	for {
-		calls := c.takeCombined(group)
-		if calls == nil {
-			return
-		}
+	for calls := c.takeCombined(group); calls != nil; calls = c.takeCombined(group) {
 		c.sendCalls(group, calls)
 	}
 }
@@ -174,7 +146,7 @@ func (c *Client) sendCalls(group string, calls []*combined) {
 	s, err := c.sessionFor(ctx)
 	if err != nil {
 		for _, call := range calls {
-			c.deliver(call, combinedReply{err: err})
+			call.done <- combinedReply{err: err}
 		}
 		return
 	}
@@ -199,7 +171,7 @@ func (c *Client) sendCalls(group string, calls []*combined) {
 		}
 		err = c.dbError("complete and claim from "+group, err)
 		for _, call := range calls {
-			c.deliver(call, combinedReply{err: err})
+			call.done <- combinedReply{err: err}
 		}
 		return
 	}
@@ -207,45 +179,18 @@ func (c *Client) sendCalls(group string, calls []*combined) {
 	for _, call := range calls {
 		share := rows[:min(call.n, len(rows)):min(call.n, len(rows))]
 		rows = rows[len(share):]
-		c.deliver(call, combinedReply{s: s, deleted: r.deleted, claimed: share})
+		call.done <- combinedReply{s: s, deleted: r.deleted, claimed: share}
 	}
 }
 
-// deliver hands r to call's caller or, if it gave up, settles r: its
+// settleAbandoned settles the reply of a call whose caller gave up: its
 // finished leases from the reply, its share of the claim given back.
-func (c *Client) deliver(call *combined, r combinedReply) {
-	call.done <- r
-	if call.taken.CompareAndSwap(false, true) {
-		return
-	}
-	<-call.done // the caller gave up
+func (c *Client) settleAbandoned(ctx context.Context, call *combined, r combinedReply) {
 	_ = call.cb.finish(r.deleted, r.err)
-	if len(r.claimed) > 0 {
-		names := make([]string, len(r.claimed))
-		tokens := make([]int64, len(r.claimed))
-		for i, row := range r.claimed {
-			names[i], tokens[i] = row.Name, row.Token
-		}
-		// In the background: the sender goes on with the next round trip.
-		c.goBackground(func(ctx context.Context) {
-			ctx, cancel := context.WithTimeout(ctx, c.cfg.ReleaseTimeout)
-			defer cancel()
-			c.releaseGrants(ctx, names, tokens)
-		})
+	names := make([]string, len(r.claimed))
+	tokens := make([]int64, len(r.claimed))
+	for i, row := range r.claimed {
+		names[i], tokens[i] = row.Name, row.Token
 	}
-}
-
-// awaitCombined waits for call's reply or ctx's end, whichever is first;
-// ok is false when the caller gives up (the sender then settles the
-// reply).
-func awaitCombined(ctx context.Context, call *combined) (r combinedReply, ok bool) {
-	select {
-	case r = <-call.done:
-		return r, true
-	case <-ctx.Done():
-	}
-	if call.taken.CompareAndSwap(false, true) {
-		return r, false
-	}
-	return <-call.done, true
+	c.releaseGrants(ctx, names, tokens)
 }

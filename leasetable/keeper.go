@@ -18,8 +18,9 @@ import (
 // Session and River's elector own theirs: one goroutine (run) owns the
 // lease session (session.go), the leases held (carried by the session, or
 // loose: held by their own deadline once it ended) with one timer for
-// every deadline, the queue of things to give back, and the CompleteTx
-// completions whose transaction's end it has yet to learn (settle). Others
+// every deadline, the queue of things to give back, the CompleteTx
+// completions whose transaction's end it has yet to learn (settle), and
+// the CompleteAndClaim calls queued per group (combine.go). Others
 // talk to it through its mailbox (post: a message is a function it runs);
 // its round trips run on goroutines of their own (spawn) that report back
 // by message, so it never waits on the database. Session deadlines and
@@ -30,8 +31,7 @@ import (
 // it): keeper.mu (the mailbox, and closed: enter counts work Close waits
 // for under it, as a sync.WaitGroup must not grow while it is waited
 // for); listener.mu (waiters subscribe from their own goroutines while the
-// LISTEN loop delivers); combiner.mu (CompleteAndClaim calls queued per
-// group, combine.go).
+// LISTEN loop delivers).
 type keeper struct {
 	c *Client
 
@@ -60,6 +60,7 @@ type keeper struct {
 	settleAt time.Time
 	settleIn time.Duration
 	asking   bool // a settle is on its way
+	cc       combiner
 	timer    *time.Timer
 	stopped  bool
 }
@@ -393,6 +394,7 @@ type leftover struct {
 	held, handed, back []*Lease
 	refs               []grantRef
 	sess               *session
+	calls              []*combined // CompleteAndClaim calls not sent
 }
 
 // closeKeeper stops the keeper and returns what it kept; ok is false when
@@ -412,6 +414,9 @@ func (c *Client) closeKeeper() (left leftover, ok bool) {
 			}
 		}
 		left.back, left.refs, left.sess = slices.Collect(maps.Keys(k.back)), k.refs, k.sess
+		for _, q := range k.cc.pending {
+			left.calls = append(left.calls, q...)
+		}
 		k.cur.Store(nil)
 		k.stopped = true
 		reply <- left
