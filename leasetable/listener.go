@@ -123,32 +123,30 @@ const (
 // waits failed "waiting for the LISTEN connection" after 5 s).
 const listenReadyWait = 250 * time.Millisecond
 
-// subscribe registers a wake-up channel for notifications to waiter id and
-// returns once the connection listens, so no release after it can be
-// missed, or once it is clear the waiter must poll.
-func (ln *listener) subscribe(ctx context.Context, id string) (<-chan struct{}, func(), subscription, error) {
-	ch := make(chan struct{}, 1)
+// subscribe has notifications to waiter id signal wake (buffered, 1) until
+// unregister, and returns once the connection listens, so no release
+// after it can be missed, or once it is clear the waiter must poll.
+func (ln *listener) subscribe(ctx context.Context, id string, wake chan struct{}) (subscription, error) {
 	ln.mu.Lock()
 	if ln.closed {
 		ln.mu.Unlock()
-		return nil, nil, 0, pgbaton.ErrClosed
+		return 0, pgbaton.ErrClosed
 	}
 	if ln.c.cfg.NoListen {
 		ln.mu.Unlock()
-		return ch, func() {}, polling, nil
+		return polling, nil
 	}
-	ln.waiters[id] = ch
+	ln.waiters[id] = wake
 	started := ln.started
 	ln.mu.Unlock()
-	unsubscribe := func() { ln.unregister(id) }
 	if !started && !ln.slotFree(ctx) {
-		return ch, unsubscribe, pollingBackoff, nil
+		return pollingBackoff, nil
 	}
 	ln.mu.Lock()
 	if ln.closed {
 		ln.mu.Unlock()
-		unsubscribe()
-		return nil, nil, 0, pgbaton.ErrClosed
+		ln.unregister(id)
+		return 0, pgbaton.ErrClosed
 	}
 	if !ln.started {
 		ln.started = true
@@ -160,7 +158,7 @@ func (ln *listener) subscribe(ctx context.Context, id string) (<-chan struct{}, 
 	ln.mu.Unlock()
 	select {
 	case <-ready:
-		return ch, unsubscribe, ln.mode(), nil
+		return ln.mode(), nil
 	default:
 		select {
 		case ln.kick <- struct{}{}:
@@ -169,15 +167,15 @@ func (ln *listener) subscribe(ctx context.Context, id string) (<-chan struct{}, 
 	}
 	select {
 	case <-ready:
-		return ch, unsubscribe, ln.mode(), nil
+		return ln.mode(), nil
 	case <-time.After(listenReadyWait):
-		return ch, unsubscribe, pollingBackoff, nil
+		return pollingBackoff, nil
 	case <-ctx.Done():
-		unsubscribe()
-		return nil, nil, 0, fmt.Errorf("leasetable: waiting for the LISTEN connection: %w", context.Cause(ctx))
+		ln.unregister(id)
+		return 0, fmt.Errorf("leasetable: waiting for the LISTEN connection: %w", context.Cause(ctx))
 	case <-ln.c.bg.Done():
-		unsubscribe()
-		return nil, nil, 0, pgbaton.ErrClosed
+		ln.unregister(id)
+		return 0, pgbaton.ErrClosed
 	}
 }
 

@@ -17,10 +17,9 @@ import (
 // (pgbaton.lease_waiter): it looks again when notified by its id, which
 // notify_waiters sends when its turn comes, or at a known expiry.
 type waiting struct {
-	c           *Client
-	name, id    string
-	wake        <-chan struct{}
-	unsubscribe func()
+	c        *Client
+	name, id string
+	wake     chan struct{} // signalled by the listener (buffered, 1)
 	// poll paces a waiter whose client holds no listen slot
 	// (Config.ListenSlots) or whose LISTEN connection was not up in time:
 	// nil for the others. lastToken is the grant it
@@ -52,11 +51,11 @@ func (c *Client) joinQueue(ctx context.Context, name string, group, drain bool, 
 		return nil, err
 	}
 	id := c.waiterPrefix + strconv.FormatInt(c.waiterSeq.Add(1), 10)
-	wake, unsubscribe, mode, err := c.ln.subscribe(ctx, id)
+	w := &waiting{c: c, name: name, id: id, wake: make(chan struct{}, 1), rank: rank.Int32}
+	mode, err := c.ln.subscribe(ctx, id, w.wake)
 	if err != nil {
 		return nil, err
 	}
-	w := &waiting{c: c, name: name, id: id, wake: wake, unsubscribe: unsubscribe, rank: rank.Int32}
 	c.k.waiters.Add(1) // until stop: the session is in use
 	if mode == pollingBackoff {
 		w.poll = &backoff.Backoff{Min: slotlessPoll, Max: c.cfg.PollInterval}
@@ -108,7 +107,6 @@ func (w *waiting) rankParam() int32 {
 func (w *waiting) stop() {
 	w.c.k.waiters.Add(-1)
 	w.c.ln.unregister(w.id)
-	w.unsubscribe()
 	if !w.c.ln.deferStop(w.name, w.id) {
 		w.c.stopWaitingOnPool([]waiterRef{{name: w.name, id: w.id}})
 	}
