@@ -87,12 +87,13 @@ func (c *Client) track(group string, rows []db.LeaseClaimRow, s *session, start,
 		leases[i] = newLease(c, r.Name, group, r.Token, s, r.ExpiresAt, start)
 	}
 	if !c.k.add(leases) {
-		ctx, cancel := c.cleanupContext(context.Background())
-		defer cancel()
-		names, tokens := grants(leases)
-		c.releaseGrants(ctx, names, tokens)
 		for _, l := range leases {
 			l.transition(leaseReleased, fmt.Errorf("%w: %q token %d: client closed", ErrReleased, l.name, l.token), "")
+		}
+		// Best effort, as Close gives back what it holds: the session ends
+		// with the client, so what fails here expires at its TTL.
+		if err := c.releaseAll(context.Background(), nil, leases); err != nil {
+			c.log.Warn("pgbaton: giving back grants that arrived after Close failed", "error", err)
 		}
 		return nil, pgbaton.ErrClosed
 	}
@@ -227,22 +228,6 @@ func (c *Client) giveBackRef(ctx context.Context, s *session, ref pgtype.UUID) {
 		c.log.Debug("pgbaton: giving back a grant by its request id failed; trying again later", "error", err)
 		c.k.giveBackRef(s, ref)
 	}
-}
-
-// releaseGrants gives back grants the client cannot keep because it
-// closed while they were in flight (grants whose caller gave up go back by
-// request id, releaseRef). Best effort: the client's session ends with
-// it, so what fails here expires at its TTL.
-func (c *Client) releaseGrants(ctx context.Context, names []string, tokens []int64) {
-	if len(names) == 0 {
-		return
-	}
-	if _, err := c.releaseMany(ctx, names, tokens, nil); err != nil {
-		c.log.Warn("pgbaton: giving back a grant whose caller gave up failed; it expires at its TTL",
-			"leases", names, "error", err)
-		return
-	}
-	c.log.Debug("pgbaton: gave back a grant whose caller gave up", "leases", names)
 }
 
 // Acquire takes the lease name, waiting while someone else holds it or

@@ -187,10 +187,16 @@ func (c *Client) sendCalls(group string, calls []*combined) {
 // finished leases from the reply, its share of the claim given back.
 func (c *Client) settleAbandoned(ctx context.Context, call *combined, r combinedReply) {
 	_ = call.cb.finish(r.deleted, r.err)
+	if len(r.claimed) == 0 {
+		return
+	}
 	names := make([]string, len(r.claimed))
 	tokens := make([]int64, len(r.claimed))
 	for i, row := range r.claimed {
 		names[i], tokens[i] = row.Name, row.Token
 	}
-	c.releaseGrants(ctx, names, tokens)
+	// Best effort, logged: no Lease was made, so nothing tries again.
+	if _, err := c.releaseMany(ctx, names, tokens, nil); err != nil {
+		c.log.Warn("pgbaton: giving back a grant whose caller gave up failed", "leases", names, "error", err)
+	}
 }
