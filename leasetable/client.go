@@ -167,6 +167,12 @@ func (c *Client) Close(ctx context.Context) error {
 	// in flight for callers that gave up finish and are given back.
 	c.bgCancel()
 	c.background.Wait()
+	c.k.mu.Lock()
+	late := c.k.late
+	c.k.mu.Unlock()
+	for _, r := range late {
+		_ = c.releaseRef(cctx, r.s, r.ref)
+	}
 	// Registrations whose removal was skipped because Close had begun.
 	if err := c.q.LeaseStopWaitingAll(cctx, c.pool, c.waiterPrefix[:len(c.waiterPrefix)-1]); err != nil {
 		errs = append(errs, c.dbError("remove waiter registrations", err))

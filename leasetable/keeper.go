@@ -35,9 +35,13 @@ import (
 type keeper struct {
 	c *Client
 
-	mu     sync.Mutex // guards closed and inbox; a leaf
+	mu     sync.Mutex // guards closed, inbox and late; a leaf
 	closed bool
 	inbox  []func(*keeper)
+	// late are grants to give back by request id that came once Close had
+	// begun (a reply to a caller that gave up): Close gives them back
+	// after its background work ended.
+	late   []grantRef
 	signal chan struct{} // one slot: the inbox has messages
 
 	// cur is the session new grants bind to (nil: none yet, or it ended);
@@ -51,12 +55,12 @@ type keeper struct {
 	// Owned by the keeper's goroutine.
 	sess     *session
 	opening  *opening
-	held     map[*Lease]struct{} // carried by sess
-	loose    map[*Lease]struct{} // held by their own deadline: their session ended
-	back     map[*Lease]struct{} // to give back by token (released, never completed)
-	refs     []grantRef          // to give back by request id
-	sending  bool                // a give-back is on its way
-	settling map[*Lease]struct{} // handed off, their complete_tx sent
+	held     map[*Lease]struct{}   // carried by sess
+	loose    map[*Lease]struct{}   // held by their own deadline: their session ended
+	back     map[*Lease]struct{}   // to give back by token (released, never completed)
+	refs     map[grantRef]struct{} // to give back by request id
+	sending  bool                  // a give-back is on its way
+	settling map[*Lease]struct{}   // handed off, their complete_tx sent
 	settleAt time.Time
 	settleIn time.Duration
 	asking   bool // a settle is on its way
@@ -74,7 +78,8 @@ type grantRef struct {
 
 func newKeeper(c *Client) *keeper {
 	return &keeper{c: c, signal: make(chan struct{}, 1),
-		held: map[*Lease]struct{}{}, loose: map[*Lease]struct{}{}, back: map[*Lease]struct{}{}, settling: map[*Lease]struct{}{}}
+		held: map[*Lease]struct{}{}, loose: map[*Lease]struct{}{}, back: map[*Lease]struct{}{}, refs: map[grantRef]struct{}{},
+		settling: map[*Lease]struct{}{}}
 }
 
 // post has the keeper run m, and reports whether it will: not once Close
@@ -245,29 +250,34 @@ func (k *keeper) giveBack(leases []*Lease) {
 
 // giveBackRef queues the grants of request ref in session s.
 func (k *keeper) giveBackRef(s *session, ref pgtype.UUID) {
-	k.post(func(k *keeper) {
-		k.refs = append(k.refs, grantRef{s, ref})
+	if k.post(func(k *keeper) {
+		k.refs[grantRef{s, ref}] = struct{}{}
 		k.sendBack()
-	})
+	}) {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.late = append(k.late, grantRef{s, ref})
 }
 
 // sendBack sends the give-back queue in the background; what fails stays
-// queued until the next keep-alive succeeds, and Close takes what is left.
+// queued until the next keep-alive succeeds, and Close takes what is left
+// (what is on its way too: giving back twice is harmless).
 func (k *keeper) sendBack() {
 	if k.sending || len(k.back) == 0 && len(k.refs) == 0 {
 		return
 	}
 	c := k.c
-	leases := slices.Collect(maps.Keys(k.back))
-	refs := k.refs
-	k.refs, k.sending = nil, true
+	leases, refs := slices.Collect(maps.Keys(k.back)), slices.Collect(maps.Keys(k.refs))
+	k.sending = true
 	ok := k.spawn(func() {
 		ctx, cancel := context.WithTimeout(c.bg, c.cfg.ReleaseTimeout)
 		defer cancel()
-		var failed []grantRef
+		var gone []grantRef
 		for _, r := range refs {
-			if err := c.releaseRef(ctx, r.s, r.ref); err != nil {
-				failed = append(failed, r)
+			if c.releaseRef(ctx, r.s, r.ref) == nil {
+				gone = append(gone, r)
 			}
 		}
 		var err error
@@ -275,12 +285,14 @@ func (k *keeper) sendBack() {
 			names, tokens := grants(byName(leases))
 			_, err = c.releaseMany(ctx, names, tokens, lostNames(leases))
 		}
-		if err != nil || len(failed) > 0 {
-			c.log.Debug("pgbaton: giving back grants failed; trying again after the next keep-alive", "leases", len(leases), "requests", len(failed), "error", err)
+		if err != nil || len(gone) < len(refs) {
+			c.log.Debug("pgbaton: giving back grants failed; trying again after the next keep-alive", "leases", len(leases), "requests", len(refs)-len(gone), "error", err)
 		}
 		k.post(func(k *keeper) {
 			k.sending = false
-			k.refs = append(k.refs, failed...)
+			for _, r := range gone {
+				delete(k.refs, r)
+			}
 			if err == nil {
 				for _, l := range leases {
 					delete(k.back, l)
@@ -413,7 +425,7 @@ func (c *Client) closeKeeper() (left leftover, ok bool) {
 				}
 			}
 		}
-		left.back, left.refs, left.sess = slices.Collect(maps.Keys(k.back)), k.refs, k.sess
+		left.back, left.refs, left.sess = slices.Collect(maps.Keys(k.back)), slices.Collect(maps.Keys(k.refs)), k.sess
 		for _, q := range k.cc.pending {
 			left.calls = append(left.calls, q...)
 		}
