@@ -245,15 +245,22 @@ func (c *Client) Complete(ctx context.Context, leases ...*Lease) (err error) {
 	if err != nil {
 		return err
 	}
+	return c.complete(ctx, cb)
+}
+
+// complete deletes the rows of cb's leases in one round trip, sent like a
+// release when ctx has ended, and records the outcome (Complete and
+// Lease.Complete).
+func (c *Client) complete(ctx context.Context, cb *completion) error {
 	if len(cb.leases) == 0 {
 		return cb.finish(nil, nil)
 	}
-	cctx, cancel := c.cleanupContext(ctx)
+	ctx, cancel := c.cleanupContext(ctx)
 	defer cancel()
 	// Not repeated after a broken connection: a second answer would call
 	// the items the first one completed taken over.
 	var deleted []string
-	err = c.retry(cctx, false, func(ctx context.Context) (err error) {
+	err := c.retry(ctx, false, func(ctx context.Context) (err error) {
 		deleted, err = c.q.LeaseCompleteMany(ctx, c.pool, cb.params(c))
 		return err
 	})

@@ -382,8 +382,11 @@ func (l *Lease) Complete(ctx context.Context) error {
 
 func (l *Lease) finish(ctx context.Context, kind finishKind) error {
 	first, proceed := l.beginFinish(kind)
-	if proceed {
-		l.giveBack(ctx, kind == finishedComplete)
+	switch {
+	case proceed && kind == finishedComplete:
+		_ = l.c.complete(ctx, &completion{leases: []*Lease{l}}) // its result is l's releaseErr
+	case proceed:
+		l.giveBack(ctx)
 	}
 	st := l.status()
 	as, err := st.finishedAs, st.releaseErr
@@ -443,29 +446,16 @@ func (e *releasedError) Error() string {
 
 func (e *releasedError) Unwrap() error { return ErrReleased }
 
-// giveBack sends the release or completion of a stopped lease on a
-// context detached from ctx and records the outcome.
-func (l *Lease) giveBack(ctx context.Context, complete bool) {
+// giveBack sends the release of a stopped lease on a context detached
+// from ctx and records the outcome.
+func (l *Lease) giveBack(ctx context.Context) {
 	ctx, cancel := l.c.cleanupContext(ctx)
 	defer cancel()
-	var ok bool
-	var err error
-	if complete {
-		// Not repeated after a broken connection: the repeat would find
-		// the row gone and say taken over.
-		err = l.c.retry(ctx, false, func(ctx context.Context) (err error) {
-			ok, err = l.c.q.LeaseComplete(ctx, l.c.pool, db.LeaseCompleteParams{Name: l.name, Owner: l.c.cfg.Owner, Token: l.token})
-			return err
-		})
-	} else {
-		ok, err = l.release(ctx)
-	}
+	ok, err := l.release(ctx)
 	switch {
 	case err != nil:
 		l.setReleaseErr(l.c.dbError("release "+l.name, err))
 		l.c.k.giveBack([]*Lease{l})
-	case !ok && complete:
-		l.setReleaseErr(fmt.Errorf("%w: %q token %d was taken over before completion; the item was not completed", ErrNotHeld, l.name, l.token))
 	case !ok:
 		l.setReleaseErr(fmt.Errorf("%w: %q token %d was taken over before release", ErrNotHeld, l.name, l.token))
 	}
