@@ -179,15 +179,14 @@ func inFlight[T any](c *Client, ctx context.Context, send func(context.Context) 
 }
 
 // grant sends a statement that may grant leases in session s under
-// request id ref (inFlight), and gives back by ref what it granted, or may
-// have granted, to a caller that gave up or whose reply was lost (a broken
-// connection). Given back now if it can be, else by the keeper after the
-// session's next keep-alive: the grant is bound to the session, so without
-// that it would be kept alive with it.
+// request id ref (inFlight), and has the keeper give back by ref what it
+// granted, or may have granted, to a caller that gave up or whose reply
+// was lost (a broken connection): the grant is bound to the session, so
+// without that it would be kept alive with it.
 func grant[T any](c *Client, ctx context.Context, s *session, ref pgtype.UUID, send func(context.Context) (T, error), granted func(T) bool) (T, error) {
-	v, err := inFlight(c, ctx, send, func(ctx context.Context, v T, err error) {
+	v, err := inFlight(c, ctx, send, func(_ context.Context, v T, err error) {
 		if err != nil || granted(v) {
-			c.giveBackRef(ctx, s, ref)
+			c.k.giveBackRef(s, ref)
 		}
 	})
 	if f, _ := classify(context.Background(), err); f == ambiguous {
@@ -208,8 +207,8 @@ func ctxErr(ctx context.Context) error {
 
 // releaseRef gives back whatever request ref granted in session s, when
 // its reply was lost or its caller gave up without knowing the tokens.
-// ctx bounds it: ReleaseTimeout for a caller that gave up and for the
-// keeper's queue, Close's own bound at Close.
+// ctx bounds it: ReleaseTimeout in the keeper's queue, Close's own bound
+// at Close.
 func (c *Client) releaseRef(ctx context.Context, s *session, ref pgtype.UUID) error {
 	var freed []string
 	err := c.retry(ctx, true, func(ctx context.Context) (err error) {
@@ -218,16 +217,6 @@ func (c *Client) releaseRef(ctx context.Context, s *session, ref pgtype.UUID) er
 	})
 	c.notifyWaiters(ctx, freed)
 	return err
-}
-
-// giveBackRef gives back by its request id what a request granted whose
-// caller gave up; what cannot be given back now goes to the keeper's
-// queue, tried again after the session's next keep-alive.
-func (c *Client) giveBackRef(ctx context.Context, s *session, ref pgtype.UUID) {
-	if err := c.releaseRef(ctx, s, ref); err != nil {
-		c.log.Debug("pgbaton: giving back a grant by its request id failed; trying again later", "error", err)
-		c.k.giveBackRef(s, ref)
-	}
 }
 
 // Acquire takes the lease name, waiting while someone else holds it or

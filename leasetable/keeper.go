@@ -248,7 +248,8 @@ func (k *keeper) giveBack(leases []*Lease) {
 	})
 }
 
-// giveBackRef queues the grants of request ref in session s.
+// giveBackRef queues the grants of request ref in session s, sent at once
+// unless a give-back is on its way (then when it is back).
 func (k *keeper) giveBackRef(s *session, ref pgtype.UUID) {
 	if k.post(func(k *keeper) {
 		k.refs[grantRef{s, ref}] = struct{}{}
@@ -296,6 +297,9 @@ func (k *keeper) sendBack() {
 			if err == nil {
 				for _, l := range leases {
 					delete(k.back, l)
+				}
+				if len(gone) == len(refs) {
+					k.sendBack() // what was queued meanwhile
 				}
 			}
 		})

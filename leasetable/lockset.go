@@ -232,24 +232,17 @@ func (c *Client) attemptSet(ctx context.Context, names []string, keepPrefix bool
 	}
 	p := db.LeaseAttemptAllParams{Names: names, Owner: c.cfg.Owner, TtlMs: c.ttlMs, Session: s.param(), Ref: newRef(), KeepPrefix: keepPrefix,
 		LockDelayMs: c.cfg.lockDelayMs()}
-	rows, err := inFlight(c, ctx, func(ctx context.Context) (rows []db.LeaseAttemptAllRow, err error) {
+	rows, err := grant(c, ctx, s, p.Ref, func(ctx context.Context) (rows []db.LeaseAttemptAllRow, err error) {
 		err = c.retry(ctx, true, func(ctx context.Context) (err error) {
 			rows, err = c.q.LeaseAttemptAll(ctx, c.pool, p)
 			return err
 		})
 		return rows, err
-	}, func(ctx context.Context, rows []db.LeaseAttemptAllRow, err error) {
+	}, func(rows []db.LeaseAttemptAllRow) bool {
 		// Grants come first: the first row says whether any was made.
-		if err != nil || len(rows) == 0 || rows[0].Acquired {
-			c.giveBackRef(ctx, s, p.Ref)
-		}
+		return len(rows) == 0 || rows[0].Acquired
 	})
 	if err != nil {
-		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-			if f, _ := classify(context.Background(), err); f == ambiguous {
-				c.k.giveBackRef(s, p.Ref) // the grants may have landed
-			}
-		}
 		return nil, nil, c.dbError("acquire lease set "+quoteNames(names, 10), err)
 	}
 	var held *HeldError
