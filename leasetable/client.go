@@ -156,12 +156,6 @@ func (c *Client) Close(ctx context.Context) error {
 	for _, call := range left.calls {
 		call.done <- combinedReply{err: pgbaton.ErrClosed}
 	}
-	// Its row deleted, leases not given back keep only their own expiry.
-	if s := left.sess; s != nil && s.state.CompareAndSwap(sessionAlive, sessionClosed) {
-		if err := c.closeSessionRow(ctx, s); err != nil && !errors.Is(err, context.Canceled) {
-			errs = append(errs, c.dbError("close lease session", err))
-		}
-	}
 	c.ln.close()
 	// Background work is best effort: it must not hold Close up. Grants
 	// in flight for callers that gave up finish and are given back.
@@ -172,6 +166,13 @@ func (c *Client) Close(ctx context.Context) error {
 	c.k.mu.Unlock()
 	for _, r := range late {
 		_ = c.releaseRef(cctx, r.s, r.ref)
+	}
+	// Last, as release_ref finds grants by their session: its row deleted,
+	// leases not given back keep only their own expiry.
+	if s := left.sess; s != nil && s.state.CompareAndSwap(sessionAlive, sessionClosed) {
+		if err := c.closeSessionRow(ctx, s); err != nil && !errors.Is(err, context.Canceled) {
+			errs = append(errs, c.dbError("close lease session", err))
+		}
 	}
 	// Registrations whose removal was skipped because Close had begun.
 	if err := c.q.LeaseStopWaitingAll(cctx, c.pool, c.waiterPrefix[:len(c.waiterPrefix)-1]); err != nil {
