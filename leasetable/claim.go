@@ -94,12 +94,24 @@ func (c *Client) Claim(ctx context.Context, group string, n int) ([]*Lease, erro
 // whoever claims first (Claim does not wait its turn): in a work queue
 // throughput comes first.
 func (c *Client) ClaimWait(ctx context.Context, group string, n int) ([]*Lease, error) {
+	return c.claimWaiting(ctx, group, n, false)
+}
+
+// claimWaiting is ClaimWait, and with drain ClaimUntilDrained, with their
+// metrics and span.
+func (c *Client) claimWaiting(ctx context.Context, group string, n int, drain bool) ([]*Lease, error) {
 	if err := c.checkClaim(group, n); err != nil {
 		return nil, err
 	}
 	start := time.Now()
 	ctx, span := c.tr.Start(ctx, spanClaim, "lease")
-	leases, empty, err := c.waitClaim(ctx, group, n, start, false)
+	leases, empty, err := c.waitClaim(ctx, group, n, start, drain)
+	if errors.Is(err, ErrDrained) {
+		// The end of the batch, not a failed claim: no error metric, and
+		// the span's outcome is "none".
+		c.endGrant(span, telemetry.GroupKey, group, start, nil, nil)
+		return nil, err
+	}
 	c.waitEnded(ctx, group, start, empty, err)
 	c.endGrant(span, telemetry.GroupKey, group, start, leases, err)
 	return leases, err

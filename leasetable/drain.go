@@ -1,12 +1,6 @@
 package leasetable
 
-import (
-	"context"
-	"errors"
-	"time"
-
-	"github.com/pgbaton/pgbaton/internal/telemetry"
-)
+import "context"
 
 // GroupCounts is what a work group holds at one instant (Client.Counts).
 // Completing an item deletes it, so it is counted no more.
@@ -60,21 +54,7 @@ func (c *Client) Counts(ctx context.Context, group string) (GroupCounts, error) 
 // the waiters at once, on the client's LISTEN connection (with NoListen,
 // at their next look).
 func (c *Client) ClaimUntilDrained(ctx context.Context, group string, n int) ([]*Lease, error) {
-	if err := c.checkClaim(group, n); err != nil {
-		return nil, err
-	}
-	start := time.Now()
-	ctx, span := c.tr.Start(ctx, spanClaim, "lease")
-	leases, empty, err := c.waitClaim(ctx, group, n, start, true)
-	if errors.Is(err, ErrDrained) {
-		// The end of the batch, not a failed claim: no error metric, and
-		// the span's outcome is "none".
-		c.endGrant(span, telemetry.GroupKey, group, start, nil, nil)
-		return nil, err
-	}
-	c.waitEnded(ctx, group, start, empty, err)
-	c.endGrant(span, telemetry.GroupKey, group, start, leases, err)
-	return leases, err
+	return c.claimWaiting(ctx, group, n, true)
 }
 
 // groupDrained asks whether group holds no item, after the completions
