@@ -49,6 +49,7 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte, wait
 	if err != nil {
 		return nil, err
 	}
+	defer c.k.unuse()
 	// The request id makes the attempt safe to send again after a broken
 	// connection: a repeat finds the grant the first one made.
 	p := db.LeaseAttemptParams{Name: name, Owner: c.cfg.Owner, TtlMs: c.ttlMs, Metadata: metadata, Session: s.param(), Ref: newRef(), Waiter: w.param(), LockDelayMs: c.cfg.lockDelayMs(),
@@ -126,18 +127,26 @@ func (c *Client) track(group string, rows []db.LeaseClaimRow, s *session, start,
 // each one given up mid-statement would otherwise cost the pool a
 // connection (TestWaitsGivenUpCloseNoPoolConnection).
 func inFlight[T any](c *Client, ctx context.Context, send func(context.Context) (T, error), abandoned func(context.Context, T, error)) (T, error) {
+	v, _, err := sendOrAbandon(c, ctx, send, abandoned)
+	return v, err
+}
+
+// sendOrAbandon is inFlight, and reports whether the caller gave up: then
+// abandoned, not the caller, gets the reply.
+func sendOrAbandon[T any](c *Client, ctx context.Context, send func(context.Context) (T, error), abandoned func(context.Context, T, error)) (_ T, gaveUp bool, _ error) {
 	var zero T
 	if ctx.Err() != nil {
-		return zero, ctxErr(ctx)
+		return zero, false, ctxErr(ctx)
 	}
 	if ctx.Done() == nil {
 		if !c.k.enter() {
-			return zero, pgbaton.ErrClosed
+			return zero, false, pgbaton.ErrClosed
 		}
 		defer c.background.Done()
 		sctx, cancel := context.WithTimeout(ctx, c.cfg.TTL)
 		defer cancel()
-		return send(sctx)
+		v, err := send(sctx)
+		return v, false, err
 	}
 	type reply struct {
 		v   T
@@ -164,18 +173,18 @@ func inFlight[T any](c *Client, ctx context.Context, send func(context.Context) 
 		abandoned(gctx, v, err)
 	})
 	if !ok {
-		return zero, pgbaton.ErrClosed
+		return zero, false, pgbaton.ErrClosed
 	}
 	select {
 	case r := <-ch:
-		return r.v, r.err
+		return r.v, false, r.err
 	case <-ctx.Done():
 	}
 	if taken.CompareAndSwap(false, true) {
-		return zero, ctxErr(ctx)
+		return zero, abandoned != nil, ctxErr(ctx)
 	}
 	r := <-ch // the sender took the turn: its reply is there
-	return r.v, r.err
+	return r.v, false, r.err
 }
 
 // grant sends a statement that may grant leases in session s under
@@ -183,12 +192,21 @@ func inFlight[T any](c *Client, ctx context.Context, send func(context.Context) 
 // granted, or may have granted, to a caller that gave up or whose reply
 // was lost (a broken connection): the grant is bound to the session, so
 // without that it would be kept alive with it.
+//
+// The statement counts a use of s (sessionFor) of its own, which the give-back
+// of a caller that gave up ends: the session is not closed idle before that
+// give-back is queued, as it finds the grants by their session.
 func grant[T any](c *Client, ctx context.Context, s *session, ref pgtype.UUID, send func(context.Context) (T, error), granted func(T) bool) (T, error) {
-	v, err := inFlight(c, ctx, send, func(_ context.Context, v T, err error) {
+	c.k.using.Add(1)
+	v, gaveUp, err := sendOrAbandon(c, ctx, send, func(_ context.Context, v T, err error) {
 		if err != nil || granted(v) {
 			c.k.giveBackRef(s, ref)
 		}
+		c.k.unuse()
 	})
+	if !gaveUp {
+		c.k.using.Add(-1) // the caller's use goes on
+	}
 	if f, _ := classify(context.Background(), err); f == ambiguous {
 		c.k.giveBackRef(s, ref)
 	}

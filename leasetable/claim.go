@@ -226,6 +226,7 @@ func (c *Client) claim(ctx context.Context, group string, n int, waitStart time.
 	if err != nil {
 		return nil, err
 	}
+	defer c.k.unuse()
 	// Sent again after a broken connection with Retry set, the claim
 	// returns what the first one granted instead of claiming more.
 	p := db.LeaseClaimParams{LeaseGroup: group, Owner: c.cfg.Owner, N: int32(n), TtlMs: c.ttlMs, Session: s.param(), Ref: newRef(),
@@ -345,6 +346,9 @@ func (c *Client) CompleteAndClaim(ctx context.Context, group string, n int, done
 		return nil, cb.finish(nil, r.err)
 	}
 	doneErr := cb.finish(r.deleted, nil)
+	if len(r.claimed) > 0 {
+		defer c.k.unuse() // counted by sendCalls
+	}
 	leases, err := c.track(group, r.claimed, r.s, start, start)
 	if err != nil {
 		return nil, errors.Join(doneErr, err)

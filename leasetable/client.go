@@ -43,6 +43,8 @@ type Client struct {
 
 	k    *keeper  // the session, the leases, what to give back
 	sems sync.Map // semaphores checked: name -> slots
+	// sessionTaken is the test hook of that name, read once per client.
+	sessionTaken func()
 }
 
 // New returns a client for the pgbaton schema behind pool. It refuses a
@@ -87,6 +89,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		bg: bg, bgCancel: cancel, tr: telemetry.NewTracer(cfg.TracerProvider),
 	}
 	c.k = newKeeper(c)
+	c.sessionTaken = sessionTaken
 	c.background.Add(1)
 	go c.k.run()
 	if cfg.MeterProvider != nil {

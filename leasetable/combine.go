@@ -150,6 +150,7 @@ func (c *Client) sendCalls(group string, calls []*combined) {
 		}
 		return
 	}
+	defer c.k.unuse()
 	p := db.LeaseCompleteManyParams{Owner: c.cfg.Owner}
 	n := 0
 	for _, call := range calls {
@@ -179,6 +180,11 @@ func (c *Client) sendCalls(group string, calls []*combined) {
 	for _, call := range calls {
 		share := rows[:min(call.n, len(rows)):min(call.n, len(rows))]
 		rows = rows[len(share):]
+		if len(share) > 0 {
+			// A use of s for the reader of the reply, until it keeps its
+			// share (CompleteAndClaim) or gives it back (settleAbandoned).
+			c.k.using.Add(1)
+		}
 		call.done <- combinedReply{s: s, deleted: r.deleted, claimed: share}
 	}
 }
@@ -190,6 +196,7 @@ func (c *Client) settleAbandoned(ctx context.Context, call *combined, r combined
 	if len(r.claimed) == 0 {
 		return
 	}
+	defer c.k.unuse() // counted by sendCalls
 	names := make([]string, len(r.claimed))
 	tokens := make([]int64, len(r.claimed))
 	for i, row := range r.claimed {

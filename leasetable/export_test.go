@@ -29,3 +29,12 @@ func ListenerWaiters(c *Client) int {
 	defer c.ln.mu.Unlock()
 	return len(c.ln.waiters)
 }
+
+// SetSessionTaken has the clients that t creates from now on call taken
+// after each grant took its session and before the grant is sent, until t
+// ends.
+func SetSessionTaken(t testing.TB, taken func()) {
+	old := sessionTaken
+	sessionTaken = taken
+	t.Cleanup(func() { sessionTaken = old })
+}

@@ -51,6 +51,8 @@ type keeper struct {
 	// to the session, so it is not idle while one waits (closing it would
 	// cost them their place in the queue).
 	waiters atomic.Int64
+	// using counts the grants on their way, from sessionFor to unuse.
+	using atomic.Int64
 
 	// Owned by the keeper's goroutine.
 	sess     *session

@@ -230,6 +230,7 @@ func (c *Client) attemptSet(ctx context.Context, names []string, keepPrefix bool
 	if err != nil {
 		return nil, nil, err
 	}
+	defer c.k.unuse()
 	p := db.LeaseAttemptAllParams{Names: names, Owner: c.cfg.Owner, TtlMs: c.ttlMs, Session: s.param(), Ref: newRef(), KeepPrefix: keepPrefix,
 		LockDelayMs: c.cfg.lockDelayMs()}
 	rows, err := grant(c, ctx, s, p.Ref, func(ctx context.Context) (rows []db.LeaseAttemptAllRow, err error) {

@@ -26,6 +26,7 @@ type session struct {
 	state    atomic.Uint32 // sessionAlive, then sessionDead or sessionClosed
 	failing  atomic.Bool   // the last keep-alive failed
 	inflight atomic.Bool   // a keep-alive is on its way
+	closing  atomic.Bool   // the keeper is deciding to close it idle (keepalive)
 
 	// The keeper's own.
 	keepAt    time.Time          // when the next keep-alive is due
@@ -86,10 +87,41 @@ type opening struct {
 }
 
 // sessionFor returns the session new grants bind to, having the keeper
-// open one if needed. A caller that gives up returns at once; the session
-// is opened all the same.
+// open one if needed, and counts the caller as a user of it until the
+// caller's unuse: a session in use is not closed idle (keepalive), so a
+// grant on its way is never bound to a session closed under it, which left
+// its lease to its own expiry, lost a TTL later on a healthy client. A
+// caller that gives up returns at once; the session is opened all the
+// same.
 func (c *Client) sessionFor(ctx context.Context) (*session, error) {
-	if s := c.k.cur.Load(); s != nil && s.carries(time.Now()) {
+	c.k.using.Add(1) // before the session is read: see keepalive
+	s, err := c.takeSession(ctx)
+	if err != nil {
+		c.k.using.Add(-1)
+		return nil, err
+	}
+	if c.sessionTaken != nil {
+		c.sessionTaken()
+	}
+	return s, nil
+}
+
+// sessionTaken, when set by a test before it makes a client, runs after
+// each grant took its session and before the grant is sent.
+var sessionTaken func()
+
+// unuse ends a use that sessionFor counted. It is a message, handled after
+// the caller's leases were kept (add), so the keeper never sees the
+// session unused while a lease it granted is not kept yet.
+func (k *keeper) unuse() {
+	if !k.post(func(k *keeper) { k.using.Add(-1) }) {
+		k.using.Add(-1)
+	}
+}
+
+// takeSession is sessionFor without the count.
+func (c *Client) takeSession(ctx context.Context) (*session, error) {
+	if s := c.k.cur.Load(); s != nil && s.carries(time.Now()) && !s.closing.Load() {
 		return s, nil
 	}
 	got := make(chan *opening, 1)
@@ -187,15 +219,23 @@ func (k *keeper) keepalive(s *session, now time.Time) {
 	c := k.c
 	n := len(k.live())
 	switch {
-	case n > 0 || k.waiters.Load() > 0:
+	case n > 0 || k.inUse():
 		s.idleSince = time.Time{}
 	case s.idleSince.IsZero():
 		s.idleSince = now
 	case now.Sub(s.idleSince) >= c.cfg.TTL:
 		// Unused for a TTL: let it go rather than write for nothing. The
-		// next grant opens a new session.
-		k.end(s, sessionClosed, "idle")
-		return
+		// next grant opens a new session. closing first, then the uses:
+		// a grant counts its use first, then reads closing (sessionFor),
+		// so one of the two sees the other (atomics are sequentially
+		// consistent) and no grant takes a session closed under it.
+		s.closing.Store(true)
+		if !k.inUse() {
+			k.end(s, sessionClosed, "idle")
+			return
+		}
+		s.closing.Store(false)
+		s.idleSince = time.Time{}
 	}
 	ctx, cancel := context.WithDeadline(c.bg, s.until())
 	s.keeping, s.stopKeep = true, cancel
@@ -228,6 +268,13 @@ func (k *keeper) keepalive(s *session, now time.Time) {
 		s.keeping, s.stopKeep = false, nil
 		s.inflight.Store(false)
 	}
+}
+
+// inUse reports whether the session is in use without a lease: a waiter
+// is queued on it, a grant is on its way (sessionFor), or grants are to be
+// given back by request id, which finds them by their session.
+func (k *keeper) inUse() bool {
+	return k.waiters.Load() > 0 || k.using.Load() > 0 || len(k.refs) > 0 || k.sending
 }
 
 // keptAlive handles the reply to s's keep-alive, sent at start for n

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -301,4 +302,67 @@ func (k *keepaliveTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, d pgx.
 		default:
 		}
 	}
+}
+
+// A grant on its way keeps its client's session from lapsing idle: a
+// TryAcquire held between taking its session and sending its grant while
+// the session had carried nothing for a TTL must come back bound to a
+// session that is kept alive, not to one closed under it, which left the
+// lease to its own expiry and lost it a TTL later on a healthy client.
+func TestGrantOnItsWayKeepsItsSession(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := pgtest.Context(t, time.Minute)
+	var armed atomic.Bool
+	stalled, resume := make(chan struct{}), make(chan struct{})
+	leasetable.SetSessionTaken(t, func() {
+		if armed.CompareAndSwap(true, false) {
+			close(stalled)
+			<-resume
+		}
+	})
+	c := newClient(t, d.Pool(t), leasetable.Config{Owner: "idle-race", TTL: shortTTL})
+	l, err := c.TryAcquire(ctx, "race")
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx)) // the session is idle from now
+
+	armed.Store(true)
+	type result struct {
+		l   *leasetable.Lease
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := c.TryAcquire(ctx, "race")
+		got <- result{l, err}
+	}()
+	<-stalled
+	// Held for longer than the idle limit (a TTL): either the session is
+	// closed under the grant, or it is kept alive past two TTLs from here.
+	var from time.Time
+	require.NoError(t, pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&from))
+	pgtest.Eventually(t, 20*time.Second, func() (bool, error) {
+		open := pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease_session WHERE owner = 'idle-race'")
+		kept := pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease_session WHERE owner = 'idle-race' AND expires_at > $1::timestamptz + $2 * interval '1 millisecond'",
+			from, 2*shortTTL.Milliseconds())
+		return open == 0 || kept > 0, nil
+	}, "the session was neither closed nor kept alive")
+	close(resume)
+	r := <-got
+	require.NoError(t, r.err)
+	l = r.l
+
+	// Held: kept alive past three TTLs after the grant.
+	require.NoError(t, pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&from))
+	pgtest.Eventually(t, 20*time.Second, func() (bool, error) {
+		select {
+		case <-l.Done():
+			return false, fmt.Errorf("the lease granted as its session lapsed was lost: %w", l.Err())
+		default:
+		}
+		n := pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease_status WHERE name = 'race' AND token = $1 AND held AND expires_at > $2::timestamptz + $3 * interval '1 millisecond'",
+			l.Token(), from, 3*shortTTL.Milliseconds())
+		return n > 0, nil
+	}, "the lease was not kept alive")
+	require.NoError(t, l.Release(ctx))
 }

@@ -50,6 +50,7 @@ func (c *Client) joinQueue(ctx context.Context, name string, group, drain bool, 
 	if err != nil {
 		return nil, err
 	}
+	defer c.k.unuse() // until the waiter counts in waiters
 	id := c.waiterPrefix + strconv.FormatInt(c.waiterSeq.Add(1), 10)
 	w := &waiting{c: c, name: name, id: id, wake: make(chan struct{}, 1), rank: rank.Int32}
 	mode, err := c.ln.subscribe(ctx, id, w.wake)
