@@ -23,14 +23,19 @@ const (
 // own or be blocked by them; a session that takes them in SQL outside
 // pgbaton can.
 //
-// ReservedPairHi to ReservedPairHi+2 are the first halves of the (int4,
+// ReservedPairHi to ReservedPairHi+3 are the first halves of the (int4,
 // int4) keys the lease protocol takes: Pair(ReservedPairHi, slot) is a
 // leasetable.Client's listen slot (pgbaton.listen_start),
 // Pair(ReservedPairHi+1, hashtext(group)) a lease group's gate
-// (pgbaton.group_gate) and Pair(ReservedPairHi+2, hashtext(name)) the
-// lock of a wait queue (pgbaton.queue_lock). Every Pair with one of these
+// (pgbaton.group_gate), Pair(ReservedPairHi+2, hashtext(name)) the lock
+// of a wait queue (pgbaton.queue_lock) and Pair(ReservedPairHi+3, n) a
+// lease session's (pgbaton.session_hold). Every Pair with one of these
 // first halves is refused.
 const ReservedPairHi int32 = 1885495924
+
+// reservedPairs is how many first halves from ReservedPairHi on are
+// reserved.
+const reservedPairs = 4
 
 // Key names an advisory lock. Make one with Name, Int64 or Pair; the zero
 // Key is invalid. Postgres keeps the bigint key space (Name and Int64) apart
@@ -93,9 +98,9 @@ func (k Key) resolve(namespace string) (lockID, error) {
 	case kindInt64:
 		return lockID{ID: k.id}, nil
 	case kindPair:
-		if k.hi >= ReservedPairHi && k.hi <= ReservedPairHi+2 {
+		if last := ReservedPairHi + reservedPairs - 1; k.hi >= ReservedPairHi && k.hi <= last {
 			return lockID{}, fmt.Errorf("%w: advisory key pair:%d,%d is reserved: pgbaton's lease protocol takes the pairs (%d..%d, n) for itself; use another first half",
-				pgbaton.ErrInvalidArgument, k.hi, k.lo, ReservedPairHi, ReservedPairHi+2)
+				pgbaton.ErrInvalidArgument, k.hi, k.lo, ReservedPairHi, last)
 		}
 		return lockID{Pair: true, Hi: k.hi, Lo: k.lo}, nil
 	}

@@ -28,6 +28,7 @@ func TestReservedKeysRefused(t *testing.T) {
 		advisory.Pair(advisory.ReservedPairHi, 0), advisory.Pair(advisory.ReservedPairHi, 1), // listen slots
 		advisory.Pair(advisory.ReservedPairHi+1, 12345), // a group's gate
 		advisory.Pair(advisory.ReservedPairHi+2, 12345), // a wait queue's lock
+		advisory.Pair(advisory.ReservedPairHi+3, 12345), // a lease session's
 	} {
 		_, err := l.TryLock(ctx, key)
 		require.ErrorIs(t, err, pgbaton.ErrInvalidArgument, "TryLock %s", key)
@@ -38,7 +39,7 @@ func TestReservedKeysRefused(t *testing.T) {
 		require.ErrorIs(t, err, pgbaton.ErrInvalidArgument, "XactLock %s", key)
 	}
 	// Other first halves are the user's.
-	for _, hi := range []int32{advisory.ReservedPairHi - 1, advisory.ReservedPairHi + 3} {
+	for _, hi := range []int32{advisory.ReservedPairHi - 1, advisory.ReservedPairHi + 4} {
 		lk, err := l.TryLock(ctx, advisory.Pair(hi, 0))
 		require.NoError(t, err)
 		require.NoError(t, lk.Unlock(ctx))

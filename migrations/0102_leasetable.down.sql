@@ -43,6 +43,7 @@ DROP FUNCTION pgbaton.unbound_expiry(timestamp with time zone,bigint,bigint);
 DROP FUNCTION pgbaton.session_keepalive(bigint,bigint);
 DROP FUNCTION pgbaton.session_open(text,bigint);
 DROP FUNCTION pgbaton.session_hold(bigint);
+DROP FUNCTION pgbaton.session_lock_key(bigint);
 DROP FUNCTION pgbaton.session_of(bigint,text);
 DROP FUNCTION pgbaton.lease_check_args(text,text,bigint);
 DROP FUNCTION pgbaton.next_token();

@@ -710,16 +710,33 @@ BEGIN
     RETURN p_session;
 END $$;
 
+-- session_lock_key is the second half of the advisory lock of session
+-- p_session, (reserved_pair_hi() + 3, session_lock_key(id)): a grant that
+-- binds to the session holds it shared until it commits (session_hold);
+-- closing and pruning the session take it exclusive, so they wait for the
+-- grants in flight and see them. hashint8 folds the bigint id into the
+-- int4 half: two sessions that share a key only wait for each other's
+-- grants now and then.
+CREATE FUNCTION pgbaton.session_lock_key(p_session bigint)
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT hashint8(p_session)
+$$;
+
 -- session_hold is called by a grant just before it binds to session
--- p_session (from session_of): it holds the session row FOR KEY SHARE
--- until the granting transaction ends and returns p_session, or NULL if
--- the row is gone meanwhile. Pruning (FOR UPDATE SKIP LOCKED) then passes
--- that session by, and closing (FOR UPDATE first) waits for the grant and
--- unbinds it. Without the lock a grant still uncommitted while its session
--- was pruned or closed committed bound to a row that was gone, and claim
--- never picked that lease again. KEY SHARE does not conflict with
--- keep-alives (they update no key column). Only a grant takes it: a lock
--- is written to WAL, and contended attempts write none.
+-- p_session (from session_of): it holds the session's advisory lock
+-- (session_lock_key) shared until the granting transaction ends and
+-- returns p_session, or NULL if the row is gone meanwhile. Pruning then
+-- passes that session by, and closing waits for the grant and unbinds it.
+-- Without the lock a grant still uncommitted while its session was pruned
+-- or closed committed bound to a row that was gone, and claim never picked
+-- that lease again. Not a row lock: the workers of one client share its
+-- session, and row locks of two transactions on one row make a multixact
+-- (one per claim of 4 workers), written to WAL and frozen by vacuum later.
+-- Under READ COMMITTED the look after the lock sees a close that committed
+-- while the grant waited for it; a snapshot older than the lock (REPEATABLE
+-- READ or SERIALIZABLE) might not, so there the row is locked as well,
+-- which fails with a serialization error if it was deleted since.
 CREATE FUNCTION pgbaton.session_hold(p_session bigint)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
@@ -727,7 +744,12 @@ BEGIN
     IF p_session IS NULL THEN
         RETURN NULL;
     END IF;
-    PERFORM 1 FROM pgbaton.lease_session s WHERE s.id = p_session FOR KEY SHARE;
+    PERFORM pg_advisory_xact_lock_shared(pgbaton.reserved_pair_hi() + 3, pgbaton.session_lock_key(p_session));
+    IF current_setting('transaction_isolation') = 'read committed' THEN
+        PERFORM 1 FROM pgbaton.lease_session s WHERE s.id = p_session;
+    ELSE
+        PERFORM 1 FROM pgbaton.lease_session s WHERE s.id = p_session FOR KEY SHARE;
+    END IF;
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
@@ -803,8 +825,9 @@ LANGUAGE plpgsql
 SET enable_seqscan = off
 AS $$
 BEGIN
-    -- First wait for grants binding to it (session_of), so that the
+    -- First wait for grants binding to it (session_hold), so that the
     -- unbinding below sees them.
+    PERFORM pg_advisory_xact_lock(pgbaton.reserved_pair_hi() + 3, pgbaton.session_lock_key(p_id));
     PERFORM 1 FROM pgbaton.lease_session s WHERE s.id = p_id FOR UPDATE;
     UPDATE pgbaton.lease l SET session_id = NULL, expires_at = pgbaton.unbound_expiry(l.expires_at, p_id, l.lock_delay_ms)
      WHERE l.session_id = p_id;
@@ -814,8 +837,8 @@ END $$;
 -- prune_sessions deletes up to p_limit sessions expired more than p_after
 -- ago (longer than any TTL, so no lease of theirs is still valid by its
 -- own expiry) and unbinds their leases, which stay claimable as expired
--- leases. It returns how many it deleted. Sessions another call is pruning
--- are skipped.
+-- leases. It returns how many it deleted. Sessions another call is pruning,
+-- or that a grant still in flight binds to (session_hold), are skipped.
 CREATE FUNCTION pgbaton.prune_sessions(p_after interval, p_limit integer)
 RETURNS integer
 LANGUAGE plpgsql
@@ -827,6 +850,7 @@ BEGIN
     dead := ARRAY(
         SELECT s.id FROM pgbaton.lease_session s
          WHERE s.expires_at < clock_timestamp() - p_after
+           AND pg_try_advisory_xact_lock(pgbaton.reserved_pair_hi() + 3, pgbaton.session_lock_key(s.id))
          ORDER BY s.expires_at LIMIT p_limit FOR UPDATE SKIP LOCKED);
     IF cardinality(dead) = 0 THEN
         RETURN 0;
@@ -1193,8 +1217,9 @@ END $$;
 -- reserved_pair_hi is the first half of the (int4, int4) advisory keys
 -- the lease protocol takes for itself: (reserved_pair_hi(), slot) is a
 -- listen slot (listen_start), (reserved_pair_hi() + 1, hashtext(group))
--- a group's gate (group_gate) and (reserved_pair_hi() + 2, hashtext(name))
--- the lock of a wait queue (queue_lock). 1885495924 is 0x70626274,
+-- a group's gate (group_gate), (reserved_pair_hi() + 2, hashtext(name))
+-- the lock of a wait queue (queue_lock) and (reserved_pair_hi() + 3,
+-- session_lock_key(id)) a lease session's (session_hold). 1885495924 is 0x70626274,
 -- "pbbt"; the Go advisory package refuses pairs with any of these first
 -- halves to its users (advisory.ReservedPairHi, which must stay equal to
 -- it).
