@@ -275,3 +275,34 @@ func TestPollingWaitersAreNotNotified(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, cycle())
 }
+
+// A waiter that polls queues by its first look refused (lease_attempt
+// with p_waiter and p_listens false): it needs no wait_for of its own, a
+// release it alone waits for reports no waiters, and its grant takes it
+// out of the queue.
+func TestPollerQueuesByItsLook(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := pgtest.Context(t, 30*time.Second)
+	var tok int64
+	require.NoError(t, pool.QueryRow(ctx, "SELECT token FROM pgbaton.try_acquire('pq', 'holder', 60000)").Scan(&tok))
+	look := func(owner string, waiter any) (acquired bool, ahead int) {
+		require.NoError(t, pool.QueryRow(ctx, "SELECT acquired, ahead FROM pgbaton.lease_attempt('pq', $1, 60000, p_waiter => $2, p_listens => false)",
+			owner, waiter).Scan(&acquired, &ahead))
+		return acquired, ahead
+	}
+	acquired, ahead := look("poller", "poller/1")
+	require.False(t, acquired)
+	assert.Zero(t, ahead)
+	assert.Equal(t, 1, pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease_queue WHERE name = 'pq' AND waiter = 'poller/1' AND position = 1"))
+	assert.Equal(t, 1, pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease_waiter WHERE waiter = 'poller/1' AND NOT listens"))
+	var waiters bool
+	require.NoError(t, pool.QueryRow(ctx, "SELECT waiters FROM pgbaton.release('pq', 'holder', $1)", tok).Scan(&waiters))
+	assert.False(t, waiters, "only a poller waits: nothing to notify")
+	acquired, ahead = look("other", nil)
+	assert.False(t, acquired, "a look without a waiter id went before the queued poller")
+	assert.Equal(t, 1, ahead)
+	acquired, _ = look("poller", "poller/1")
+	assert.True(t, acquired)
+	assert.Zero(t, pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease_waiter WHERE name = 'pq'"), "the grant left the poller queued")
+}

@@ -934,9 +934,11 @@ END $$;
 -- now; a NULL p_waiter does nothing. It counts
 -- as listening: a listener's own registration again (wait_for) may come
 -- later, and a listener not notified would wait for its timer (after a
--- switchover the HA run's clients worked again 3 s later than before).
+-- switchover the HA run's clients worked again 3 s later than before),
+-- unless p_listens says it polls: then this is its registration, made by
+-- its first look (lease_attempt) rather than by a wait_for of its own.
 CREATE FUNCTION pgbaton.requeue(p_name text, p_waiter text, p_group boolean, p_session bigint, p_ttl_ms bigint,
-    p_rank integer DEFAULT 0)
+    p_rank integer DEFAULT 0, p_listens boolean DEFAULT true)
 RETURNS void
 LANGUAGE plpgsql
 SET enable_seqscan = off
@@ -959,7 +961,7 @@ BEGIN
     END IF;
     INSERT INTO pgbaton.lease_waiter AS w (name, waiter, is_group, owner, session_id, expires_at, listens, rank)
     VALUES (p_name, p_waiter, p_group, (SELECT s.owner FROM pgbaton.lease_session s WHERE s.id = p_session), p_session,
-            clock_timestamp() + p_ttl_ms * interval '1 millisecond', true, coalesce(p_rank, 0))
+            clock_timestamp() + p_ttl_ms * interval '1 millisecond', coalesce(p_listens, true), coalesce(p_rank, 0))
     ON CONFLICT (name, waiter) DO NOTHING;
 END $$;
 
@@ -985,9 +987,13 @@ END $$;
 -- grant's, and expires_at and lock_delay_until are the delay's end. The
 -- longest TTL in use counts a grant's lock-delay in its TTL, so a failover
 -- grace also outlasts the delay of a grant the failover lost.
+-- A waiter not in the queue yet is put at its end (requeue), so a waiter
+-- that polls (p_listens false) needs no wait_for: its first look refused
+-- is its registration, and a grant removes it. A waiter woken by NOTIFY
+-- must register with wait_for first, which orders it against releases.
 CREATE FUNCTION pgbaton.lease_attempt(p_name text, p_owner text, p_ttl_ms bigint, p_metadata jsonb DEFAULT NULL,
     p_session bigint DEFAULT NULL, p_ref uuid DEFAULT NULL, p_waiter text DEFAULT NULL, p_lock_delay_ms bigint DEFAULT 0,
-    p_rank integer DEFAULT 0,
+    p_rank integer DEFAULT 0, p_listens boolean DEFAULT true,
     OUT acquired boolean, OUT token bigint, OUT expires_at timestamptz, OUT holder text, OUT db_now timestamptz,
     OUT grace_until timestamptz, OUT ahead integer, OUT lock_delay_until timestamptz)
 LANGUAGE plpgsql
@@ -1011,7 +1017,7 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     sid := pgbaton.session_of(p_session, p_owner);
-    PERFORM pgbaton.requeue(p_name, p_waiter, false, sid, p_ttl_ms, p_rank);
+    PERFORM pgbaton.requeue(p_name, p_waiter, false, sid, p_ttl_ms, p_rank, p_listens);
     LOOP
         -- Look before locking: an attempt on a live lease takes no row lock
         -- and no transaction id, so contended attempts write no WAL. The

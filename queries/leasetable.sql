@@ -6,7 +6,7 @@ SELECT a.acquired::boolean AS acquired, a.token::bigint AS token,
        a.expires_at::timestamptz AS expires_at, coalesce(a.holder, '')::text AS holder,
        a.db_now::timestamptz AS db_now, a.grace_until, coalesce(a.ahead, 0)::integer AS ahead, a.lock_delay_until
   FROM pgbaton.lease_attempt(@name::text, @owner::text, @ttl_ms::bigint, sqlc.narg(metadata)::jsonb, sqlc.narg(session)::bigint, sqlc.narg(ref)::uuid,
-                             sqlc.narg(waiter)::text, @lock_delay_ms::bigint, @rank::integer) a;
+                             sqlc.narg(waiter)::text, @lock_delay_ms::bigint, @rank::integer, NOT @polls::boolean) a;
 
 -- name: LeaseAttemptAll :many
 -- Every name of a set or none (pgbaton.lease_attempt_all): a row per name

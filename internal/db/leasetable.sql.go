@@ -52,7 +52,7 @@ SELECT a.acquired::boolean AS acquired, a.token::bigint AS token,
        a.expires_at::timestamptz AS expires_at, coalesce(a.holder, '')::text AS holder,
        a.db_now::timestamptz AS db_now, a.grace_until, coalesce(a.ahead, 0)::integer AS ahead, a.lock_delay_until
   FROM pgbaton.lease_attempt($1::text, $2::text, $3::bigint, $4::jsonb, $5::bigint, $6::uuid,
-                             $7::text, $8::bigint, $9::integer) a
+                             $7::text, $8::bigint, $9::integer, NOT $10::boolean) a
 `
 
 type LeaseAttemptParams struct {
@@ -65,6 +65,7 @@ type LeaseAttemptParams struct {
 	Waiter      pgtype.Text `json:"waiter"`
 	LockDelayMs int64       `json:"lock_delay_ms"`
 	Rank        int32       `json:"rank"`
+	Polls       bool        `json:"polls"`
 }
 
 type LeaseAttemptRow struct {
@@ -91,6 +92,7 @@ func (q *Queries) LeaseAttempt(ctx context.Context, db DBTX, arg LeaseAttemptPar
 		arg.Waiter,
 		arg.LockDelayMs,
 		arg.Rank,
+		arg.Polls,
 	)
 	var i LeaseAttemptRow
 	err := row.Scan(
