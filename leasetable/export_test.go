@@ -33,6 +33,13 @@ func SetListenRetry(t testing.TB, d time.Duration) {
 	t.Cleanup(func() { listenRetry = old })
 }
 
+// ListenerStarted reports whether c's listener runs.
+func ListenerStarted(c *Client) bool {
+	c.ln.mu.Lock()
+	defer c.ln.mu.Unlock()
+	return c.ln.started
+}
+
 // ListenerIdle reports whether c's listener has a connection that does
 // not listen as nobody waits (paused).
 func ListenerIdle(c *Client) bool {
