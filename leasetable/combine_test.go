@@ -108,12 +108,6 @@ func shareARoundTrip(t *testing.T, wctx context.Context) {
 // gives up while its round trip is on the wire returns at once; the reply,
 // when it comes, completes the finished lease and gives back the claimed
 // one, so nothing stays held by the worker.
-//
-// The events are ordered, not timed (a slow link's latency against the
-// caller's deadline was, and load ate it): a row lock holds the statement
-// on the server until the link is stalled; the server then commits and its
-// reply waits in the link; the caller gives up, and must return while the
-// reply cannot reach it; the link resumes, and the reply settles.
 func TestCompleteAndClaimGivenUpSettles(t *testing.T) {
 	ctx := pgtest.Context(t, time.Minute)
 	direct, victim, _, proxy := slowLinkWorker(t, ctx, "victim", "item-1", "item-2", "item-3")
@@ -121,38 +115,13 @@ func TestCompleteAndClaimGivenUpSettles(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, done, 1)
 
-	tx, err := direct.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.Exec(ctx, "SELECT FROM pgbaton.lease WHERE name = $1 FOR UPDATE", done[0].Name())
-	require.NoError(t, err)
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	returned := make(chan error, 1)
-	go func() {
-		_, err := victim.CompleteAndClaim(cctx, "items", 1, done...)
-		returned <- err
-	}()
-	pgtest.Eventually(t, 20*time.Second, func() (bool, error) {
-		return pgtest.Count(t, direct, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%complete_many%'`) > 0, nil
-	}, "the statement did not reach the server")
-	proxy.Stall()
-	defer proxy.Resume() // if the test fails before it resumes: for Close
-	require.NoError(t, tx.Commit(ctx))
-	pgtest.Eventually(t, 20*time.Second, func() (bool, error) {
+	giveUpWithReplyHeld(t, ctx, direct, proxy, "%complete_many%", func(ctx context.Context) error {
+		_, err := victim.CompleteAndClaim(ctx, "items", 1, done...)
+		return err
+	}, func() bool { // done[0] completed, another claimed
 		held := heldBy(t, direct, "victim")
-		return len(held) == 1 && held[0] != done[0].Name(), nil
-	}, "the statement did not complete %s and claim another", done[0].Name())
-
-	cancel() // the reply is held in the link
-	select {
-	case err := <-returned:
-		require.ErrorIs(t, err, context.Canceled)
-	case <-time.After(20 * time.Second):
-		t.Fatal("the caller did not return when its context ended: it waits for the reply")
-	}
-	proxy.Resume()
+		return len(held) == 1 && held[0] != done[0].Name()
+	})
 	pgtest.Eventually(t, 20*time.Second, func() (bool, error) {
 		return len(heldBy(t, direct, "victim")) == 0, nil
 	}, "rows still held by a caller that gave up: %v", heldBy(t, direct, "victim"))
