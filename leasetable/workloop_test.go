@@ -543,7 +543,10 @@ SELECT count(*) FILTER (WHERE n > 1), $1 - count(*) FROM (SELECT item, count(*) 
 
 // Claim hands out the oldest available item first, so a crashed worker's
 // item is retried within about TTL + renew interval, not after every item
-// that was never claimed.
+// that was never claimed. Counted, not timed: the item is free again at
+// most a TTL (2 s) after the kill, when at most 2 s / 150 ms of the other
+// items were claimed (fewer on a loaded machine), against all 59 of them
+// if the never-claimed went first.
 func TestCrashedWorkersItemRetriedFirst(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
@@ -562,19 +565,21 @@ func TestCrashedWorkersItemRetriedFirst(t *testing.T) {
 	k.Signal(t, sigKill)
 	killed := time.Now()
 	var back time.Duration
+	before := 0 // items claimed before the killed worker's came back
 	for back == 0 {
 		ls, err := w.Claim(ctx, "queue", 1)
 		require.NoError(t, err)
 		require.Len(t, ls, 1, "queue ran dry before the killed worker's item came back")
 		if ls[0].Name() == victim {
 			back = time.Since(killed)
+		} else {
+			before++
 		}
 		time.Sleep(150 * time.Millisecond) // the item's work
 		require.NoError(t, ls[0].Complete(ctx))
 	}
-	renew := w.Config().RenewInterval
-	t.Logf("killed worker's item retried after %s (TTL %s, renew interval %s)", back.Round(time.Millisecond), ttl, renew)
-	assert.Less(t, back, ttl+renew+time.Second)
+	t.Logf("killed worker's item retried after %s and %d other items (TTL %s)", back.Round(time.Millisecond), before, ttl)
+	assert.Less(t, before, len(names)/2, "the items never claimed went before the killed worker's")
 }
 
 // Items come out in the order they were registered, also after release.
