@@ -246,24 +246,28 @@ func TestClaimWaitNoListenPolls(t *testing.T) {
 // and leaves no registration behind: not in pgbaton.lease_waiter, not in
 // the client's listener, and no goroutine.
 func TestClaimWaitCancelled(t *testing.T) {
+	// The listener ends only with the client, so that no new one starts
+	// in the loop below, however slow it runs.
+	leasetable.SetSlotKeep(t, time.Hour)
 	d := env.DB(t)
 	pool := d.Pool(t)
 	ctx := pgtest.Context(t, time.Minute)
 	worker, waiting := claimWaiter(t, pool, leasetable.Config{Owner: "worker", TTL: neverPoll, PollInterval: neverPoll})
-	// Start the listener and the session first: they live until Close.
+	// Start the listener and the session first: they live until Close, so
+	// they are no leak. A wait that got as far as waiting has started the
+	// listener (a wait timed out after 50 ms could end before, and under
+	// load the listener then started in the loop and was reported).
 	_, err := worker.Register(ctx, "warm", "w")
 	require.NoError(t, err)
 	warm, err := worker.ClaimWait(ctx, "warm", 1)
 	require.NoError(t, err)
 	require.NoError(t, warm[0].Complete(ctx))
-	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	_, err = worker.ClaimWait(wctx, "warm", 1)
+	wctx, cancel := context.WithCancel(ctx)
+	got := goClaimWait(wctx, worker, "warm", 1)
+	require.Equal(t, "warm", <-waiting)
 	cancel()
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-	select {
-	case <-waiting: // if it got as far as waiting
-	default:
-	}
+	require.ErrorIs(t, awaitClaim(t, got, "ClaimWait did not return when its context ended").err, context.Canceled)
+	require.True(t, leasetable.ListenerStarted(worker), "the wait did not start the LISTEN connection")
 	ignore := goleak.IgnoreCurrent()
 
 	for range 3 {
@@ -282,6 +286,12 @@ func TestClaimWaitCancelled(t *testing.T) {
 		return pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease_waiter") == 0, nil
 	}, "waiter registrations left behind")
 	assert.Zero(t, leasetable.ListenerWaiters(worker), "wake-up channels left subscribed")
+	// A goroutine may still be finishing (the test's own, having handed
+	// over its result), for longer than goleak's retries (about 0.4 s)
+	// on a loaded machine; a leaked one is still there after seconds.
+	for deadline := time.Now().Add(10 * time.Second); goleak.Find(ignore) != nil && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	goleak.VerifyNone(t, ignore)
 	// Nothing was claimed meanwhile: an item registered now is free.
 	_, err = worker.Register(ctx, "q", "late")

@@ -3,6 +3,8 @@ package leasetable
 import (
 	"testing"
 	"time"
+
+	"github.com/pgbaton/pgbaton/internal/backoff"
 )
 
 // SetSlotKeep makes the clients that t creates from now on keep their
@@ -20,6 +22,30 @@ func SetCloseGrace(t testing.TB, d time.Duration, stopped func()) {
 	oldGrace, oldStopped := closeGrace, listenerStopped
 	closeGrace, listenerStopped = d, stopped
 	t.Cleanup(func() { closeGrace, listenerStopped = oldGrace, oldStopped })
+}
+
+// SetListenRetry makes the clients that t creates from now on wait d
+// between reconnections of their LISTEN connection unless a waiter kicks
+// it, until t ends.
+func SetListenRetry(t testing.TB, d time.Duration) {
+	old := listenRetry
+	listenRetry = backoff.Backoff{Min: d, Max: d}
+	t.Cleanup(func() { listenRetry = old })
+}
+
+// ListenerStarted reports whether c's listener runs.
+func ListenerStarted(c *Client) bool {
+	c.ln.mu.Lock()
+	defer c.ln.mu.Unlock()
+	return c.ln.started
+}
+
+// ListenerIdle reports whether c's listener has a connection that does
+// not listen as nobody waits (paused).
+func ListenerIdle(c *Client) bool {
+	c.ln.mu.Lock()
+	defer c.ln.mu.Unlock()
+	return c.ln.started && c.ln.idle
 }
 
 // ListenerWaiters counts the wake-up channels subscribed to c's listener,

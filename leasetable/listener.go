@@ -30,10 +30,12 @@ const notifyChannel = "pgbaton_lease"
 // every slot turns out taken, or after slotKeep without waiters.
 type listener struct {
 	c *Client
-	// keep, grace and stopped are slotKeep, closeGrace and listenerStopped
-	// as they were when the client was made.
+	// keep, grace, stopped and retry are slotKeep, closeGrace,
+	// listenerStopped and listenRetry as they were when the client was
+	// made.
 	keep, grace time.Duration
 	stopped     func()
+	retry       backoff.Backoff
 	// kick asks run to reconnect now rather than after its backoff, or an
 	// idle connection to listen again: a waiter needs it (buffered, 1).
 	kick      chan struct{}
@@ -64,6 +66,11 @@ type listener struct {
 	stop        context.CancelFunc
 	done        chan struct{}
 }
+
+// listenRetry paces the LISTEN connection's reconnections, unless a
+// waiter kicks it. Capped low: while the connection is down, releases
+// wake nobody.
+var listenRetry = backoff.Backoff{Min: 10 * time.Millisecond, Max: 250 * time.Millisecond} // a var for tests: read once per client
 
 // slotRetry is how often a client without a listen slot asks again for
 // one, at most (when a waiter arrives).
@@ -97,7 +104,7 @@ type waiterRef struct{ name, id string }
 const maxStops = 1024
 
 func newListener(c *Client) *listener {
-	return &listener{c: c, keep: slotKeep, grace: closeGrace, stopped: listenerStopped, kick: make(chan struct{}, 1),
+	return &listener{c: c, keep: slotKeep, grace: closeGrace, stopped: listenerStopped, retry: listenRetry, kick: make(chan struct{}, 1),
 		waiters: map[string]chan struct{}{}, regs: map[string]registration{}, probes: map[string]chan struct{}{}, ready: make(chan struct{})}
 }
 
@@ -160,10 +167,7 @@ func (ln *listener) subscribe(ctx context.Context, id string, wake chan struct{}
 	case <-ready:
 		return ln.mode(), nil
 	default:
-		select {
-		case ln.kick <- struct{}{}:
-		default: // already kicked
-		}
+		ln.kickRun()
 	}
 	select {
 	case <-ready:
@@ -176,6 +180,15 @@ func (ln *listener) subscribe(ctx context.Context, id string, wake chan struct{}
 	case <-ln.c.bg.Done():
 		ln.unregister(id)
 		return 0, pgbaton.ErrClosed
+	}
+}
+
+// kickRun asks run to reconnect now, or a paused connection to listen
+// again.
+func (ln *listener) kickRun() {
+	select {
+	case ln.kick <- struct{}{}:
+	default: // already kicked
 	}
 }
 
@@ -249,8 +262,7 @@ func (ln *listener) run(ctx context.Context) {
 		}
 		time.AfterFunc(ln.grace, qcancel)
 	})()
-	// Capped low: while the connection is down, releases wake nobody.
-	retry := backoff.Backoff{Min: 10 * time.Millisecond, Max: 250 * time.Millisecond}
+	retry := ln.retry
 	for ctx.Err() == nil {
 		err := ln.listen(ctx, qctx)
 		if ctx.Err() != nil {
@@ -467,6 +479,10 @@ func (ln *listener) pause(ctx, qctx context.Context, conn *pgx.Conn) error {
 		return ctx.Err()
 	}
 	if err := ln.takeSlot(qctx, conn); err != nil {
+		// The kick was a waiter's: a connection that broke while paused
+		// (an outage nobody read) is made again at once, not after
+		// run's backoff.
+		ln.kickRun()
 		return err
 	}
 	ln.mu.Lock()

@@ -69,6 +69,48 @@ func slowLinkWorker(t *testing.T, ctx context.Context, owner string, items ...st
 	return direct, newClient(t, pool, leasetable.Config{Owner: owner, TTL: time.Minute}), pool, proxy
 }
 
+// giveUpWithReplyHeld runs call on a client whose pool goes through
+// proxy (slowLinkWorker) and gives it up once the server has committed
+// the statement matching blocked (a LIKE pattern of pg_stat_activity's
+// query) while its reply is held back in the link, then requires call to
+// return context.Canceled at once: a caller returns when its context
+// ends, not when the reply comes. committed reports whether the server
+// has committed. The link is resumed before it returns, so the reply
+// comes then.
+//
+// The events are ordered, not timed (a slow link's latency against the
+// caller's deadline was, and load ate it): a lock on pgbaton.lease holds
+// the statement on the server until the link is stalled.
+func giveUpWithReplyHeld(t *testing.T, ctx context.Context, direct *pgxpool.Pool, proxy *faultproxy.Proxy,
+	blocked string, call func(context.Context) error, committed func() bool) {
+	t.Helper()
+	tx, err := direct.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, "LOCK TABLE pgbaton.lease IN EXCLUSIVE MODE") // plain reads go on
+	require.NoError(t, err)
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	returned := make(chan error, 1)
+	go func() { returned <- call(cctx) }()
+	pgtest.Eventually(t, 20*time.Second, func() (bool, error) {
+		return pgtest.Count(t, direct, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1`, blocked) > 0, nil
+	}, "the statement (%s) did not reach the server", blocked)
+	proxy.Stall()
+	defer proxy.Resume()
+	require.NoError(t, tx.Commit(ctx))
+	pgtest.Eventually(t, 20*time.Second, func() (bool, error) { return committed(), nil },
+		"the statement (%s) did not commit", blocked)
+	cancel() // the reply is held in the link
+	select {
+	case err := <-returned:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the caller did not return when its context ended: it waits for the reply")
+	}
+}
+
 // childClient opens a pool and client in a child process; lockDelay is
 // its Config.LockDelay, if given.
 func childClient(ctx context.Context, url string, ttl time.Duration, lockDelay ...time.Duration) (*leasetable.Client, func(), error) {

@@ -56,7 +56,7 @@ func TestLeasesBehindTransactionPooler(t *testing.T) {
 		b := newClient(t, pool, leasetable.Config{Owner: "b", TTL: ttl, PollInterval: 200 * time.Millisecond, Logger: logTo(waiting)})
 		took := waitAfterRelease(t, a, b, waiting, "pooled")
 		t.Logf("behind PgBouncer (transaction mode), TTL %s: granted %s after the release", ttl, took.Round(time.Millisecond))
-		assert.Less(t, took, 2*time.Second, "the waiter slept towards the holder's expiry")
+		assert.Less(t, took, 5*time.Second, "the waiter slept towards the holder's expiry (%s)", ttl)
 		// The waiter polled from listenReadyWait on; the client finds out
 		// that nothing is delivered when its probe times out.
 		var err error
@@ -72,7 +72,7 @@ func TestLeasesBehindTransactionPooler(t *testing.T) {
 		b := newClient(t, pool, leasetable.Config{Owner: "b2", TTL: ttl, ListenDSN: d.URL, PollInterval: 10 * time.Second, Logger: logTo(waiting)})
 		took := waitAfterRelease(t, a, b, waiting, "direct")
 		t.Logf("behind PgBouncer with a direct ListenDSN: granted %s after the release", took.Round(time.Millisecond))
-		assert.Less(t, took, time.Second, "woken by the notification")
+		assert.Less(t, took, 5*time.Second, "not woken by the notification (PollInterval 10s)")
 		require.NoError(t, b.Check(ctx))
 		var app string
 		require.NoError(t, d.Pool(t).QueryRow(ctx,
@@ -91,7 +91,7 @@ func TestNoListenPolls(t *testing.T) {
 	a := newClient(t, pool, leasetable.Config{Owner: "a", TTL: 30 * time.Second})
 	b := newClient(t, pool, leasetable.Config{Owner: "b", TTL: 30 * time.Second, NoListen: true, PollInterval: 100 * time.Millisecond, Logger: logTo(waiting)})
 	took := waitAfterRelease(t, a, b, waiting, "polled")
-	assert.Less(t, took, time.Second)
+	assert.Less(t, took, 5*time.Second, "the waiter did not poll (TTL 30s)")
 	require.NoError(t, b.Check(ctx), "polling by choice is not degraded")
 	var listeners int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'pgbaton lease listener%'").Scan(&listeners))

@@ -36,8 +36,8 @@ func heldBy(t testing.TB, pool *pgxpool.Pool, owner string) []string {
 
 // A caller whose context ends while its grant is in flight either gets the
 // lease or the grant is given back at once: never a row held for a caller
-// that got an error. A slow link puts the context's end between the
-// server's commit and the reply.
+// that got an error. The caller gives up between the server's commit and
+// the reply (giveUpWithReplyHeld).
 func TestCancelledGrantIsGivenBack(t *testing.T) {
 	if env.Cluster() == nil {
 		t.Skip("needs the throwaway cluster") // only with PGBATON_TEST_DSN
@@ -48,36 +48,28 @@ func TestCancelledGrantIsGivenBack(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, sem.Release(ctx))
 
-	const latency = 150 * time.Millisecond // each way
+	const attempt, claim = "%pgbaton.lease_attempt(%", "%pgbaton.claim(%"
 	calls := []struct {
-		name string
-		call func(ctx context.Context) error
+		name, blocked string
+		call          func(ctx context.Context) error
 	}{
-		{"TryAcquire", func(ctx context.Context) error { _, err := victim.TryAcquire(ctx, "named-1"); return err }},
-		{"Acquire", func(ctx context.Context) error { _, err := victim.Acquire(ctx, "named-2"); return err }},
-		{"Claim", func(ctx context.Context) error { _, err := victim.Claim(ctx, "items", 2); return err }},
-		{"CompleteAndClaim", func(ctx context.Context) error {
+		{"TryAcquire", attempt, func(ctx context.Context) error { _, err := victim.TryAcquire(ctx, "named-1"); return err }},
+		{"Acquire", attempt, func(ctx context.Context) error { _, err := victim.Acquire(ctx, "named-2"); return err }},
+		{"Claim", claim, func(ctx context.Context) error { _, err := victim.Claim(ctx, "items", 2); return err }},
+		{"CompleteAndClaim", claim, func(ctx context.Context) error {
 			_, err := victim.CompleteAndClaim(ctx, "items", 2)
 			return err
 		}},
-		{"Semaphore", func(ctx context.Context) error { _, err := victim.Semaphore(ctx, "sem", 2); return err }},
+		{"Semaphore", claim, func(ctx context.Context) error { _, err := victim.Semaphore(ctx, "sem", 2); return err }},
 	}
 	for _, tc := range calls {
 		t.Run(tc.name, func(t *testing.T) {
-			proxy.SetLatency(0)
 			_, err := pool.Exec(ctx, "SELECT 1") // a connection ready in the pool
 			require.NoError(t, err)
-			proxy.SetLatency(latency)
-			defer proxy.SetLatency(0)
-			// The request reaches the server at 150ms and is granted; the
-			// reply would be back at 300ms; the caller gives up at 220ms.
-			cctx, cancel := context.WithTimeout(ctx, 220*time.Millisecond)
-			defer cancel()
-			start := time.Now()
-			err = tc.call(cctx)
-			require.ErrorIs(t, err, context.DeadlineExceeded)
-			assert.Less(t, time.Since(start), 2*latency, "the caller returns when its context ends, not when the reply does")
-			pgtest.Eventually(t, 5*time.Second, func() (bool, error) {
+			giveUpWithReplyHeld(t, ctx, direct, proxy, tc.blocked, tc.call, func() bool {
+				return len(heldBy(t, direct, "victim")) > 0
+			})
+			pgtest.Eventually(t, 20*time.Second, func() (bool, error) {
 				return len(heldBy(t, direct, "victim")) == 0, nil
 			}, "rows still held by a caller that got an error: %v", heldBy(t, direct, "victim"))
 		})
@@ -551,7 +543,10 @@ SELECT count(*) FILTER (WHERE n > 1), $1 - count(*) FROM (SELECT item, count(*) 
 
 // Claim hands out the oldest available item first, so a crashed worker's
 // item is retried within about TTL + renew interval, not after every item
-// that was never claimed.
+// that was never claimed. Counted, not timed: the item is free again at
+// most a TTL (2 s) after the kill, when at most 2 s / 150 ms of the other
+// items were claimed (fewer on a loaded machine), against all 59 of them
+// if the never-claimed went first.
 func TestCrashedWorkersItemRetriedFirst(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
@@ -570,19 +565,21 @@ func TestCrashedWorkersItemRetriedFirst(t *testing.T) {
 	k.Signal(t, sigKill)
 	killed := time.Now()
 	var back time.Duration
+	before := 0 // items claimed before the killed worker's came back
 	for back == 0 {
 		ls, err := w.Claim(ctx, "queue", 1)
 		require.NoError(t, err)
 		require.Len(t, ls, 1, "queue ran dry before the killed worker's item came back")
 		if ls[0].Name() == victim {
 			back = time.Since(killed)
+		} else {
+			before++
 		}
 		time.Sleep(150 * time.Millisecond) // the item's work
 		require.NoError(t, ls[0].Complete(ctx))
 	}
-	renew := w.Config().RenewInterval
-	t.Logf("killed worker's item retried after %s (TTL %s, renew interval %s)", back.Round(time.Millisecond), ttl, renew)
-	assert.Less(t, back, ttl+renew+time.Second)
+	t.Logf("killed worker's item retried after %s and %d other items (TTL %s)", back.Round(time.Millisecond), before, ttl)
+	assert.Less(t, before, len(names)/2, "the items never claimed went before the killed worker's")
 }
 
 // Items come out in the order they were registered, also after release.
