@@ -2,7 +2,6 @@ package leasetable
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -243,54 +242,16 @@ func (c *Client) acquire(ctx context.Context, name string, metadata []byte, rank
 	}
 	start := time.Now()
 	ctx, span := c.tr.Start(ctx, spanAcquire, "lease")
-	l, stillHeld, err := c.waitAcquire(ctx, name, metadata, rank, start)
+	got, stillHeld, err := c.waitLoop(ctx, want{kind: "lease", name: name, rank: rank, look: func(ctx context.Context, w *waiting) ([]*Lease, error) {
+		l, err := c.attempt(ctx, name, metadata, start, w)
+		return one(l), err
+	}})
 	c.waitEnded(ctx, name, start, stillHeld, err)
 	if span.IsRecording() {
-		c.endGrant(span, telemetry.NameKey, name, start, one(l), err)
+		c.endGrant(span, telemetry.NameKey, name, start, got, err)
 	}
-	return l, err
-}
-
-// waitAcquire is acquire without the failure metric. stillHeld tells a
-// wait that ended while somebody else held the lease.
-func (c *Client) waitAcquire(ctx context.Context, name string, metadata []byte, rank int32, start time.Time) (_ *Lease, stillHeld bool, _ error) {
-	var held *HeldError
-	var w *waiting
-	defer func() {
-		if w != nil {
-			w.stop()
-		}
-	}()
-	outage := outageBackoff()
-	for {
-		l, err := c.attempt(ctx, name, metadata, start, w)
-		if w == nil && errors.As(err, &held) {
-			// Held: register as a waiter, then look again, since a release
-			// before the registration notified nobody.
-			w, err = c.joinQueue(ctx, name, false, false, pgtype.Int4{Int32: rank, Valid: true})
-			if err == nil {
-				continue
-			}
-		}
-		if retry, werr := c.waitOutage(ctx, &outage, err, "lease", name); werr != nil {
-			return nil, held != nil, fmt.Errorf("leasetable: waiting for lease %q: %w (last: %w)", name, werr, err)
-		} else if retry {
-			continue
-		}
-		outage.Reset()
-		if !errors.As(err, &held) {
-			return l, false, err // granted (the common case at once) or failed
-		}
-		c.log.Debug("pgbaton: waiting for lease", "lease", name, "holder", held.Holder, "grace", held.Grace, "lock_delay", held.LockDelay, "expires_in", held.remaining, "ahead", held.Ahead)
-		w.heldBy(held.Token)
-		if err := w.wait(ctx, w.atHead(held)); err != nil {
-			by := fmt.Sprintf("held by %q", held.Holder)
-			if held.Grace {
-				by = "failover grace"
-			} else if held.LockDelay {
-				by = fmt.Sprintf("lock-delay after %q lost it", held.Holder)
-			}
-			return nil, true, fmt.Errorf("leasetable: waiting for lease %q (%s): %w", name, by, err)
-		}
+	if err != nil {
+		return nil, err
 	}
+	return got[0], nil
 }

@@ -62,9 +62,15 @@ func (c *Client) Claim(ctx context.Context, group string, n int) ([]*Lease, erro
 	if err := c.checkClaim(group, n); err != nil {
 		return nil, err
 	}
+	return c.claimOnce(ctx, group, n, nil)
+}
+
+// claimOnce is Claim as waiter w of group's queue (Keep), with its metrics
+// and span.
+func (c *Client) claimOnce(ctx context.Context, group string, n int, w *waiting) ([]*Lease, error) {
 	start := time.Now()
 	ctx, span := c.tr.Start(ctx, spanClaim, "lease")
-	leases, err := c.claim(ctx, group, n, start, nil, false)
+	leases, err := c.claim(ctx, group, n, start, w, false)
 	switch {
 	case err != nil:
 		c.attemptFailed(ctx, group, err, start)
@@ -105,7 +111,9 @@ func (c *Client) claimWaiting(ctx context.Context, group string, n int, drain bo
 	}
 	start := time.Now()
 	ctx, span := c.tr.Start(ctx, spanClaim, "lease")
-	leases, empty, err := c.waitClaim(ctx, group, n, start, drain)
+	leases, empty, err := c.waitLoop(ctx, want{kind: "group", name: group, drain: drain, look: func(ctx context.Context, w *waiting) ([]*Lease, error) {
+		return c.claim(ctx, group, n, start, w, false)
+	}})
 	if errors.Is(err, ErrDrained) {
 		// The end of the batch, not a failed claim: no error metric, and
 		// the span's outcome is "none".
@@ -115,57 +123,6 @@ func (c *Client) claimWaiting(ctx context.Context, group string, n int, drain bo
 	c.waitEnded(ctx, group, start, empty, err)
 	c.endGrant(span, telemetry.GroupKey, group, start, leases, err)
 	return leases, err
-}
-
-// waitClaim is ClaimWait without the failure metric; empty tells a wait
-// that ended while nothing was free. With drain (ClaimUntilDrained) it
-// ends with ErrDrained once the group holds no item, looking after each
-// look that found nothing free, and completions wake it.
-func (c *Client) waitClaim(ctx context.Context, group string, n int, start time.Time, drain bool) (_ []*Lease, empty bool, _ error) {
-	var w *waiting
-	defer func() {
-		if w != nil {
-			w.stop()
-		}
-	}()
-	outage := outageBackoff()
-	for {
-		leases, err := c.claim(ctx, group, n, start, w, false)
-		if err == nil && len(leases) > 0 {
-			return leases, false, nil
-		}
-		if err == nil && w == nil {
-			// Nothing free: register as a waiter of the group, then look
-			// again, since what came before the registration notified
-			// nobody.
-			if w, err = c.startWaiting(ctx, group, true, drain); err == nil {
-				continue
-			}
-		}
-		var d time.Duration
-		if err == nil && drain {
-			var drained bool
-			if drained, err = c.groupDrained(ctx, group); err == nil && drained {
-				return nil, false, fmt.Errorf("%w: %q", ErrDrained, group)
-			}
-		}
-		if err == nil {
-			d, err = c.nextClaimable(ctx, group)
-		}
-		if retry, werr := c.waitOutage(ctx, &outage, err, "group", group); werr != nil {
-			return nil, false, fmt.Errorf("leasetable: waiting to claim from %q: %w (last: %w)", group, werr, err)
-		} else if retry {
-			continue
-		}
-		if err != nil {
-			return nil, false, err
-		}
-		outage.Reset()
-		c.log.Debug("pgbaton: waiting to claim", "group", group, "expiry_in", d)
-		if err := w.wait(ctx, d); err != nil {
-			return nil, true, fmt.Errorf("leasetable: waiting to claim from %q: %w", group, err)
-		}
-	}
 }
 
 // nextClaimable is how long until the first live item of group held by

@@ -46,12 +46,7 @@ func TestWaiterWokenAfterServerCrash(t *testing.T) {
 		}
 		got <- wl
 	}()
-	registered := func() (bool, error) {
-		var n int
-		err := pool.QueryRow(ctx, "SELECT count(*) FROM pgbaton.lease_waiter WHERE name = 'w'").Scan(&n)
-		return n > 0, err
-	}
-	pgtest.Eventually(t, 10*time.Second, registered, "the waiter never registered")
+	queued(t, ctx, pool, "w", 1)
 
 	before := l.ExpiresAt()
 	require.NoError(t, cl.Restart(ctx, pgcluster.Immediate)) // empties lease_waiter
@@ -94,13 +89,6 @@ func TestWaitAfterOutageReconnectsAtOnce(t *testing.T) {
 	const ttl = 30 * time.Second
 	holder := newClient(t, pool, leasetable.Config{Owner: "holder", TTL: ttl})
 	waiter := newClient(t, pool, leasetable.Config{Owner: "waiter", TTL: ttl})
-	registered := func(name string) func() (bool, error) {
-		return func() (bool, error) {
-			var n int
-			err := pool.QueryRow(ctx, "SELECT count(*) FROM pgbaton.lease_waiter WHERE name = $1", name).Scan(&n)
-			return n > 0, err
-		}
-	}
 	for i := range 4 {
 		name := fmt.Sprintf("outage:%d", i)
 		l, err := holder.TryAcquire(ctx, name)
@@ -114,7 +102,7 @@ func TestWaitAfterOutageReconnectsAtOnce(t *testing.T) {
 			}
 			got <- err
 		}()
-		pgtest.Eventually(t, 20*time.Second, registered(name), "the waiter did not register")
+		queued(t, ctx, pool, name, 1)
 		require.NoError(t, l.Release(ctx))
 		require.NoError(t, <-got)
 		took := time.Since(start)
