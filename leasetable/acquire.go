@@ -25,16 +25,10 @@ func (c *Client) TryAcquire(ctx context.Context, name string) (*Lease, error) {
 	if err := c.checkOpen(); err != nil {
 		return nil, err
 	}
-	start := time.Now()
-	ctx, span := c.tr.Start(ctx, spanAcquire, "lease")
-	l, err := c.attempt(ctx, name, nil, start, nil)
-	if err != nil {
-		c.attemptFailed(ctx, name, err, start)
-	}
-	if span.IsRecording() {
-		c.endGrant(span, telemetry.NameKey, name, start, one(l), err)
-	}
-	return l, err
+	return first(c.once(ctx, spanAcquire, telemetry.NameKey, name, func(ctx context.Context, start time.Time) ([]*Lease, error) {
+		l, err := c.attempt(ctx, name, nil, start, nil)
+		return one(l), err
+	}))
 }
 
 // attempt tries once to take name, as waiter w of its queue (nil: behind
@@ -241,17 +235,8 @@ func (c *Client) acquire(ctx context.Context, name string, metadata []byte, rank
 		return nil, err
 	}
 	start := time.Now()
-	ctx, span := c.tr.Start(ctx, spanAcquire, "lease")
-	got, stillHeld, err := c.waitLoop(ctx, want{kind: "lease", name: name, rank: rank, look: func(ctx context.Context, w *waiting) ([]*Lease, error) {
+	return first(c.waitCall(ctx, spanAcquire, telemetry.NameKey, start, want{kind: "lease", name: name, rank: rank, look: func(ctx context.Context, w *waiting) ([]*Lease, error) {
 		l, err := c.attempt(ctx, name, metadata, start, w)
 		return one(l), err
-	}})
-	c.waitEnded(ctx, name, start, stillHeld, err)
-	if span.IsRecording() {
-		c.endGrant(span, telemetry.NameKey, name, start, got, err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return got[0], nil
+	}}))
 }

@@ -62,23 +62,9 @@ func (c *Client) Claim(ctx context.Context, group string, n int) ([]*Lease, erro
 	if err := c.checkClaim(group, n); err != nil {
 		return nil, err
 	}
-	return c.claimOnce(ctx, group, n, nil)
-}
-
-// claimOnce is Claim as waiter w of group's queue (Keep), with its metrics
-// and span.
-func (c *Client) claimOnce(ctx context.Context, group string, n int, w *waiting) ([]*Lease, error) {
-	start := time.Now()
-	ctx, span := c.tr.Start(ctx, spanClaim, "lease")
-	leases, err := c.claim(ctx, group, n, start, w, false)
-	switch {
-	case err != nil:
-		c.attemptFailed(ctx, group, err, start)
-	case len(leases) == 0:
-		c.attempted(ctx, group, telemetry.Held, start)
-	}
-	c.endGrant(span, telemetry.GroupKey, group, start, leases, err)
-	return leases, err
+	return c.once(ctx, spanClaim, telemetry.GroupKey, group, func(ctx context.Context, start time.Time) ([]*Lease, error) {
+		return c.claim(ctx, group, n, start, nil, false)
+	})
 }
 
 // ClaimWait is Claim that waits while nothing is free: it returns at least
@@ -110,19 +96,9 @@ func (c *Client) claimWaiting(ctx context.Context, group string, n int, drain bo
 		return nil, err
 	}
 	start := time.Now()
-	ctx, span := c.tr.Start(ctx, spanClaim, "lease")
-	leases, empty, err := c.waitLoop(ctx, want{kind: "group", name: group, drain: drain, look: func(ctx context.Context, w *waiting) ([]*Lease, error) {
+	return c.waitCall(ctx, spanClaim, telemetry.GroupKey, start, want{kind: "group", name: group, drain: drain, look: func(ctx context.Context, w *waiting) ([]*Lease, error) {
 		return c.claim(ctx, group, n, start, w, false)
 	}})
-	if errors.Is(err, ErrDrained) {
-		// The end of the batch, not a failed claim: no error metric, and
-		// the span's outcome is "none".
-		c.endGrant(span, telemetry.GroupKey, group, start, nil, nil)
-		return nil, err
-	}
-	c.waitEnded(ctx, group, start, empty, err)
-	c.endGrant(span, telemetry.GroupKey, group, start, leases, err)
-	return leases, err
 }
 
 // nextClaimable is how long until the first live item of group held by

@@ -4,8 +4,10 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/telemetry"
 )
 
 // KeepConfig configures Client.Keep.
@@ -56,7 +58,9 @@ func (c *Client) Keep(ctx context.Context, cfg KeepConfig) error {
 				return nil, pgbaton.ErrClosed
 			}
 		}
-		got, err := c.claimOnce(ctx, cfg.Group, cfg.Max-int(held.Load()), w)
+		got, err := c.once(ctx, spanClaim, telemetry.GroupKey, cfg.Group, func(ctx context.Context, start time.Time) ([]*Lease, error) {
+			return c.claim(ctx, cfg.Group, cfg.Max-int(held.Load()), start, w, false)
+		})
 		for _, l := range got {
 			held.Add(1)
 			wg.Add(1)

@@ -28,52 +28,32 @@ func (c *Client) Semaphore(ctx context.Context, name string, slots int) (*Lease,
 		return nil, err
 	}
 	start := time.Now()
-	ctx, span := c.tr.Start(ctx, spanAcquire, "lease")
-	got, stillHeld, err := c.waitLoop(ctx, want{kind: "semaphore", name: name, look: func(ctx context.Context, w *waiting) ([]*Lease, error) {
+	return first(c.waitCall(ctx, spanAcquire, telemetry.GroupKey, start, want{kind: "semaphore", name: name, look: func(ctx context.Context, w *waiting) ([]*Lease, error) {
 		if err := c.registerSemaphore(ctx, name, names); err != nil {
 			return nil, err
 		}
 		return c.claim(ctx, name, 1, start, w, true)
-	}})
-	c.waitEnded(ctx, name, start, stillHeld, err)
-	if span.IsRecording() {
-		c.endGrant(span, telemetry.GroupKey, name, start, got, err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return got[0], nil
+	}}))
 }
 
 // TrySemaphore is Semaphore without the wait: it takes a free permit if
 // there is one and no waiter is ahead, and returns an error wrapping
 // ErrHeld otherwise.
-func (c *Client) TrySemaphore(ctx context.Context, name string, slots int) (_ *Lease, err error) {
+func (c *Client) TrySemaphore(ctx context.Context, name string, slots int) (*Lease, error) {
 	names, err := c.semaphoreNames(name, slots)
 	if err != nil {
 		return nil, err
 	}
-	start := time.Now()
-	ctx, span := c.tr.Start(ctx, spanAcquire, "lease")
-	var got []*Lease
-	defer func() {
-		if span.IsRecording() {
-			c.endGrant(span, telemetry.GroupKey, name, start, got, err)
+	return first(c.once(ctx, spanAcquire, telemetry.GroupKey, name, func(ctx context.Context, start time.Time) ([]*Lease, error) {
+		if err := c.registerSemaphore(ctx, name, names); err != nil {
+			return nil, err
 		}
-	}()
-	if err := c.registerSemaphore(ctx, name, names); err != nil {
-		return nil, err
-	}
-	got, err = c.claim(ctx, name, 1, start, nil, true)
-	switch {
-	case err != nil:
-		c.attemptFailed(ctx, name, err, start)
-		return nil, err
-	case len(got) == 0:
-		c.attempted(ctx, name, telemetry.Held, start)
-		return nil, fmt.Errorf("%w: semaphore %q: all %d permits held, or waiters ahead", ErrHeld, name, slots)
-	}
-	return got[0], nil
+		got, err := c.claim(ctx, name, 1, start, nil, true)
+		if err == nil && len(got) == 0 {
+			err = fmt.Errorf("%w: semaphore %q: all %d permits held, or waiters ahead", ErrHeld, name, slots)
+		}
+		return got, err
+	}))
 }
 
 // semaphoreNames checks a semaphore's arguments and that c is open, and
