@@ -26,15 +26,14 @@ func (c *Client) TryAcquire(ctx context.Context, name string) (*Lease, error) {
 		return nil, err
 	}
 	return first(c.once(ctx, spanAcquire, telemetry.NameKey, name, func(ctx context.Context, start time.Time) ([]*Lease, error) {
-		l, err := c.attempt(ctx, name, nil, start, nil)
-		return one(l), err
+		return c.attempt(ctx, name, nil, start, nil)
 	}))
 }
 
 // attempt tries once to take name, as waiter w of its queue (nil: behind
 // every waiter). waitStart is when the caller began asking, for the
 // wait-duration metric of a grant.
-func (c *Client) attempt(ctx context.Context, name string, metadata []byte, waitStart time.Time, w *waiting) (*Lease, error) {
+func (c *Client) attempt(ctx context.Context, name string, metadata []byte, waitStart time.Time, w *waiting) ([]*Lease, error) {
 	// The local deadline counts from before the request is sent: the
 	// database's expiry can only be later.
 	start := time.Now()
@@ -46,15 +45,11 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte, wait
 	// connection: a repeat finds the grant the first one made.
 	p := db.LeaseAttemptParams{Name: name, Owner: c.cfg.Owner, TtlMs: c.ttlMs, Metadata: metadata, Session: s.param(), Ref: newRef(), Waiter: w.param(), LockDelayMs: c.cfg.lockDelayMs(),
 		Rank: w.rankParam()}
-	row, err := grant(c, ctx, s, p.Ref, func(ctx context.Context) (row db.LeaseAttemptRow, err error) {
-		err = c.retry(ctx, true, func(ctx context.Context) (err error) {
-			row, err = c.q.LeaseAttempt(ctx, c.pool, p)
-			return err
-		})
-		return row, err
+	row, err := grant(c, ctx, s, p.Ref, "acquire "+name, func(ctx context.Context) (db.LeaseAttemptRow, error) {
+		return c.q.LeaseAttempt(ctx, c.pool, p)
 	}, func(row db.LeaseAttemptRow) bool { return row.Acquired })
 	if err != nil {
-		return nil, c.dbError("acquire "+name, err)
+		return nil, err
 	}
 	if !row.Acquired {
 		if row.GraceUntil != nil {
@@ -63,11 +58,7 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte, wait
 		return nil, &HeldError{Name: name, Holder: row.Holder, Token: row.Token, ExpiresAt: row.ExpiresAt,
 			Grace: row.GraceUntil != nil, LockDelay: row.LockDelayUntil != nil, Ahead: int(row.Ahead), remaining: row.ExpiresAt.Sub(row.DbNow)}
 	}
-	leases, err := c.track("", []db.LeaseClaimRow{{Name: name, Token: row.Token, ExpiresAt: row.ExpiresAt}}, s, start, waitStart)
-	if err != nil {
-		return nil, err
-	}
-	return leases[0], nil
+	return c.track("", []db.LeaseClaimRow{{Name: name, Token: row.Token, ExpiresAt: row.ExpiresAt}}, s, start, waitStart)
 }
 
 // track creates the Leases for grants made in one round trip, bound to
@@ -172,12 +163,20 @@ func inFlight[T any](c *Client, ctx context.Context, send func(context.Context) 
 }
 
 // grant sends a statement that may grant leases in session s under
-// request id ref (inFlight), and has the keeper give back by ref what it
-// granted, or may have granted, to a caller that gave up or whose reply
-// was lost (a broken connection): the grant is bound to the session, so
-// without that it would be kept alive with it.
-func grant[T any](c *Client, ctx context.Context, s *session, ref pgtype.UUID, send func(context.Context) (T, error), granted func(T) bool) (T, error) {
-	v, err := inFlight(c, ctx, send, func(_ context.Context, v T, err error) {
+// request id ref (inFlight), once more on a fresh connection when that may
+// cure its failure (retry: the request id makes it safe to repeat), and
+// has the keeper give back by ref what it granted, or may have granted, to
+// a caller that gave up or whose reply was lost (a broken connection): the
+// grant is bound to the session, so without that it would be kept alive
+// with it. op names the statement in its error.
+func grant[T any](c *Client, ctx context.Context, s *session, ref pgtype.UUID, op string, send func(context.Context) (T, error), granted func(T) bool) (T, error) {
+	v, err := inFlight(c, ctx, func(ctx context.Context) (v T, err error) {
+		err = c.retry(ctx, true, func(ctx context.Context) (err error) {
+			v, err = send(ctx)
+			return err
+		})
+		return v, err
+	}, func(_ context.Context, v T, err error) {
 		if err != nil || granted(v) {
 			c.k.giveBackRef(s, ref)
 		}
@@ -185,7 +184,10 @@ func grant[T any](c *Client, ctx context.Context, s *session, ref pgtype.UUID, s
 	if f, _ := classify(context.Background(), err); f == ambiguous {
 		c.k.giveBackRef(s, ref)
 	}
-	return v, err
+	if err != nil {
+		return v, c.dbError(op, err)
+	}
+	return v, nil
 }
 
 // ctxErr is the error of an ended ctx: its Err, and its cause when that
@@ -236,7 +238,6 @@ func (c *Client) acquire(ctx context.Context, name string, metadata []byte, rank
 	}
 	start := time.Now()
 	return first(c.waitCall(ctx, spanAcquire, telemetry.NameKey, start, want{kind: "lease", name: name, rank: rank, look: func(ctx context.Context, w *waiting) ([]*Lease, error) {
-		l, err := c.attempt(ctx, name, metadata, start, w)
-		return one(l), err
+		return c.attempt(ctx, name, metadata, start, w)
 	}}))
 }

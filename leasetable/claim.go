@@ -163,16 +163,13 @@ func (c *Client) claim(ctx context.Context, group string, n int, waitStart time.
 	// returns what the first one granted instead of claiming more.
 	p := db.LeaseClaimParams{LeaseGroup: group, Owner: c.cfg.Owner, N: int32(n), TtlMs: c.ttlMs, Session: s.param(), Ref: newRef(),
 		Waiter: w.param(), Fair: fair}
-	rows, err := grant(c, ctx, s, p.Ref, func(ctx context.Context) (rows []db.LeaseClaimRow, err error) {
-		err = c.retry(ctx, true, func(ctx context.Context) (err error) {
-			rows, err = c.q.LeaseClaim(ctx, c.pool, p)
-			p.Retry = true
-			return err
-		})
+	rows, err := grant(c, ctx, s, p.Ref, "claim from "+group, func(ctx context.Context) ([]db.LeaseClaimRow, error) {
+		rows, err := c.q.LeaseClaim(ctx, c.pool, p)
+		p.Retry = true
 		return rows, err
 	}, func(rows []db.LeaseClaimRow) bool { return len(rows) > 0 })
 	if err != nil {
-		return nil, c.dbError("claim from "+group, err)
+		return nil, err
 	}
 	return c.track(group, rows, s, start, waitStart)
 }

@@ -89,14 +89,6 @@ func (c *Client) endComplete(span trace.Span, n int, err error) {
 	telemetry.End(span, outcomeDone, err)
 }
 
-// one is l as the leases of a call that returns one lease.
-func one(l *Lease) []*Lease {
-	if l == nil {
-		return nil
-	}
-	return []*Lease{l}
-}
-
 // first is the lease of a call that grants one, got, or its error.
 func first(got []*Lease, err error) (*Lease, error) {
 	if err != nil {
