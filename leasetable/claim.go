@@ -101,43 +101,6 @@ func (c *Client) claimWaiting(ctx context.Context, group string, n int, drain bo
 	}})
 }
 
-// nextClaimable is how long until the first live item of group held by
-// another owner expires, the TTL at most, for ClaimWait, Semaphore and
-// Keep. With nothing live held by another owner (the group is free, held
-// by the waiter's own client, or its items expired while an open
-// transaction still locks their rows), only a notification would wake the
-// waiter, and a LISTEN connection that died without a word is noticed late
-// (a read that fails), so it looks again after a TTL; waiters that poll
-// look again by PollInterval (Client.wait). During a failover grace,
-// nothing can be granted before it ends, and the wait is until then: the
-// grace ends then, or is turned off, which notifies every waiter.
-func (c *Client) nextClaimable(ctx context.Context, group string) (time.Duration, error) {
-	next, err := c.groupNextExpiry(ctx, group)
-	if err != nil {
-		return 0, err
-	}
-	if next.GraceUntil != nil {
-		return next.GraceUntil.Sub(next.DbNow), nil
-	}
-	if next.NextExpiry == nil {
-		return c.cfg.TTL, nil
-	}
-	return min(next.NextExpiry.Sub(next.DbNow), c.cfg.TTL), nil
-}
-
-// groupNextExpiry asks when the first live lease of group held by another
-// owner expires, and when a failover grace ends, for a wait between its
-// looks.
-func (c *Client) groupNextExpiry(ctx context.Context, group string) (db.LeaseGroupNextExpiryRow, error) {
-	next, err := inFlight(c, ctx, func(ctx context.Context) (db.LeaseGroupNextExpiryRow, error) {
-		return c.q.LeaseGroupNextExpiry(ctx, c.pool, db.LeaseGroupNextExpiryParams{LeaseGroup: group, Owner: c.cfg.Owner})
-	}, nil)
-	if err != nil {
-		return next, c.dbError("next expiry in "+group, err)
-	}
-	return next, nil
-}
-
 // checkClaim checks the arguments of a claim and that c is open.
 func (c *Client) checkClaim(group string, n int) error {
 	if err := checkName("group", group); err != nil {
