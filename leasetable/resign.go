@@ -79,7 +79,7 @@ func (ld *Leadership) watchResign(ask context.CancelCauseFunc) {
 		if err != nil && ctx.Err() == nil {
 			c.log.Debug("pgbaton: reading requests to resign failed", "election", l.name, "error", err)
 		}
-		if w.wait(ctx, c.cfg.TTL) != nil {
+		if w.wait(ctx, c.cfg.TTL, nil) != nil {
 			return
 		}
 	}

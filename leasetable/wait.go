@@ -33,8 +33,9 @@ type waiting struct {
 	rank int32
 }
 
-// A want is what a waiting call waits for (Client.waitLoop): lease name,
-// or items (kind "group") or a permit (kind "semaphore") of group name.
+// A want is what a waiting call waits for (Client.waitLoop): lease name
+// (kind "lease"), or items (kind "group") or a permit (kind "semaphore")
+// of group name. kind and name are the attributes of its debug lines.
 type want struct {
 	kind, name string
 	rank       int32 // the place among candidates (an election's preference)
@@ -111,7 +112,7 @@ func (c *Client) waitLoop(ctx context.Context, q want) (_ []*Lease, stillHeld bo
 		} else {
 			c.log.Debug("pgbaton: waiting "+logged, q.kind, q.name, "expiry_in", d)
 		}
-		if err := c.wait(ctx, w.wake, q.woken, w.paced(d)); err != nil {
+		if err := w.wait(ctx, d, q.woken); err != nil {
 			return nil, true, fmt.Errorf("leasetable: waiting %s: %w", what, err)
 		}
 	}
@@ -269,19 +270,14 @@ func (c *Client) stopWaitingOnPool(refs []waiterRef) {
 // per PollInterval.
 const slotlessPoll = 50 * time.Millisecond
 
-// wait is Client.wait for this waiter, paced by poll when its client holds
-// no listen slot.
-func (w *waiting) wait(ctx context.Context, d time.Duration) error {
-	return w.c.wait(ctx, w.wake, nil, w.paced(d))
-}
-
-// paced is d, the time to a known expiry, at most the waiter's next poll
-// when its client holds no listen slot.
-func (w *waiting) paced(d time.Duration) time.Duration {
+// wait is Client.wait for this waiter (and woken, if not nil) for d, the
+// time to a known expiry, at most its next poll when its client holds no
+// listen slot.
+func (w *waiting) wait(ctx context.Context, d time.Duration, woken <-chan struct{}) error {
 	if w.poll != nil {
 		d = min(d, w.poll.Next())
 	}
-	return d
+	return w.c.wait(ctx, w.wake, woken, d)
 }
 
 // atHead is how long a waiter for a lease held as in held waits before
