@@ -2,7 +2,6 @@ package leasetable
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -26,22 +25,15 @@ func (c *Client) TryAcquire(ctx context.Context, name string) (*Lease, error) {
 	if err := c.checkOpen(); err != nil {
 		return nil, err
 	}
-	start := time.Now()
-	ctx, span := c.tr.Start(ctx, spanAcquire, "lease")
-	l, err := c.attempt(ctx, name, nil, start, nil)
-	if err != nil {
-		c.attemptFailed(ctx, name, err, start)
-	}
-	if span.IsRecording() {
-		c.endGrant(span, telemetry.NameKey, name, start, one(l), err)
-	}
-	return l, err
+	return first(c.once(ctx, spanAcquire, telemetry.NameKey, name, func(ctx context.Context, start time.Time) ([]*Lease, error) {
+		return c.attempt(ctx, name, nil, start, nil)
+	}))
 }
 
 // attempt tries once to take name, as waiter w of its queue (nil: behind
 // every waiter). waitStart is when the caller began asking, for the
 // wait-duration metric of a grant.
-func (c *Client) attempt(ctx context.Context, name string, metadata []byte, waitStart time.Time, w *waiting) (*Lease, error) {
+func (c *Client) attempt(ctx context.Context, name string, metadata []byte, waitStart time.Time, w *waiting) ([]*Lease, error) {
 	// The local deadline counts from before the request is sent: the
 	// database's expiry can only be later.
 	start := time.Now()
@@ -54,15 +46,11 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte, wait
 	// connection: a repeat finds the grant the first one made.
 	p := db.LeaseAttemptParams{Name: name, Owner: c.cfg.Owner, TtlMs: c.ttlMs, Metadata: metadata, Session: s.param(), Ref: newRef(), Waiter: w.param(), LockDelayMs: c.cfg.lockDelayMs(),
 		Rank: w.rankParam()}
-	row, err := grant(c, ctx, s, p.Ref, func(ctx context.Context) (row db.LeaseAttemptRow, err error) {
-		err = c.retry(ctx, true, func(ctx context.Context) (err error) {
-			row, err = c.q.LeaseAttempt(ctx, c.pool, p)
-			return err
-		})
-		return row, err
+	row, err := grant(c, ctx, s, p.Ref, "acquire "+name, func(ctx context.Context) (db.LeaseAttemptRow, error) {
+		return c.q.LeaseAttempt(ctx, c.pool, p)
 	}, func(row db.LeaseAttemptRow) bool { return row.Acquired })
 	if err != nil {
-		return nil, c.dbError("acquire "+name, err)
+		return nil, err
 	}
 	if !row.Acquired {
 		if row.GraceUntil != nil {
@@ -71,11 +59,7 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte, wait
 		return nil, &HeldError{Name: name, Holder: row.Holder, Token: row.Token, ExpiresAt: row.ExpiresAt,
 			Grace: row.GraceUntil != nil, LockDelay: row.LockDelayUntil != nil, Ahead: int(row.Ahead), remaining: row.ExpiresAt.Sub(row.DbNow)}
 	}
-	leases, err := c.track("", []db.LeaseClaimRow{{Name: name, Token: row.Token, ExpiresAt: row.ExpiresAt}}, s, start, waitStart)
-	if err != nil {
-		return nil, err
-	}
-	return leases[0], nil
+	return c.track("", []db.LeaseClaimRow{{Name: name, Token: row.Token, ExpiresAt: row.ExpiresAt}}, s, start, waitStart)
 }
 
 // track creates the Leases for grants made in one round trip, bound to
@@ -188,17 +172,26 @@ func sendOrAbandon[T any](c *Client, ctx context.Context, send func(context.Cont
 }
 
 // grant sends a statement that may grant leases in session s under
-// request id ref (inFlight), and has the keeper give back by ref what it
-// granted, or may have granted, to a caller that gave up or whose reply
-// was lost (a broken connection): the grant is bound to the session, so
-// without that it would be kept alive with it.
+// request id ref (inFlight), once more on a fresh connection when that may
+// cure its failure (retry: the request id makes it safe to repeat), and
+// has the keeper give back by ref what it granted, or may have granted, to
+// a caller that gave up or whose reply was lost (a broken connection): the
+// grant is bound to the session, so without that it would be kept alive
+// with it. op names the statement in its error.
 //
-// The statement counts a use of s (sessionFor) of its own, which the give-back
-// of a caller that gave up ends: the session is not closed idle before that
-// give-back is queued, as it finds the grants by their session.
-func grant[T any](c *Client, ctx context.Context, s *session, ref pgtype.UUID, send func(context.Context) (T, error), granted func(T) bool) (T, error) {
+// The statement counts a use of s (sessionFor) of its own, which the
+// give-back of a caller that gave up ends: the session is not closed idle
+// before that give-back is queued, as it finds the grants by their
+// session.
+func grant[T any](c *Client, ctx context.Context, s *session, ref pgtype.UUID, op string, send func(context.Context) (T, error), granted func(T) bool) (T, error) {
 	c.k.using.Add(1)
-	v, gaveUp, err := sendOrAbandon(c, ctx, send, func(_ context.Context, v T, err error) {
+	v, gaveUp, err := sendOrAbandon(c, ctx, func(ctx context.Context) (v T, err error) {
+		err = c.retry(ctx, true, func(ctx context.Context) (err error) {
+			v, err = send(ctx)
+			return err
+		})
+		return v, err
+	}, func(_ context.Context, v T, err error) {
 		if err != nil || granted(v) {
 			c.k.giveBackRef(s, ref)
 		}
@@ -210,7 +203,10 @@ func grant[T any](c *Client, ctx context.Context, s *session, ref pgtype.UUID, s
 	if f, _ := classify(context.Background(), err); f == ambiguous {
 		c.k.giveBackRef(s, ref)
 	}
-	return v, err
+	if err != nil {
+		return v, c.dbError(op, err)
+	}
+	return v, nil
 }
 
 // ctxErr is the error of an ended ctx: its Err, and its cause when that
@@ -260,55 +256,7 @@ func (c *Client) acquire(ctx context.Context, name string, metadata []byte, rank
 		return nil, err
 	}
 	start := time.Now()
-	ctx, span := c.tr.Start(ctx, spanAcquire, "lease")
-	l, stillHeld, err := c.waitAcquire(ctx, name, metadata, rank, start)
-	c.waitEnded(ctx, name, start, stillHeld, err)
-	if span.IsRecording() {
-		c.endGrant(span, telemetry.NameKey, name, start, one(l), err)
-	}
-	return l, err
-}
-
-// waitAcquire is acquire without the failure metric. stillHeld tells a
-// wait that ended while somebody else held the lease.
-func (c *Client) waitAcquire(ctx context.Context, name string, metadata []byte, rank int32, start time.Time) (_ *Lease, stillHeld bool, _ error) {
-	var held *HeldError
-	var w *waiting
-	defer func() {
-		if w != nil {
-			w.stop()
-		}
-	}()
-	outage := outageBackoff()
-	for {
-		l, err := c.attempt(ctx, name, metadata, start, w)
-		if w == nil && errors.As(err, &held) {
-			// Held: register as a waiter, then look again, since a release
-			// before the registration notified nobody.
-			w, err = c.joinQueue(ctx, name, false, false, pgtype.Int4{Int32: rank, Valid: true})
-			if err == nil {
-				continue
-			}
-		}
-		if retry, werr := c.waitOutage(ctx, &outage, err, "lease", name); werr != nil {
-			return nil, held != nil, fmt.Errorf("leasetable: waiting for lease %q: %w (last: %w)", name, werr, err)
-		} else if retry {
-			continue
-		}
-		outage.Reset()
-		if !errors.As(err, &held) {
-			return l, false, err // granted (the common case at once) or failed
-		}
-		c.log.Debug("pgbaton: waiting for lease", "lease", name, "holder", held.Holder, "grace", held.Grace, "lock_delay", held.LockDelay, "expires_in", held.remaining, "ahead", held.Ahead)
-		w.heldBy(held.Token)
-		if err := w.wait(ctx, w.atHead(held)); err != nil {
-			by := fmt.Sprintf("held by %q", held.Holder)
-			if held.Grace {
-				by = "failover grace"
-			} else if held.LockDelay {
-				by = fmt.Sprintf("lock-delay after %q lost it", held.Holder)
-			}
-			return nil, true, fmt.Errorf("leasetable: waiting for lease %q (%s): %w", name, by, err)
-		}
-	}
+	return first(c.waitCall(ctx, spanAcquire, telemetry.NameKey, start, want{kind: "lease", name: name, rank: rank, look: func(ctx context.Context, w *waiting) ([]*Lease, error) {
+		return c.attempt(ctx, name, metadata, start, w)
+	}}))
 }

@@ -62,17 +62,9 @@ func (c *Client) Claim(ctx context.Context, group string, n int) ([]*Lease, erro
 	if err := c.checkClaim(group, n); err != nil {
 		return nil, err
 	}
-	start := time.Now()
-	ctx, span := c.tr.Start(ctx, spanClaim, "lease")
-	leases, err := c.claim(ctx, group, n, start, nil, false)
-	switch {
-	case err != nil:
-		c.attemptFailed(ctx, group, err, start)
-	case len(leases) == 0:
-		c.attempted(ctx, group, telemetry.Held, start)
-	}
-	c.endGrant(span, telemetry.GroupKey, group, start, leases, err)
-	return leases, err
+	return c.once(ctx, spanClaim, telemetry.GroupKey, group, func(ctx context.Context, start time.Time) ([]*Lease, error) {
+		return c.claim(ctx, group, n, start, nil, false)
+	})
 }
 
 // ClaimWait is Claim that waits while nothing is free: it returns at least
@@ -104,105 +96,9 @@ func (c *Client) claimWaiting(ctx context.Context, group string, n int, drain bo
 		return nil, err
 	}
 	start := time.Now()
-	ctx, span := c.tr.Start(ctx, spanClaim, "lease")
-	leases, empty, err := c.waitClaim(ctx, group, n, start, drain)
-	if errors.Is(err, ErrDrained) {
-		// The end of the batch, not a failed claim: no error metric, and
-		// the span's outcome is "none".
-		c.endGrant(span, telemetry.GroupKey, group, start, nil, nil)
-		return nil, err
-	}
-	c.waitEnded(ctx, group, start, empty, err)
-	c.endGrant(span, telemetry.GroupKey, group, start, leases, err)
-	return leases, err
-}
-
-// waitClaim is ClaimWait without the failure metric; empty tells a wait
-// that ended while nothing was free. With drain (ClaimUntilDrained) it
-// ends with ErrDrained once the group holds no item, looking after each
-// look that found nothing free, and completions wake it.
-func (c *Client) waitClaim(ctx context.Context, group string, n int, start time.Time, drain bool) (_ []*Lease, empty bool, _ error) {
-	var w *waiting
-	defer func() {
-		if w != nil {
-			w.stop()
-		}
-	}()
-	outage := outageBackoff()
-	for {
-		leases, err := c.claim(ctx, group, n, start, w, false)
-		if err == nil && len(leases) > 0 {
-			return leases, false, nil
-		}
-		if err == nil && w == nil {
-			// Nothing free: register as a waiter of the group, then look
-			// again, since what came before the registration notified
-			// nobody.
-			if w, err = c.startWaiting(ctx, group, true, drain); err == nil {
-				continue
-			}
-		}
-		var d time.Duration
-		if err == nil && drain {
-			var drained bool
-			if drained, err = c.groupDrained(ctx, group); err == nil && drained {
-				return nil, false, fmt.Errorf("%w: %q", ErrDrained, group)
-			}
-		}
-		if err == nil {
-			d, err = c.nextClaimable(ctx, group)
-		}
-		if retry, werr := c.waitOutage(ctx, &outage, err, "group", group); werr != nil {
-			return nil, false, fmt.Errorf("leasetable: waiting to claim from %q: %w (last: %w)", group, werr, err)
-		} else if retry {
-			continue
-		}
-		if err != nil {
-			return nil, false, err
-		}
-		outage.Reset()
-		c.log.Debug("pgbaton: waiting to claim", "group", group, "expiry_in", d)
-		if err := w.wait(ctx, d); err != nil {
-			return nil, true, fmt.Errorf("leasetable: waiting to claim from %q: %w", group, err)
-		}
-	}
-}
-
-// nextClaimable is how long until the first live item of group held by
-// another owner expires, the TTL at most, for ClaimWait, Semaphore and
-// Keep. With nothing live held by another owner (the group is free, held
-// by the waiter's own client, or its items expired while an open
-// transaction still locks their rows), only a notification would wake the
-// waiter, and a LISTEN connection that died without a word is noticed late
-// (a read that fails), so it looks again after a TTL; waiters that poll
-// look again by PollInterval (Client.wait). During a failover grace,
-// nothing can be granted before it ends, and the wait is until then: the
-// grace ends then, or is turned off, which notifies every waiter.
-func (c *Client) nextClaimable(ctx context.Context, group string) (time.Duration, error) {
-	next, err := c.groupNextExpiry(ctx, group)
-	if err != nil {
-		return 0, err
-	}
-	if next.GraceUntil != nil {
-		return next.GraceUntil.Sub(next.DbNow), nil
-	}
-	if next.NextExpiry == nil {
-		return c.cfg.TTL, nil
-	}
-	return min(next.NextExpiry.Sub(next.DbNow), c.cfg.TTL), nil
-}
-
-// groupNextExpiry asks when the first live lease of group held by another
-// owner expires, and when a failover grace ends, for a wait between its
-// looks.
-func (c *Client) groupNextExpiry(ctx context.Context, group string) (db.LeaseGroupNextExpiryRow, error) {
-	next, err := inFlight(c, ctx, func(ctx context.Context) (db.LeaseGroupNextExpiryRow, error) {
-		return c.q.LeaseGroupNextExpiry(ctx, c.pool, db.LeaseGroupNextExpiryParams{LeaseGroup: group, Owner: c.cfg.Owner})
-	}, nil)
-	if err != nil {
-		return next, c.dbError("next expiry in "+group, err)
-	}
-	return next, nil
+	return c.waitCall(ctx, spanClaim, telemetry.GroupKey, start, want{kind: "group", name: group, drain: drain, look: func(ctx context.Context, w *waiting) ([]*Lease, error) {
+		return c.claim(ctx, group, n, start, w, false)
+	}})
 }
 
 // checkClaim checks the arguments of a claim and that c is open.
@@ -231,16 +127,13 @@ func (c *Client) claim(ctx context.Context, group string, n int, waitStart time.
 	// returns what the first one granted instead of claiming more.
 	p := db.LeaseClaimParams{LeaseGroup: group, Owner: c.cfg.Owner, N: int32(n), TtlMs: c.ttlMs, Session: s.param(), Ref: newRef(),
 		Waiter: w.param(), Fair: fair}
-	rows, err := grant(c, ctx, s, p.Ref, func(ctx context.Context) (rows []db.LeaseClaimRow, err error) {
-		err = c.retry(ctx, true, func(ctx context.Context) (err error) {
-			rows, err = c.q.LeaseClaim(ctx, c.pool, p)
-			p.Retry = true
-			return err
-		})
+	rows, err := grant(c, ctx, s, p.Ref, "claim from "+group, func(ctx context.Context) ([]db.LeaseClaimRow, error) {
+		rows, err := c.q.LeaseClaim(ctx, c.pool, p)
+		p.Retry = true
 		return rows, err
 	}, func(rows []db.LeaseClaimRow) bool { return len(rows) > 0 })
 	if err != nil {
-		return nil, c.dbError("claim from "+group, err)
+		return nil, err
 	}
 	return c.track(group, rows, s, start, waitStart)
 }

@@ -56,15 +56,3 @@ func (c *Client) Counts(ctx context.Context, group string) (GroupCounts, error) 
 func (c *Client) ClaimUntilDrained(ctx context.Context, group string, n int) ([]*Lease, error) {
 	return c.claimWaiting(ctx, group, n, true)
 }
-
-// groupDrained asks whether group holds no item, after the completions
-// in flight (pgbaton.group_drained).
-func (c *Client) groupDrained(ctx context.Context, group string) (bool, error) {
-	drained, err := inFlight(c, ctx, func(ctx context.Context) (bool, error) {
-		return c.q.LeaseGroupDrained(ctx, c.pool, group)
-	}, nil)
-	if err != nil {
-		return false, c.dbError("drained "+group, err)
-	}
-	return drained, nil
-}

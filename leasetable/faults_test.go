@@ -238,6 +238,37 @@ func TestLeaseSurvivesServerCrash(t *testing.T) {
 	assert.Greater(t, l2.Token(), l.Token())
 }
 
+// A Semaphore waits out a server that cannot be reached, until its
+// context ends, as Acquire and ClaimWait do: it used to return the
+// connection error of its first look during the outage. The waiter looks
+// at the holder's expiry (a TTL of 2s), so it looks while the server is
+// down for 3s.
+func TestSemaphoreWaitsOutAnOutage(t *testing.T) {
+	cl := pgtest.NewCluster(t, pgcluster.Config{NoFsync: true})
+	ctx := pgtest.Context(t, 2*time.Minute)
+	require.NoError(t, migrations.UpURL(ctx, cl.URL("postgres")))
+	pool := pgtest.Pool(t, cl.URL("postgres"))
+	const ttl = 2 * time.Second
+	holder := newClient(t, pool, leasetable.Config{Owner: "holder", TTL: ttl})
+	waiter := newClient(t, pool, leasetable.Config{Owner: "waiter", TTL: ttl})
+	_, err := holder.Semaphore(ctx, "sem", 1)
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		l, err := waiter.Semaphore(ctx, "sem", 1)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	queued(t, ctx, pool, "sem", 1)
+	require.NoError(t, cl.Halt(pgcluster.Immediate))
+	time.Sleep(3 * time.Second) // the outage itself
+	require.NoError(t, cl.Restart(ctx, pgcluster.Immediate))
+	// The holder's permit expired during the outage: the waiter gets it.
+	require.NoError(t, <-got)
+}
+
 func TestPartitionedHolderLearnsFirst(t *testing.T) {
 	if env.Cluster() == nil {
 		t.Skip("needs the throwaway cluster") // only with PGBATON_TEST_DSN

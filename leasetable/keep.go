@@ -3,9 +3,11 @@ package leasetable
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/telemetry"
 )
 
 // KeepConfig configures Client.Keep.
@@ -40,62 +42,56 @@ func (c *Client) Keep(ctx context.Context, cfg KeepConfig) error {
 	if err := c.checkOpen(); err != nil {
 		return err
 	}
-	w, err := c.startWaiting(ctx, cfg.Group, true, false)
-	if err != nil {
-		return err
-	}
-	defer w.stop()
-
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	ended := make(chan struct{}, cfg.Max) // one send per lease, at most Max live
-	held := 0
-	for {
-		var retry time.Duration
-		if held < cfg.Max {
-			got, err := c.Claim(ctx, cfg.Group, cfg.Max-held)
-			switch {
-			case ctx.Err() != nil:
-				return context.Cause(ctx)
-			case err != nil && permanent(err):
-				return err
-			case err != nil:
-				c.log.Warn("pgbaton: keep: claim failed; retrying", "group", cfg.Group, "error", err)
-				retry = c.cfg.RenewInterval
-			}
-			for _, l := range got {
-				held++
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					_ = l.Do(ctx, func(ctx context.Context) error {
-						cfg.Work(ctx, l)
-						return nil
-					})
-					ended <- struct{}{}
-				}()
+	var held atomic.Int64           // leases whose Work runs
+	ended := make(chan struct{}, 1) // one of them ended: claim again
+	// Each look hands what it claimed to Work and reports nothing granted:
+	// the wait goes on for more, and ends only with an error.
+	q := want{kind: "group", name: cfg.Group, woken: ended, look: func(_ context.Context, w *waiting) ([]*Lease, error) {
+		for held.Load() == int64(cfg.Max) { // only an ended lease matters
+			select {
+			case <-ended:
+			case <-ctx.Done():
+				return nil, ctxErr(ctx)
+			case <-c.bg.Done():
+				return nil, pgbaton.ErrClosed
 			}
 		}
-		// Holding Max, only an ended lease matters; else also releases and
-		// expiries in the group.
-		var timer <-chan time.Time // collected unfired (Go 1.23)
-		if held < cfg.Max {
-			if retry == 0 {
-				if retry, err = c.nextClaimable(ctx, cfg.Group); err != nil {
-					retry = c.cfg.RenewInterval
+		got, err := c.once(ctx, spanClaim, telemetry.GroupKey, cfg.Group, func(ctx context.Context, start time.Time) ([]*Lease, error) {
+			return c.claim(ctx, cfg.Group, cfg.Max-int(held.Load()), start, w, false)
+		})
+		for _, l := range got {
+			held.Add(1)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_ = l.Do(ctx, func(ctx context.Context) error {
+					cfg.Work(ctx, l)
+					return nil
+				})
+				held.Add(-1)
+				select {
+				case ended <- struct{}{}:
+				default:
 				}
-			}
-			timer = time.After(c.waitFor(w.paced(retry))) // as every waiter: see Client.wait
+			}()
 		}
-		select {
-		case <-ended:
-			held--
-		case <-w.wake:
-		case <-timer:
-		case <-ctx.Done():
+		return nil, err
+	}}
+	for {
+		_, _, err := c.waitLoop(ctx, q)
+		switch {
+		case ctx.Err() != nil:
 			return context.Cause(ctx)
-		case <-c.bg.Done():
-			return pgbaton.ErrClosed
+		case permanent(err):
+			return err
+		}
+		// Not a connection failure (waitLoop waits those out) nor one
+		// that retrying cannot fix.
+		c.log.Warn("pgbaton: keep: claim failed; retrying", "group", cfg.Group, "error", err)
+		if err := c.wait(ctx, ended, nil, c.cfg.RenewInterval); err != nil {
+			return err
 		}
 	}
 }

@@ -45,12 +45,7 @@ func TestWaiterWokenAfterServerCrash(t *testing.T) {
 		}
 		got <- wl
 	}()
-	registered := func() (bool, error) {
-		var n int
-		err := pool.QueryRow(ctx, "SELECT count(*) FROM pgbaton.lease_waiter WHERE name = 'w'").Scan(&n)
-		return n > 0, err
-	}
-	pgtest.Eventually(t, 10*time.Second, registered, "the waiter never registered")
+	queued(t, ctx, pool, "w", 1)
 
 	before := l.ExpiresAt()
 	require.NoError(t, cl.Restart(ctx, pgcluster.Immediate)) // empties lease_waiter
@@ -101,13 +96,6 @@ func TestWaitAfterOutageReconnectsAtOnce(t *testing.T) {
 	const ttl = 30 * time.Second
 	holder := newClient(t, pool, leasetable.Config{Owner: "holder", TTL: ttl})
 	waiter := newClient(t, pool, leasetable.Config{Owner: "waiter", TTL: ttl})
-	registered := func(name string) func() (bool, error) {
-		return func() (bool, error) {
-			var n int
-			err := pool.QueryRow(ctx, "SELECT count(*) FROM pgbaton.lease_waiter WHERE name = $1", name).Scan(&n)
-			return n > 0, err
-		}
-	}
 	listens := func() (bool, error) {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
@@ -125,7 +113,7 @@ func TestWaitAfterOutageReconnectsAtOnce(t *testing.T) {
 			}
 			got <- err
 		}()
-		pgtest.Eventually(t, 20*time.Second, registered(name), "the waiter did not register for %s", name)
+		queued(t, ctx, pool, name, 1)
 		return got, func() { require.NoError(t, l.Release(ctx)) }
 	}
 	// waitOnce waits for name and requires the LISTEN connection back

@@ -233,18 +233,14 @@ func (c *Client) attemptSet(ctx context.Context, names []string, keepPrefix bool
 	defer c.k.unuse()
 	p := db.LeaseAttemptAllParams{Names: names, Owner: c.cfg.Owner, TtlMs: c.ttlMs, Session: s.param(), Ref: newRef(), KeepPrefix: keepPrefix,
 		LockDelayMs: c.cfg.lockDelayMs()}
-	rows, err := grant(c, ctx, s, p.Ref, func(ctx context.Context) (rows []db.LeaseAttemptAllRow, err error) {
-		err = c.retry(ctx, true, func(ctx context.Context) (err error) {
-			rows, err = c.q.LeaseAttemptAll(ctx, c.pool, p)
-			return err
-		})
-		return rows, err
+	rows, err := grant(c, ctx, s, p.Ref, "acquire lease set "+quoteNames(names, 10), func(ctx context.Context) ([]db.LeaseAttemptAllRow, error) {
+		return c.q.LeaseAttemptAll(ctx, c.pool, p)
 	}, func(rows []db.LeaseAttemptAllRow) bool {
 		// Grants come first: the first row says whether any was made.
 		return len(rows) == 0 || rows[0].Acquired
 	})
 	if err != nil {
-		return nil, nil, c.dbError("acquire lease set "+quoteNames(names, 10), err)
+		return nil, nil, err
 	}
 	var held *HeldError
 	granted := make([]db.LeaseClaimRow, 0, len(rows))

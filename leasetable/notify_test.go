@@ -132,11 +132,7 @@ func TestClientWakesWaitersAfterTheRelease(t *testing.T) {
 		}
 		got <- err
 	}()
-	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
-		var n int
-		err := pool.QueryRow(ctx, "SELECT count(*) FROM pgbaton.lease_waiter WHERE name = 'n'").Scan(&n)
-		return n > 0, err
-	}, "the waiter never registered")
+	queued(t, ctx, pool, "n", 1)
 	released := time.Now()
 	require.NoError(t, l.Release(ctx))
 	select {

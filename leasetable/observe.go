@@ -83,7 +83,7 @@ func (c *Client) observe(ctx context.Context, w *waiting, ch chan<- Leader) {
 			c.log.Debug("pgbaton: observing an election: reading its leader failed", "election", w.name, "error", err)
 			next = outage.Next()
 		}
-		if w.wait(ctx, next) != nil {
+		if w.wait(ctx, next, nil) != nil {
 			return
 		}
 	}

@@ -64,7 +64,7 @@ func (ld *Leadership) watchResign(ask context.CancelCauseFunc) {
 		if w == nil {
 			if w, err = c.joinQueue(ctx, l.name, false, false, pgtype.Int4{}); err != nil {
 				c.log.Debug("pgbaton: leader cannot watch for requests to resign; trying again", "election", l.name, "error", err)
-				if c.wait(ctx, nil, c.cfg.RenewInterval) != nil {
+				if c.wait(ctx, nil, nil, c.cfg.RenewInterval) != nil {
 					return
 				}
 				continue
@@ -79,7 +79,7 @@ func (ld *Leadership) watchResign(ask context.CancelCauseFunc) {
 		if err != nil && ctx.Err() == nil {
 			c.log.Debug("pgbaton: reading requests to resign failed", "election", l.name, "error", err)
 		}
-		if w.wait(ctx, c.cfg.TTL) != nil {
+		if w.wait(ctx, c.cfg.TTL, nil) != nil {
 			return
 		}
 	}

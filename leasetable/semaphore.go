@@ -20,51 +20,40 @@ const MaxSlots = 10000
 //
 // Waiters are served in the order they came: a released permit goes to
 // the one that has waited longest (woken by the release), or is taken at
-// the earliest expiry of a held one.
+// the earliest expiry of a held one. Like Acquire it waits out a server
+// that cannot be reached, until ctx ends.
 func (c *Client) Semaphore(ctx context.Context, name string, slots int) (*Lease, error) {
 	names, err := c.semaphoreNames(name, slots)
 	if err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	ctx, span := c.tr.Start(ctx, spanAcquire, "lease")
-	l, stillHeld, err := c.waitSemaphore(ctx, name, names, start)
-	c.waitEnded(ctx, name, start, stillHeld, err)
-	if span.IsRecording() {
-		c.endGrant(span, telemetry.GroupKey, name, start, one(l), err)
-	}
-	return l, err
+	return first(c.waitCall(ctx, spanAcquire, telemetry.GroupKey, start, want{kind: "semaphore", name: name, look: func(ctx context.Context, w *waiting) ([]*Lease, error) {
+		if err := c.registerSemaphore(ctx, name, names); err != nil {
+			return nil, err
+		}
+		return c.claim(ctx, name, 1, start, w, true)
+	}}))
 }
 
 // TrySemaphore is Semaphore without the wait: it takes a free permit if
 // there is one and no waiter is ahead, and returns an error wrapping
 // ErrHeld otherwise.
-func (c *Client) TrySemaphore(ctx context.Context, name string, slots int) (_ *Lease, err error) {
+func (c *Client) TrySemaphore(ctx context.Context, name string, slots int) (*Lease, error) {
 	names, err := c.semaphoreNames(name, slots)
 	if err != nil {
 		return nil, err
 	}
-	start := time.Now()
-	ctx, span := c.tr.Start(ctx, spanAcquire, "lease")
-	var got []*Lease
-	defer func() {
-		if span.IsRecording() {
-			c.endGrant(span, telemetry.GroupKey, name, start, got, err)
+	return first(c.once(ctx, spanAcquire, telemetry.GroupKey, name, func(ctx context.Context, start time.Time) ([]*Lease, error) {
+		if err := c.registerSemaphore(ctx, name, names); err != nil {
+			return nil, err
 		}
-	}()
-	if err := c.registerSemaphore(ctx, name, names); err != nil {
-		return nil, err
-	}
-	got, err = c.claim(ctx, name, 1, start, nil, true)
-	switch {
-	case err != nil:
-		c.attemptFailed(ctx, name, err, start)
-		return nil, err
-	case len(got) == 0:
-		c.attempted(ctx, name, telemetry.Held, start)
-		return nil, fmt.Errorf("%w: semaphore %q: all %d permits held, or waiters ahead", ErrHeld, name, slots)
-	}
-	return got[0], nil
+		got, err := c.claim(ctx, name, 1, start, nil, true)
+		if err == nil && len(got) == 0 {
+			err = fmt.Errorf("%w: semaphore %q: all %d permits held, or waiters ahead", ErrHeld, name, slots)
+		}
+		return got, err
+	}))
 }
 
 // semaphoreNames checks a semaphore's arguments and that c is open, and
@@ -89,45 +78,8 @@ func (c *Client) semaphoreNames(name string, slots int) ([]string, error) {
 	return names, nil
 }
 
-// waitSemaphore is Semaphore without the failure metric; stillHeld tells a
-// wait that ended while every permit was held.
-func (c *Client) waitSemaphore(ctx context.Context, name string, names []string, start time.Time) (_ *Lease, stillHeld bool, _ error) {
-	if err := c.registerSemaphore(ctx, name, names); err != nil {
-		return nil, false, err
-	}
-	var w *waiting
-	defer func() {
-		if w != nil {
-			w.stop()
-		}
-	}()
-	for {
-		got, err := c.claim(ctx, name, 1, start, w, true)
-		if err != nil {
-			return nil, false, err
-		}
-		if len(got) == 1 {
-			return got[0], false, nil
-		}
-		if w == nil {
-			// Register, then look again: a release before the
-			// registration notified nobody.
-			if w, err = c.startWaiting(ctx, name, true, false); err != nil {
-				return nil, true, err
-			}
-			continue
-		}
-		next, err := c.nextClaimable(ctx, name)
-		if err != nil {
-			return nil, false, err
-		}
-		c.log.Debug("pgbaton: waiting for semaphore", "semaphore", name, "slots", len(names))
-		if err := w.wait(ctx, next); err != nil {
-			return nil, true, fmt.Errorf("leasetable: waiting for semaphore %q: %w", name, err)
-		}
-	}
-}
-
+// registerSemaphore registers the permits names of semaphore name, once
+// per client, and checks their count.
 func (c *Client) registerSemaphore(ctx context.Context, name string, names []string) error {
 	if known, ok := c.sems.Load(name); ok && known.(int) == len(names) {
 		return nil

@@ -1,6 +1,7 @@
 package leasetable
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -45,6 +46,40 @@ func (c *Client) endGrant(span trace.Span, key attribute.Key, name string, start
 	telemetry.End(span, outcome, err)
 }
 
+// waitCall is a waiting call that began at start: waitLoop for q, with
+// the call's span (named span, q.name under key) and metrics.
+func (c *Client) waitCall(ctx context.Context, span string, key attribute.Key, start time.Time, q want) ([]*Lease, error) {
+	ctx, sp := c.tr.Start(ctx, span, "lease")
+	got, stillHeld, err := c.waitLoop(ctx, q)
+	if q.drain && errors.Is(err, ErrDrained) {
+		// The end of the batch, not a failed claim: no error metric, and
+		// the span's outcome is "none".
+		c.endGrant(sp, key, q.name, start, nil, nil)
+		return nil, err
+	}
+	c.waitEnded(ctx, q.name, start, stillHeld, err)
+	c.endGrant(sp, key, q.name, start, got, err)
+	return got, err
+}
+
+// once is a call that looks once (TryAcquire, Claim, TrySemaphore), with
+// the call's span (named span, name under key) and metrics: look's error
+// is a failed attempt (a *HeldError a held one), nothing granted a held
+// one. start is when the call began.
+func (c *Client) once(ctx context.Context, span string, key attribute.Key, name string, look func(ctx context.Context, start time.Time) ([]*Lease, error)) ([]*Lease, error) {
+	start := time.Now()
+	ctx, sp := c.tr.Start(ctx, span, "lease")
+	got, err := look(ctx, start)
+	switch {
+	case err != nil:
+		c.attemptFailed(ctx, name, err, start)
+	case len(got) == 0:
+		c.attempted(ctx, name, telemetry.Held, start)
+	}
+	c.endGrant(sp, key, name, start, got, err)
+	return got, err
+}
+
 // endComplete ends the span of a completion of n leases.
 func (c *Client) endComplete(span trace.Span, n int, err error) {
 	if !span.IsRecording() {
@@ -54,12 +89,12 @@ func (c *Client) endComplete(span trace.Span, n int, err error) {
 	telemetry.End(span, outcomeDone, err)
 }
 
-// one is l as the leases of a call that returns one lease.
-func one(l *Lease) []*Lease {
-	if l == nil {
-		return nil
+// first is the lease of a call that grants one, got, or its error.
+func first(got []*Lease, err error) (*Lease, error) {
+	if err != nil {
+		return nil, err
 	}
-	return []*Lease{l}
+	return got[0], nil
 }
 
 // endKeepalive ends the span of a keep-alive of session id carrying n

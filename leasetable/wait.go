@@ -2,6 +2,8 @@ package leasetable
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"time"
@@ -31,20 +33,151 @@ type waiting struct {
 	rank int32
 }
 
-// startWaiting joins the wait queue of lease name, or of group name when
+// A want is what a waiting call waits for (Client.waitLoop): lease name
+// (kind "lease"), or items (kind "group") or a permit (kind "semaphore")
+// of group name. kind and name are the attributes of its debug lines.
+type want struct {
+	kind, name string
+	rank       int32 // the place among candidates (an election's preference)
+	drain      bool  // ClaimUntilDrained: ends with ErrDrained, completions wake it
+	// look looks once, as waiter w of the queue (nil before it joined): it
+	// returns what it granted, or nothing, with a *HeldError when a lease
+	// is held.
+	look func(ctx context.Context, w *waiting) ([]*Lease, error)
+	// woken wakes the wait besides the queue (Keep: one of its leases
+	// ended); nil for the others.
+	woken <-chan struct{}
+}
+
+// waitLoop is the wait of every waiting call: it looks; when nothing was
+// granted it joins the queue the first time and looks again at once (what
+// was freed before the registration notified nobody), else waits for its
+// turn or a known expiry, and looks again. It waits out a server that
+// cannot be reached, with backoff, until ctx ends. It returns what a look
+// granted, or the error that ended the wait: ctx's and Close's wrapped
+// with what was waited for, a look's as it is. stillHeld tells a wait
+// that ctx or Close ended after a look found nothing for it (contention,
+// for waitEnded).
+func (c *Client) waitLoop(ctx context.Context, q want) (_ []*Lease, stillHeld bool, _ error) {
+	var w *waiting
+	defer func() {
+		if w != nil {
+			w.stop()
+		}
+	}()
+	outage := outageBackoff()
+	for {
+		got, err := q.look(ctx, w)
+		if err == nil && len(got) > 0 {
+			return got, false, nil
+		}
+		var held *HeldError
+		var d time.Duration
+		if err == nil || errors.As(err, &held) {
+			stillHeld = true
+			switch {
+			case w == nil:
+				if w, err = c.joinQueue(ctx, q.name, q.kind != "lease", q.drain, pgtype.Int4{Int32: q.rank, Valid: true}); err == nil {
+					continue
+				}
+			case held != nil:
+				err = nil
+			default:
+				d, err = c.groupWait(ctx, q)
+			}
+		}
+		if retry, werr := c.waitOutage(ctx, &outage, err, q.kind, q.name); werr != nil {
+			_, what := q.about()
+			return nil, stillHeld, fmt.Errorf("leasetable: waiting %s: %w (last: %w)", what, werr, err)
+		} else if retry {
+			continue
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		outage.Reset()
+		logged, what := q.about()
+		if held != nil {
+			c.log.Debug("pgbaton: waiting "+logged, q.kind, q.name, "holder", held.Holder, "grace", held.Grace, "lock_delay", held.LockDelay, "expires_in", held.remaining, "ahead", held.Ahead)
+			w.heldBy(held.Token)
+			d = w.atHead(held)
+			switch {
+			case held.Grace:
+				what += " (failover grace)"
+			case held.LockDelay:
+				what += fmt.Sprintf(" (lock-delay after %q lost it)", held.Holder)
+			default:
+				what += fmt.Sprintf(" (held by %q)", held.Holder)
+			}
+		} else {
+			c.log.Debug("pgbaton: waiting "+logged, q.kind, q.name, "expiry_in", d)
+		}
+		if err := w.wait(ctx, d, q.woken); err != nil {
+			return nil, true, fmt.Errorf("leasetable: waiting %s: %w", what, err)
+		}
+	}
+}
+
+// about is what q waits for: in its debug line, which tests and the
+// benchmarks look for, and in its errors.
+func (q want) about() (logged, what string) {
+	switch q.kind {
+	case "lease":
+		return "for lease", fmt.Sprintf("for lease %q", q.name)
+	case "semaphore":
+		return "for semaphore", fmt.Sprintf("for semaphore %q", q.name)
+	}
+	return "to claim", fmt.Sprintf("to claim from %q", q.name)
+}
+
+// groupWait is how long a waiter of group q.name waits before it looks
+// again: until the first live item held by another owner expires, the
+// TTL at most. With nothing live held by another owner (the group is
+// free, held by the waiter's own client, or its items expired while an
+// open transaction still locks their rows), only a notification would
+// wake the waiter, and a LISTEN connection that died without a word is
+// noticed late (a read that fails), so it looks again after a TTL;
+// waiters that poll look again by PollInterval (Client.wait). During a
+// failover grace, nothing can be granted before it ends, and the wait is
+// until then: the grace ends then, or is turned off, which notifies every
+// waiter. For ClaimUntilDrained it is ErrDrained once the group holds no
+// item, after the completions in flight (pgbaton.group_drained).
+func (c *Client) groupWait(ctx context.Context, q want) (time.Duration, error) {
+	if q.drain {
+		drained, err := inFlight(c, ctx, func(ctx context.Context) (bool, error) {
+			return c.q.LeaseGroupDrained(ctx, c.pool, q.name)
+		}, nil)
+		if err != nil {
+			return 0, c.dbError("drained "+q.name, err)
+		}
+		if drained {
+			return 0, fmt.Errorf("%w: %q", ErrDrained, q.name)
+		}
+	}
+	next, err := inFlight(c, ctx, func(ctx context.Context) (db.LeaseGroupNextExpiryRow, error) {
+		return c.q.LeaseGroupNextExpiry(ctx, c.pool, db.LeaseGroupNextExpiryParams{LeaseGroup: q.name, Owner: c.cfg.Owner})
+	}, nil)
+	switch {
+	case err != nil:
+		return 0, c.dbError("next expiry in "+q.name, err)
+	case next.GraceUntil != nil:
+		return next.GraceUntil.Sub(next.DbNow), nil
+	case next.NextExpiry == nil:
+		return c.cfg.TTL, nil
+	}
+	return min(next.NextExpiry.Sub(next.DbNow), c.cfg.TTL), nil
+}
+
+// joinQueue joins the wait queue of lease name, or of group name when
 // group is set: subscribed to notifications for its id first, then
 // registered, so that by the time a release can see the registration the
 // LISTEN is active. Waiters that poll (NoListen, no listen slot, a pooler)
 // queue the same way: their place is kept, and they find out at their next
 // look that their turn came. The registration is bound to the client's
-// session, so a waiter whose process dies leaves the queue with it.
-func (c *Client) startWaiting(ctx context.Context, name string, group, drain bool) (*waiting, error) {
-	return c.joinQueue(ctx, name, group, drain, pgtype.Int4{Valid: true})
-}
-
-// joinQueue is startWaiting with a rank: a candidate of an election ranks
-// by its preference, and a NULL rank registers an observer, woken by new
-// terms and requests to resign instead of by its turn (election.go).
+// session, so a waiter whose process dies leaves the queue with it. A
+// candidate of an election ranks by its preference (0 for every other
+// waiter), and a NULL rank registers an observer, woken by new terms and
+// requests to resign instead of by its turn (election.go).
 func (c *Client) joinQueue(ctx context.Context, name string, group, drain bool, rank pgtype.Int4) (*waiting, error) {
 	s, err := c.sessionFor(ctx)
 	if err != nil {
@@ -138,19 +271,14 @@ func (c *Client) stopWaitingOnPool(refs []waiterRef) {
 // per PollInterval.
 const slotlessPoll = 50 * time.Millisecond
 
-// wait is Client.wait for this waiter, paced by poll when its client holds
-// no listen slot.
-func (w *waiting) wait(ctx context.Context, d time.Duration) error {
-	return w.c.wait(ctx, w.wake, w.paced(d))
-}
-
-// paced is d, the time to a known expiry, at most the waiter's next poll
-// when its client holds no listen slot.
-func (w *waiting) paced(d time.Duration) time.Duration {
+// wait is Client.wait for this waiter (and woken, if not nil) for d, the
+// time to a known expiry, at most its next poll when its client holds no
+// listen slot.
+func (w *waiting) wait(ctx context.Context, d time.Duration, woken <-chan struct{}) error {
 	if w.poll != nil {
 		d = min(d, w.poll.Next())
 	}
-	return d
+	return w.c.wait(ctx, w.wake, woken, d)
 }
 
 // atHead is how long a waiter for a lease held as in held waits before
@@ -188,14 +316,16 @@ func (w *waiting) heldBy(token int64) {
 	w.lastToken = token
 }
 
-// wait blocks until a wake-up, until the known expiry (d from now, or
-// PollInterval when notifications are not used) plus jitter, or until ctx
-// or the client ends.
-func (c *Client) wait(ctx context.Context, wake <-chan struct{}, d time.Duration) error {
+// wait blocks until a wake-up (on wake or woken), until the known expiry
+// (d from now, or PollInterval when notifications are not used) plus
+// jitter, or until ctx or the client ends.
+func (c *Client) wait(ctx context.Context, wake, woken <-chan struct{}, d time.Duration) error {
 	t := time.NewTimer(c.waitFor(d))
 	defer t.Stop()
 	select {
 	case <-wake:
+		return nil
+	case <-woken:
 		return nil
 	case <-t.C:
 		return nil
@@ -234,7 +364,7 @@ func (c *Client) waitOutage(ctx context.Context, b *backoff.Backoff, err error, 
 	}
 	d := b.Next()
 	c.log.Debug("pgbaton: looking again after a connection failure", append(attrs, "in", d, "error", err)...)
-	return true, c.wait(ctx, nil, d)
+	return true, c.wait(ctx, nil, nil, d)
 }
 
 // jitter spreads waiters that look again at the same expiry: up to 1% of
