@@ -306,3 +306,39 @@ func TestPollerQueuesByItsLook(t *testing.T) {
 	assert.True(t, acquired)
 	assert.Zero(t, pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease_waiter WHERE name = 'pq'"), "the grant left the poller queued")
 }
+
+// A waiter's registration made again (wait_for, as a LISTEN connection
+// does after it reconnects) while a grant to that waiter is under way
+// takes its locks in the grant's order: the lease row, then the waiter's
+// row. wait_for took them the other way round, and the two deadlocked
+// ("deadlock detected": one of them failed), seen once in a whole run of
+// the package (TestWaitersSurviveListenConnectionLoss). Here the grant is
+// lease_attempt's two steps in a transaction of the test's.
+func TestRegisteringAgainDuringAGrantDoesNotDeadlock(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := pgtest.Context(t, 30*time.Second)
+	_, err := pool.Exec(ctx, "SELECT pgbaton.register('rd', ARRAY['x'])") // the row exists
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "SELECT pgbaton.wait_for('x', 'w/1')")
+	require.NoError(t, err)
+
+	grant, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = grant.Rollback(ctx) }()
+	_, err = grant.Exec(ctx, "SELECT 1 FROM pgbaton.lease WHERE name = 'x' FOR UPDATE")
+	require.NoError(t, err)
+	again := make(chan error, 1)
+	go func() {
+		_, err := pool.Exec(ctx, "SELECT pgbaton.wait_for('x', 'w/1')")
+		again <- err
+	}()
+	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
+		return pgtest.Count(t, pool, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pgbaton.wait_for%' AND wait_event_type = 'Lock'") > 0, nil
+	}, "the registration never waited for the grant")
+	// The grant removes the waiter's registration, as lease_attempt does.
+	_, err = grant.Exec(ctx, "DELETE FROM pgbaton.lease_waiter WHERE name = 'x' AND waiter = 'w/1'")
+	require.NoError(t, err, "the grant deadlocked with the registration")
+	require.NoError(t, grant.Commit(ctx))
+	require.NoError(t, <-again, "the registration deadlocked with the grant")
+}

@@ -1311,17 +1311,20 @@ BEGIN
     PERFORM pgbaton.lease_check_args(p_name, p_waiter, p_ttl_ms);
     SELECT s.owner INTO o FROM pgbaton.lease_session s WHERE s.id = p_session;
     o := coalesce(o, nullif(split_part(p_waiter, '/', 1), ''));
+    -- The lease row before the waiter's, the order of a grant to this
+    -- waiter (lease_attempt): the other way round, a registration made
+    -- again while that grant ran deadlocked with it.
+    IF NOT coalesce(p_group, false) THEN
+        SELECT l.metadata INTO meta FROM pgbaton.lease l WHERE l.name = p_name FOR SHARE;
+    END IF;
     INSERT INTO pgbaton.lease_waiter AS w (name, waiter, is_group, owner, session_id, expires_at, listens, rank, drain)
     VALUES (p_name, p_waiter, coalesce(p_group, false), o, p_session,
             clock_timestamp() + p_ttl_ms * interval '1 millisecond', coalesce(p_listens, true), p_rank, coalesce(p_drain, false))
     ON CONFLICT (name, waiter) DO UPDATE SET expires_at = EXCLUDED.expires_at, listens = EXCLUDED.listens, rank = EXCLUDED.rank;
     IF p_group THEN
         PERFORM pgbaton.group_gate(p_name, true);
-    ELSE
-        SELECT l.metadata INTO meta FROM pgbaton.lease l WHERE l.name = p_name FOR SHARE;
-        IF p_rank > pgbaton.election_rank(meta) THEN
-            PERFORM pgbaton.request_resign(p_name, format('candidate %s of rank %s waits', o, p_rank), o);
-        END IF;
+    ELSIF p_rank > pgbaton.election_rank(meta) THEN
+        PERFORM pgbaton.request_resign(p_name, format('candidate %s of rank %s waits', o, p_rank), o);
     END IF;
 END $$;
 
