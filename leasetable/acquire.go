@@ -45,7 +45,7 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte, wait
 	// The request id makes the attempt safe to send again after a broken
 	// connection: a repeat finds the grant the first one made.
 	p := db.LeaseAttemptParams{Name: name, Owner: c.cfg.Owner, TtlMs: c.ttlMs, Metadata: metadata, Session: s.param(), Ref: newRef(), Waiter: w.param(), LockDelayMs: c.cfg.lockDelayMs(),
-		Rank: w.rankParam()}
+		Rank: w.rankParam(), Polls: w.polls()}
 	row, err := grant(c, ctx, s, p.Ref, "acquire "+name, func(ctx context.Context) (db.LeaseAttemptRow, error) {
 		return c.q.LeaseAttempt(ctx, c.pool, p)
 	}, func(row db.LeaseAttemptRow) bool { return row.Acquired })

@@ -342,3 +342,36 @@ func TestRegisteringAgainDuringAGrantDoesNotDeadlock(t *testing.T) {
 	require.NoError(t, grant.Commit(ctx))
 	require.NoError(t, <-again, "the registration deadlocked with the grant")
 }
+
+// A client that polls (NoListen) queues for a lease by its looks: its
+// wait sends no wait_for, and a grant, which takes it out of the queue,
+// needs no stop_waiting after it. Each was a statement (and a commit) of
+// every wait in a fleet whose server is the bottleneck.
+func TestPollingAcquireSendsNoRegistration(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := pgtest.Context(t, time.Minute)
+	holder := newClient(t, pool, leasetable.Config{Owner: "holder", TTL: time.Minute})
+	l, err := holder.TryAcquire(ctx, "polled")
+	require.NoError(t, err)
+	sent := &statementCounter{}
+	ppool := d.Pool(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = sent })
+	poller := newClient(t, ppool, leasetable.Config{Owner: "poller", NoListen: true, PollInterval: 50 * time.Millisecond, TTL: time.Minute})
+	got := make(chan *leasetable.Lease, 1)
+	go func() {
+		wl, err := poller.Acquire(ctx, "polled")
+		assert.NoError(t, err)
+		got <- wl
+	}()
+	queued(t, ctx, pool, "polled", 1)
+	require.NoError(t, l.Release(ctx))
+	wl := <-got
+	require.NotNil(t, wl)
+	require.NoError(t, wl.Release(ctx))
+	require.NoError(t, poller.Close(ctx)) // what stop sends in the background is sent by now
+	for _, sql := range sent.snapshot() {
+		assert.NotContains(t, sql, "LeaseWaitFor", "a polling waiter registered with wait_for")
+		assert.NotContains(t, sql, "LeaseStopWaiting :exec", "a polling waiter granted the lease removed its registration again")
+	}
+	assert.Zero(t, pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease_waiter WHERE name = 'polled'"), "a registration was left")
+}

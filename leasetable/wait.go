@@ -31,6 +31,11 @@ type waiting struct {
 	// rank is the waiter's place among candidates (joinQueue), for a look
 	// that queues it again after the database lost its registration.
 	rank int32
+	// lazy: a waiter for a lease whose client polls is registered by its
+	// looks (lease_attempt with p_listens false), not by wait_for: no
+	// release is to be ordered against a registration nobody notifies.
+	// taken: a look granted it the lease, which removed its registration.
+	lazy, taken bool
 }
 
 // A want is what a waiting call waits for (Client.waitLoop): lease name
@@ -69,6 +74,9 @@ func (c *Client) waitLoop(ctx context.Context, q want) (_ []*Lease, stillHeld bo
 	for {
 		got, err := q.look(ctx, w)
 		if err == nil && len(got) > 0 {
+			if w != nil {
+				w.taken = true
+			}
 			return got, false, nil
 		}
 		var held *HeldError
@@ -194,6 +202,13 @@ func (c *Client) joinQueue(ctx context.Context, name string, group, drain bool, 
 	if mode == pollingBackoff {
 		w.poll = &backoff.Backoff{Min: slotlessPoll, Max: c.cfg.PollInterval}
 	}
+	if !group && mode != listening && rank.Valid && rank.Int32 == 0 {
+		// Its next look registers it. Not an observer (never served) or a
+		// preferred candidate (wait_for asks a leader it outranks to
+		// resign).
+		w.lazy = true
+		return w, nil
+	}
 	p := db.LeaseWaitForParams{Name: name, Waiter: id, IsGroup: group, Session: s.param(), TtlMs: c.ttlMs, Listens: mode == listening,
 		Rank: rank, Drain: drain}
 	if mode == listening {
@@ -226,6 +241,9 @@ func (w *waiting) param() pgtype.Text {
 	return pgtype.Text{String: w.id, Valid: true}
 }
 
+// polls tells a look that the waiter polls and registers by its looks.
+func (w *waiting) polls() bool { return w != nil && w.lazy }
+
 // rankParam is the waiter's rank for a look: 0 for no waiter.
 func (w *waiting) rankParam() int32 {
 	if w == nil {
@@ -241,6 +259,9 @@ func (w *waiting) rankParam() int32 {
 func (w *waiting) stop() {
 	w.c.k.waiters.Add(-1)
 	w.c.ln.unregister(w.id)
+	if w.lazy && w.taken {
+		return // its grant removed its registration, which no listener makes again
+	}
 	if !w.c.ln.deferStop(w.name, w.id) {
 		w.c.stopWaitingOnPool([]waiterRef{{name: w.name, id: w.id}})
 	}
