@@ -44,12 +44,10 @@ type listener struct {
 	// regs are the waiters' registrations (pgbaton.lease_waiter), made
 	// again by a new connection: that table is unlogged, and a crash or a
 	// failover empties it.
-	regs map[string]registration
-	// stops are registrations of waiters that stopped, for the LISTEN
-	// connection to remove (see deferStop).
-	stops  []waiterRef
-	probes map[string]chan struct{} // Check payloads in flight
-	ready  chan struct{}            // closed while LISTEN is active
+	regs    map[string]registration
+	leaving []waiterRef              // registrations to remove (leave)
+	probes  map[string]chan struct{} // Check payloads in flight
+	ready   chan struct{}            // closed while LISTEN is active
 	// started: run is running; idle: its connection does not listen as
 	// nobody waits (pause); connected: a new connection may have missed
 	// releases and registrations.
@@ -91,10 +89,6 @@ type registration = db.LeaseWaitForParams
 
 // waiterRef names one row of pgbaton.lease_waiter.
 type waiterRef struct{ name, id string }
-
-// maxStops bounds the removals kept for a LISTEN connection that is down;
-// beyond it they go on the pool.
-const maxStops = 1024
 
 func newListener(c *Client) *listener {
 	return &listener{c: c, keep: slotKeep, grace: closeGrace, stopped: listenerStopped, kick: make(chan struct{}, 1),
@@ -238,9 +232,9 @@ func (ln *listener) setReady() {
 
 func (ln *listener) run(ctx context.Context) {
 	defer close(ln.done)
-	// Ended for good: no later connection removes what is left, and
-	// deferStop takes no more (started, closed or undelivered says so).
-	defer func() { ln.c.stopWaitingOnPool(ln.takeStops()) }()
+	// Ended for good: leave queues no more for a connection (started,
+	// closed or undelivered says so), and the pool removes what is left.
+	defer ln.drain()
 	qctx, qcancel := context.WithCancel(context.Background())
 	defer qcancel()
 	defer context.AfterFunc(ctx, func() {
@@ -287,6 +281,11 @@ func (ln *listener) run(ctx context.Context) {
 			ln.down = time.Now()
 		}
 		ln.mu.Unlock()
+		// What the connection left is removed on the pool: one down for
+		// long must not hold back the turns of the queues those waiters
+		// left. The next connection makes again only the registrations of
+		// waiters still here (regs), so none removed now comes back.
+		ln.drain()
 		d := retry.Next()
 		ln.c.log.Warn("pgbaton: lease LISTEN connection failed; reconnecting", "error", err, "in", d)
 		select {
@@ -354,7 +353,6 @@ func (ln *listener) listen(ctx, qctx context.Context) error {
 		closeCtx, cancel := context.WithTimeout(context.Background(), ln.grace)
 		defer cancel()
 		if !conn.IsClosed() {
-			_ = ln.flushStops(closeCtx, conn)
 			// The slot is freed before Close returns (see closeGrace).
 			_ = ln.c.q.LeaseListenStop(closeCtx, conn)
 		}
@@ -404,7 +402,7 @@ func (ln *listener) listen(ctx, qctx context.Context) error {
 		ln.mu.Unlock()
 	}()
 	for {
-		if err := ln.flushStops(qctx, conn); err != nil {
+		if err := ln.flush(qctx, conn); err != nil {
 			return err
 		}
 		// A deadline, not a cancel request: pgconn keeps the connection
@@ -456,6 +454,10 @@ func (ln *listener) quiet() bool {
 // pause stops listening but keeps the slot, until a waiter subscribes
 // (listen again) or for slotKeep (errIdle: listen's end frees the slot).
 func (ln *listener) pause(ctx, qctx context.Context, conn *pgx.Conn) error {
+	// Removals queued before it went idle; later ones go on the pool.
+	if err := ln.flush(qctx, conn); err != nil {
+		return err
+	}
 	if err := ln.c.q.LeaseUnlisten(qctx, conn); err != nil {
 		return err
 	}
@@ -582,43 +584,56 @@ func (ln *listener) reregister(ctx context.Context, conn *pgx.Conn) error {
 	return nil
 }
 
-// deferStop leaves the removal of a stopped waiter's registration to the
-// LISTEN connection, which makes it within listenLinger, and reports false
-// when there is none to do it: then the caller removes it on the pool.
-// Removed on the pool, it ran beside the granted caller's next call and
-// made the pool open a second connection (200 clients on 2 cores: 325-403
-// connections opened in 10 s against 209 without LISTEN).
-func (ln *listener) deferStop(name, id string) bool {
+// leave forgets waiter id, like unregister, and has its registration
+// removed, the one way one is (but for Close's sweep), off the caller's
+// goroutine: by the LISTEN connection while it runs (within listenLinger),
+// else on the pool in the background. On the pool, it ran beside the
+// granted caller's next call and made the pool open a second connection
+// (200 clients on 2 cores: 325-403 connections opened in 10 s against 209
+// without LISTEN). stop_waiting hands the waiter's turn on (queue_lock
+// orders it with wake-ups in flight).
+func (ln *listener) leave(name, id string) {
+	ln.unregister(id)
 	ln.mu.Lock()
-	defer ln.mu.Unlock()
-	if !ln.started || ln.closed || ln.undelivered != nil || len(ln.stops) >= maxStops {
-		return false
+	ln.leaving = append(ln.leaving, waiterRef{name: name, id: id})
+	// run flushes the queue on each turn of its loop, and hands it to
+	// the pool whenever a connection ends.
+	onConn := ln.started && !ln.closed && !ln.idle && ln.undelivered == nil
+	ln.mu.Unlock()
+	if !onConn {
+		ln.drain()
 	}
-	ln.stops = append(ln.stops, waiterRef{name: name, id: id})
-	return true
 }
 
-// flushStops removes the registrations deferStop left, on conn; those it
-// could not remove stay for the next connection.
-func (ln *listener) flushStops(ctx context.Context, conn *pgx.Conn) error {
-	stops := ln.takeStops()
-	for i, w := range stops {
+// drain removes the queued registrations on the pool, in the background.
+// What fails stays queued for the next leave or connection; Close's sweep
+// removes what is left.
+func (ln *listener) drain() {
+	ln.c.k.spawn(func() {
+		ctx, cancel := context.WithTimeout(ln.c.bg, ln.c.cfg.TTL)
+		defer cancel()
+		if err := ln.flush(ctx, ln.c.pool); err != nil {
+			ln.c.log.Debug("pgbaton: removing waiter registrations failed", "error", err)
+		}
+	})
+}
+
+// flush removes the queued registrations on conn (the LISTEN connection
+// or the pool); those it could not remove stay queued.
+func (ln *listener) flush(ctx context.Context, conn db.DBTX) error {
+	ln.mu.Lock()
+	refs := ln.leaving
+	ln.leaving = nil
+	ln.mu.Unlock()
+	for i, w := range refs {
 		if err := ln.c.q.LeaseStopWaiting(ctx, conn, db.LeaseStopWaitingParams{Name: w.name, Waiter: w.id}); err != nil {
 			ln.mu.Lock()
-			ln.stops = append(stops[i:], ln.stops...)
+			ln.leaving = append(refs[i:], ln.leaving...)
 			ln.mu.Unlock()
 			return fmt.Errorf("leasetable: remove waiter registrations: %w", err)
 		}
 	}
 	return nil
-}
-
-func (ln *listener) takeStops() []waiterRef {
-	ln.mu.Lock()
-	defer ln.mu.Unlock()
-	stops := ln.stops
-	ln.stops = nil
-	return stops
 }
 
 func (ln *listener) dispatch(n *pgconn.Notification) {
