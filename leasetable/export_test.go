@@ -25,7 +25,7 @@ func SetCloseGrace(t testing.TB, d time.Duration, stopped func()) {
 // ListenerWaiters counts the wake-up channels subscribed to c's listener,
 // for tests that check a wait leaves none behind.
 func ListenerWaiters(c *Client) int {
-	c.ln.mu.Lock()
-	defer c.ln.mu.Unlock()
-	return len(c.ln.waiters)
+	n := 0
+	c.ln.do(func() { n = len(c.ln.waiters) })
+	return n
 }
