@@ -34,26 +34,24 @@ func SetListenRetry(t testing.TB, d time.Duration) {
 }
 
 // ListenerStarted reports whether c's listener runs.
-func ListenerStarted(c *Client) bool {
-	c.ln.mu.Lock()
-	defer c.ln.mu.Unlock()
-	return c.ln.started
+func ListenerStarted(c *Client) (started bool) {
+	c.ln.do(func() { started = c.ln.started })
+	return started
 }
 
 // ListenerIdle reports whether c's listener has a connection that does
 // not listen as nobody waits (paused).
-func ListenerIdle(c *Client) bool {
-	c.ln.mu.Lock()
-	defer c.ln.mu.Unlock()
-	return c.ln.started && c.ln.idle
+func ListenerIdle(c *Client) (idle bool) {
+	c.ln.do(func() { idle = c.ln.started && c.ln.idle })
+	return idle
 }
 
 // ListenerWaiters counts the wake-up channels subscribed to c's listener,
 // for tests that check a wait leaves none behind.
 func ListenerWaiters(c *Client) int {
-	c.ln.mu.Lock()
-	defer c.ln.mu.Unlock()
-	return len(c.ln.waiters)
+	n := 0
+	c.ln.do(func() { n = len(c.ln.waiters) })
+	return n
 }
 
 // SetSessionTaken has the clients that t creates from now on call taken

@@ -19,19 +19,18 @@ import (
 // lease session (session.go), the leases held (carried by the session, or
 // loose: held by their own deadline once it ended) with one timer for
 // every deadline, the queue of things to give back, the CompleteTx
-// completions whose transaction's end it has yet to learn (settle), and
-// the CompleteAndClaim calls queued per group (combine.go). Others
-// talk to it through its mailbox (post: a message is a function it runs);
-// its round trips run on goroutines of their own (spawn) that report back
-// by message, so it never waits on the database. Session deadlines and
-// states, and a Lease's status, are atomics that callers read without
-// asking.
+// completions whose transaction's end it has yet to learn (settle), the
+// CompleteAndClaim calls queued per group (combine.go), and the
+// listener's state (listener.do). Others talk to it through its mailbox
+// (post: a message is a function it runs); its round trips run on
+// goroutines of their own (spawn) that report back by message, so it never
+// waits on the database. Session deadlines and states, and a Lease's
+// status, are atomics that callers read without asking.
 //
-// The package's mutexes, each a leaf (nothing is called or locked under
-// it): keeper.mu (the mailbox, and closed: enter counts work Close waits
-// for under it, as a sync.WaitGroup must not grow while it is waited
-// for); listener.mu (waiters subscribe from their own goroutines while the
-// LISTEN loop delivers).
+// The package's one mutex, keeper.mu, is a leaf (nothing is called or
+// locked under it): it guards the mailbox, and closed, as enter counts
+// work Close waits for under it (a sync.WaitGroup must not grow while it
+// is waited for).
 type keeper struct {
 	c *Client
 

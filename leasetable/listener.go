@@ -27,7 +27,9 @@ const notifyChannel = "pgbaton_lease"
 // listener holds the client's one LISTEN connection, shared by its waiters
 // (the package doc says when it listens). A waiter starts its goroutine
 // (run) when a listen slot is free; it ends when the client closes, when
-// every slot turns out taken, or after slotKeep without waiters.
+// every slot turns out taken, or after slotKeep without waiters. Its state
+// is the keeper's, like the session's: subscribers and run read and change
+// it in messages (do), so that no lock orders it against anything.
 type listener struct {
 	c *Client
 	// keep, grace, stopped and retry are slotKeep, closeGrace,
@@ -41,21 +43,19 @@ type listener struct {
 	kick      chan struct{}
 	saidTaken sync.Once
 
-	mu      sync.Mutex               // a leaf: subscribers and run share what follows
+	// Owned by the keeper's goroutine: read and changed in do.
 	waiters map[string]chan struct{} // wake-up channels, by waiter id
 	// regs are the waiters' registrations (pgbaton.lease_waiter), made
 	// again by a new connection: that table is unlogged, and a crash or a
 	// failover empties it.
-	regs map[string]registration
-	// stops are registrations of waiters that stopped, for the LISTEN
-	// connection to remove (see deferStop).
-	stops  []waiterRef
-	probes map[string]chan struct{} // Check payloads in flight
-	ready  chan struct{}            // closed while LISTEN is active
+	regs    map[string]registration
+	leaving []waiterRef              // registrations to remove (leave)
+	probes  map[string]chan struct{} // Check payloads in flight
+	ready   chan struct{}            // closed while LISTEN is active
 	// started: run is running; idle: its connection does not listen as
 	// nobody waits (pause); connected: a new connection may have missed
 	// releases and registrations.
-	started, closed, idle, connected bool
+	started, idle, connected bool
 	// undelivered is why waiters poll although the client listens: the
 	// connection delivers no notification (a transaction pooler).
 	undelivered error
@@ -99,10 +99,6 @@ type registration = db.LeaseWaitForParams
 // waiterRef names one row of pgbaton.lease_waiter.
 type waiterRef struct{ name, id string }
 
-// maxStops bounds the removals kept for a LISTEN connection that is down;
-// beyond it they go on the pool.
-const maxStops = 1024
-
 func newListener(c *Client) *listener {
 	return &listener{c: c, keep: slotKeep, grace: closeGrace, stopped: listenerStopped, retry: listenRetry, kick: make(chan struct{}, 1),
 		waiters: map[string]chan struct{}{}, regs: map[string]registration{}, probes: map[string]chan struct{}{}, ready: make(chan struct{})}
@@ -134,35 +130,28 @@ const listenReadyWait = 250 * time.Millisecond
 // unregister, and returns once the connection listens, so no release
 // after it can be missed, or once it is clear the waiter must poll.
 func (ln *listener) subscribe(ctx context.Context, id string, wake chan struct{}) (subscription, error) {
-	ln.mu.Lock()
-	if ln.closed {
-		ln.mu.Unlock()
+	if ln.c.cfg.NoListen {
+		return polling, ln.c.checkOpen()
+	}
+	var started bool
+	if !ln.do(func() { ln.waiters[id], started = wake, ln.started }) {
 		return 0, pgbaton.ErrClosed
 	}
-	if ln.c.cfg.NoListen {
-		ln.mu.Unlock()
-		return polling, nil
-	}
-	ln.waiters[id] = wake
-	started := ln.started
-	ln.mu.Unlock()
 	if !started && !ln.slotFree(ctx) {
 		return pollingBackoff, nil
 	}
-	ln.mu.Lock()
-	if ln.closed {
-		ln.mu.Unlock()
-		ln.unregister(id)
+	var ready chan struct{}
+	if !ln.do(func() {
+		if !ln.started {
+			ln.started = true
+			ctx, cancel := context.WithCancel(context.Background())
+			ln.stop, ln.done = cancel, make(chan struct{})
+			go ln.run(ctx)
+		}
+		ready = ln.ready
+	}) {
 		return 0, pgbaton.ErrClosed
 	}
-	if !ln.started {
-		ln.started = true
-		ctx, cancel := context.WithCancel(context.Background())
-		ln.stop, ln.done = cancel, make(chan struct{})
-		go ln.run(ctx)
-	}
-	ready := ln.ready
-	ln.mu.Unlock()
 	select {
 	case <-ready:
 		return ln.mode(), nil
@@ -203,26 +192,36 @@ func (ln *listener) mode() subscription {
 	if ln.c.cfg.NoListen {
 		return polling
 	}
-	ln.mu.Lock()
-	defer ln.mu.Unlock()
-	switch {
-	case ln.undelivered != nil:
-		return polling
-	case !ln.started:
-		return pollingBackoff // no listen slot was free
-	}
-	select {
-	case <-ln.ready:
-		return listening
-	default:
-		return pollingBackoff
-	}
+	m := pollingBackoff // also once the client closed
+	ln.do(func() {
+		switch {
+		case ln.undelivered != nil:
+			m = polling
+		case !ln.started:
+			// no listen slot was free
+		default:
+			select {
+			case <-ln.ready:
+				m = listening
+			default:
+			}
+		}
+	})
+	return m
 }
 
-// wake signals waiter id, or every waiter when all is set.
+// do runs f on the keeper's goroutine, which owns the listener's state,
+// and waits for it; false once the client closed.
+func (ln *listener) do(f func()) bool { return ln.c.k.ask(func(*keeper) { f() }) }
+
+// wake signals waiter id, or every waiter when all is set, from the
+// keeper's goroutine.
 func (ln *listener) wake(id string, all bool) {
-	ln.mu.Lock()
-	defer ln.mu.Unlock()
+	ln.c.k.post(func(*keeper) { ln.signal(id, all) })
+}
+
+// signal is wake on the keeper's goroutine.
+func (ln *listener) signal(id string, all bool) {
 	signal := func(ch chan struct{}) {
 		select {
 		case ch <- struct{}{}:
@@ -240,7 +239,7 @@ func (ln *listener) wake(id string, all bool) {
 	}
 }
 
-// setReady closes ready unless it is closed; ln.mu is held.
+// setReady closes ready unless it is closed; on the keeper's goroutine.
 func (ln *listener) setReady() {
 	select {
 	case <-ln.ready:
@@ -251,9 +250,9 @@ func (ln *listener) setReady() {
 
 func (ln *listener) run(ctx context.Context) {
 	defer close(ln.done)
-	// Ended for good: no later connection removes what is left, and
-	// deferStop takes no more (started, closed or undelivered says so).
-	defer func() { ln.c.stopWaitingOnPool(ln.takeStops()) }()
+	// Ended for good: leave queues no more for a connection (started,
+	// closed or undelivered says so), and the pool removes what is left.
+	defer ln.drain()
 	qctx, qcancel := context.WithCancel(context.Background())
 	defer qcancel()
 	defer context.AfterFunc(ctx, func() {
@@ -269,20 +268,7 @@ func (ln *listener) run(ctx context.Context) {
 			return
 		}
 		if errors.Is(err, errNoSlot) || errors.Is(err, errIdle) || errors.Is(err, errUndelivered) {
-			ln.mu.Lock()
-			ln.setReady() // subscribers waiting for it poll
-			if errors.Is(err, errUndelivered) {
-				ln.undelivered = err // reconnecting would not help
-			} else {
-				ln.started, ln.down, ln.lastErr = false, time.Time{}, nil
-				// The next connection makes the registrations again.
-				ln.connected = len(ln.regs) > 0
-				if errors.Is(err, errNoSlot) {
-					ln.slotTried = time.Now()
-				}
-				ln.ready = make(chan struct{})
-			}
-			ln.mu.Unlock()
+			ln.do(func() { ln.ended(err) })
 			switch {
 			case errors.Is(err, errUndelivered):
 				ln.c.log.Warn("pgbaton: notifications are not delivered on the lease LISTEN connection (a transaction pooler such as PgBouncer in transaction mode?); waiters poll at the holder's expiry, at most every PollInterval. Set Config.ListenDSN to a direct connection to wake them at once.",
@@ -293,12 +279,17 @@ func (ln *listener) run(ctx context.Context) {
 			ln.wake("", true) // waiters that counted on it poll from now on
 			return
 		}
-		ln.mu.Lock()
-		ln.lastErr = err
-		if ln.down.IsZero() {
-			ln.down = time.Now()
-		}
-		ln.mu.Unlock()
+		ln.do(func() {
+			ln.lastErr = err
+			if ln.down.IsZero() {
+				ln.down = time.Now()
+			}
+		})
+		// What the connection left is removed on the pool: one down for
+		// long must not hold back the turns of the queues those waiters
+		// left. The next connection makes again only the registrations of
+		// waiters still here (regs), so none removed now comes back.
+		ln.drain()
 		d := retry.Next()
 		ln.c.log.Warn("pgbaton: lease LISTEN connection failed; reconnecting", "error", err, "in", d)
 		select {
@@ -309,6 +300,23 @@ func (ln *listener) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
+	}
+}
+
+// ended notes that the listener ended on purpose (errNoSlot, errIdle,
+// errUndelivered); on the keeper's goroutine.
+func (ln *listener) ended(err error) {
+	ln.setReady() // subscribers waiting for it poll
+	if errors.Is(err, errUndelivered) {
+		ln.undelivered = err // reconnecting would not help
+	} else {
+		ln.started, ln.down, ln.lastErr = false, time.Time{}, nil
+		// The next connection makes the registrations again.
+		ln.connected = len(ln.regs) > 0
+		if errors.Is(err, errNoSlot) {
+			ln.slotTried = time.Now()
+		}
+		ln.ready = make(chan struct{})
 	}
 }
 
@@ -327,13 +335,15 @@ func (ln *listener) slotsTaken() {
 // most once a slotRetry. An error counts as no: the waiter polls, and its
 // own looks meet the error.
 func (ln *listener) slotFree(ctx context.Context) bool {
-	ln.mu.Lock()
-	if time.Since(ln.slotTried) < slotRetry {
-		ln.mu.Unlock()
+	try := false
+	ln.do(func() {
+		if try = time.Since(ln.slotTried) >= slotRetry; try {
+			ln.slotTried = time.Now() // the client's other waiters poll meanwhile
+		}
+	})
+	if !try {
 		return false
 	}
-	ln.slotTried = time.Now() // the client's other waiters poll meanwhile
-	ln.mu.Unlock()
 	free, err := inFlight(ln.c, ctx, func(ctx context.Context) (bool, error) {
 		return ln.c.q.LeaseListenSlotFree(ctx, ln.c.pool, int32(ln.c.cfg.ListenSlots))
 	}, nil)
@@ -366,7 +376,6 @@ func (ln *listener) listen(ctx, qctx context.Context) error {
 		closeCtx, cancel := context.WithTimeout(context.Background(), ln.grace)
 		defer cancel()
 		if !conn.IsClosed() {
-			_ = ln.flushStops(closeCtx, conn)
 			// The slot is freed before Close returns (see closeGrace).
 			_ = ln.c.q.LeaseListenStop(closeCtx, conn)
 		}
@@ -383,9 +392,8 @@ func (ln *listener) listen(ctx, qctx context.Context) error {
 	if err := ln.takeSlot(qctx, conn); err != nil {
 		return err
 	}
-	ln.mu.Lock()
-	missed := ln.connected
-	ln.mu.Unlock()
+	var missed bool
+	ln.do(func() { missed = ln.connected })
 	if missed {
 		// The server may have lost the registrations (a crash, a
 		// failover): make them again, now that LISTEN is active.
@@ -393,30 +401,30 @@ func (ln *listener) listen(ctx, qctx context.Context) error {
 			return err
 		}
 	}
-	ln.mu.Lock()
-	close(ln.ready)
-	ln.connected = true
-	wasDown, downFor := !ln.down.IsZero(), time.Since(ln.down)
-	ln.down = time.Time{}
-	ln.mu.Unlock()
+	var wasDown bool
+	var downFor time.Duration
+	ln.do(func() {
+		close(ln.ready)
+		ln.connected = true
+		wasDown, downFor = !ln.down.IsZero(), time.Since(ln.down)
+		ln.down = time.Time{}
+	})
 	if missed {
 		if wasDown {
 			ln.c.log.Info("pgbaton: lease LISTEN connection re-established; waiters look again", "down_for", downFor)
 		}
 		ln.wake("", true) // releases meanwhile were missed
 	}
-	defer func() {
-		ln.mu.Lock()
+	defer ln.do(func() {
 		select {
 		case <-ln.ready:
 			ln.ready = make(chan struct{})
 		default: // not ready already (paused): its subscribers keep it
 		}
 		ln.idle = false
-		ln.mu.Unlock()
-	}()
+	})
 	for {
-		if err := ln.flushStops(qctx, conn); err != nil {
+		if err := ln.flush(qctx, conn); err != nil {
 			return err
 		}
 		// A deadline, not a cancel request: pgconn keeps the connection
@@ -445,29 +453,32 @@ func (ln *listener) listen(ctx, qctx context.Context) error {
 const listenLinger = 100 * time.Millisecond
 
 // quiet reports whether nobody has waited for listenLinger, and if so
-// stops counting the connection as listening, under ln.mu before the
-// UNLISTEN, so that no waiter counts on a connection that stops.
-func (ln *listener) quiet() bool {
-	ln.mu.Lock()
-	defer ln.mu.Unlock()
-	switch {
-	case len(ln.waiters) > 0 || len(ln.probes) > 0:
-		ln.quietSince = time.Time{}
-		return false
-	case ln.quietSince.IsZero():
-		ln.quietSince = time.Now()
-	}
-	if time.Since(ln.quietSince) < listenLinger {
-		return false
-	}
-	ln.ready = make(chan struct{})
-	ln.idle, ln.quietSince = true, time.Time{}
-	return true
+// stops counting the connection as listening, before the UNLISTEN, so
+// that no waiter counts on a connection that stops.
+func (ln *listener) quiet() (quiet bool) {
+	ln.do(func() {
+		switch {
+		case len(ln.waiters) > 0 || len(ln.probes) > 0:
+			ln.quietSince = time.Time{}
+			return
+		case ln.quietSince.IsZero():
+			ln.quietSince = time.Now()
+		}
+		if quiet = time.Since(ln.quietSince) >= listenLinger; quiet {
+			ln.ready = make(chan struct{})
+			ln.idle, ln.quietSince = true, time.Time{}
+		}
+	})
+	return quiet
 }
 
 // pause stops listening but keeps the slot, until a waiter subscribes
 // (listen again) or for slotKeep (errIdle: listen's end frees the slot).
 func (ln *listener) pause(ctx, qctx context.Context, conn *pgx.Conn) error {
+	// Removals queued before it went idle; later ones go on the pool.
+	if err := ln.flush(qctx, conn); err != nil {
+		return err
+	}
 	if err := ln.c.q.LeaseUnlisten(qctx, conn); err != nil {
 		return err
 	}
@@ -485,10 +496,10 @@ func (ln *listener) pause(ctx, qctx context.Context, conn *pgx.Conn) error {
 		ln.kickRun()
 		return err
 	}
-	ln.mu.Lock()
-	defer ln.mu.Unlock()
-	ln.idle = false
-	ln.setReady()
+	ln.do(func() {
+		ln.idle = false
+		ln.setReady()
+	})
 	return nil
 }
 
@@ -571,15 +582,14 @@ func (ln *listener) probe(ctx context.Context, conn *pgx.Conn) error {
 // register records a waiter's registration, to be made again on a new
 // connection.
 func (ln *listener) register(id string, r registration) {
-	ln.mu.Lock()
-	defer ln.mu.Unlock()
-	ln.regs[id] = r
+	ln.c.k.post(func(*keeper) { ln.regs[id] = r })
 }
 
 // unregister forgets waiter id: its wake-up channel and its registration.
-func (ln *listener) unregister(id string) {
-	ln.mu.Lock()
-	defer ln.mu.Unlock()
+func (ln *listener) unregister(id string) { ln.c.k.post(func(*keeper) { ln.forget(id) }) }
+
+// forget is unregister on the keeper's goroutine.
+func (ln *listener) forget(id string) {
 	delete(ln.waiters, id)
 	delete(ln.regs, id)
 }
@@ -587,9 +597,8 @@ func (ln *listener) unregister(id string) {
 // reregister makes every known registration again (they are idempotent),
 // on the LISTEN connection: the pool is the callers'.
 func (ln *listener) reregister(ctx context.Context, conn *pgx.Conn) error {
-	ln.mu.Lock()
-	regs := slices.Collect(maps.Values(ln.regs))
-	ln.mu.Unlock()
+	var regs []registration
+	ln.do(func() { regs = slices.Collect(maps.Values(ln.regs)) })
 	for _, r := range regs {
 		if err := ln.c.q.LeaseWaitFor(ctx, conn, r); err != nil {
 			return fmt.Errorf("leasetable: register waiters again: %w", err)
@@ -598,94 +607,100 @@ func (ln *listener) reregister(ctx context.Context, conn *pgx.Conn) error {
 	return nil
 }
 
-// deferStop leaves the removal of a stopped waiter's registration to the
-// LISTEN connection, which makes it within listenLinger, and reports false
-// when there is none to do it: then the caller removes it on the pool.
-// Removed on the pool, it ran beside the granted caller's next call and
-// made the pool open a second connection (200 clients on 2 cores: 325-403
-// connections opened in 10 s against 209 without LISTEN).
-func (ln *listener) deferStop(name, id string) bool {
-	ln.mu.Lock()
-	defer ln.mu.Unlock()
-	if !ln.started || ln.closed || ln.undelivered != nil || len(ln.stops) >= maxStops {
-		return false
-	}
-	ln.stops = append(ln.stops, waiterRef{name: name, id: id})
-	return true
+// leave forgets waiter id, like unregister, and has its registration
+// removed, the one way one is (but for Close's sweep), off the caller's
+// goroutine: by the LISTEN connection while it runs (within listenLinger),
+// else on the pool in the background. On the pool, it ran beside the
+// granted caller's next call and made the pool open a second connection
+// (200 clients on 2 cores: 325-403 connections opened in 10 s against 209
+// without LISTEN). stop_waiting hands the waiter's turn on (queue_lock
+// orders it with wake-ups in flight).
+func (ln *listener) leave(name, id string) {
+	// Not posted once the client closed: its sweep removes it.
+	ln.c.k.post(func(*keeper) {
+		ln.forget(id)
+		ln.leaving = append(ln.leaving, waiterRef{name: name, id: id})
+		// run flushes the queue on each turn of its loop, and hands it to
+		// the pool whenever a connection ends.
+		if !ln.started || ln.idle || ln.undelivered != nil {
+			ln.drain()
+		}
+	})
 }
 
-// flushStops removes the registrations deferStop left, on conn; those it
-// could not remove stay for the next connection.
-func (ln *listener) flushStops(ctx context.Context, conn *pgx.Conn) error {
-	stops := ln.takeStops()
-	for i, w := range stops {
+// drain removes the queued registrations on the pool, in the background.
+// What fails stays queued for the next leave or connection; Close's sweep
+// removes what is left.
+func (ln *listener) drain() {
+	ln.c.k.spawn(func() {
+		ctx, cancel := context.WithTimeout(ln.c.bg, ln.c.cfg.TTL)
+		defer cancel()
+		if err := ln.flush(ctx, ln.c.pool); err != nil {
+			ln.c.log.Debug("pgbaton: removing waiter registrations failed", "error", err)
+		}
+	})
+}
+
+// flush removes the queued registrations on conn (the LISTEN connection
+// or the pool); those it could not remove stay queued.
+func (ln *listener) flush(ctx context.Context, conn db.DBTX) error {
+	var refs []waiterRef
+	ln.do(func() { refs, ln.leaving = ln.leaving, nil })
+	for i, w := range refs {
 		if err := ln.c.q.LeaseStopWaiting(ctx, conn, db.LeaseStopWaitingParams{Name: w.name, Waiter: w.id}); err != nil {
-			ln.mu.Lock()
-			ln.stops = append(stops[i:], ln.stops...)
-			ln.mu.Unlock()
+			ln.do(func() { ln.leaving = append(refs[i:], ln.leaving...) })
 			return fmt.Errorf("leasetable: remove waiter registrations: %w", err)
 		}
 	}
 	return nil
 }
 
-func (ln *listener) takeStops() []waiterRef {
-	ln.mu.Lock()
-	defer ln.mu.Unlock()
-	stops := ln.stops
-	ln.stops = nil
-	return stops
-}
-
 func (ln *listener) dispatch(n *pgconn.Notification) {
 	if n.Channel != notifyChannel {
 		return
 	}
-	ln.mu.Lock()
-	if ch, ok := ln.probes[n.Payload]; ok {
-		close(ch)
-		delete(ln.probes, n.Payload)
-	}
-	ln.mu.Unlock()
-	// The empty payload (pgbaton.set_failover_grace ending a grace) wakes
-	// every waiter.
-	ln.wake(n.Payload, n.Payload == "")
+	ln.c.k.post(func(*keeper) {
+		if ch, ok := ln.probes[n.Payload]; ok {
+			close(ch)
+			delete(ln.probes, n.Payload)
+		}
+		// The empty payload (pgbaton.set_failover_grace ending a grace)
+		// wakes every waiter.
+		ln.signal(n.Payload, n.Payload == "")
+	})
 }
 
 // check proves the LISTEN connection, if started, delivers: it sends
 // payload through the pool and waits for it to come back. A connection can
 // look open and deliver nothing (a silent network, a stuck backend).
 func (ln *listener) check(ctx context.Context, payload string) error {
-	ln.mu.Lock()
-	if !ln.started || ln.closed || ln.idle {
-		// Nothing listens, nothing to check (idle is never undelivered).
-		ln.mu.Unlock()
-		return nil
-	}
-	if ln.undelivered != nil {
-		ln.mu.Unlock()
-		return fmt.Errorf("%w: %w; waiters poll every %s (set Config.ListenDSN to a direct connection)",
-			pgbaton.ErrDegraded, ln.undelivered, ln.c.cfg.PollInterval)
-	}
-	select {
-	case <-ln.ready:
-	default:
-		err := errors.New("leasetable: LISTEN connection not connected yet")
-		if !ln.down.IsZero() {
-			err = fmt.Errorf("leasetable: LISTEN connection down for %s, reconnecting (last error: %v); waiters wake only at expiries",
-				time.Since(ln.down).Round(time.Millisecond), ln.lastErr)
+	var got chan struct{}
+	var err error
+	ln.do(func() {
+		switch {
+		case !ln.started || ln.idle:
+			// Nothing listens, nothing to check (idle is never undelivered).
+		case ln.undelivered != nil:
+			err = fmt.Errorf("%w: %w; waiters poll every %s (set Config.ListenDSN to a direct connection)",
+				pgbaton.ErrDegraded, ln.undelivered, ln.c.cfg.PollInterval)
+		default:
+			select {
+			case <-ln.ready:
+				got = make(chan struct{})
+				ln.probes[payload] = got
+			default:
+				err = errors.New("leasetable: LISTEN connection not connected yet")
+				if !ln.down.IsZero() {
+					err = fmt.Errorf("leasetable: LISTEN connection down for %s, reconnecting (last error: %v); waiters wake only at expiries",
+						time.Since(ln.down).Round(time.Millisecond), ln.lastErr)
+				}
+			}
 		}
-		ln.mu.Unlock()
+	})
+	if got == nil {
 		return err
 	}
-	got := make(chan struct{})
-	ln.probes[payload] = got
-	ln.mu.Unlock()
-	defer func() {
-		ln.mu.Lock()
-		delete(ln.probes, payload)
-		ln.mu.Unlock()
-	}()
+	defer ln.do(func() { delete(ln.probes, payload) })
 	if err := ln.c.q.LeaseNotify(ctx, ln.c.pool, payload); err != nil {
 		return ln.c.dbError("notify for the LISTEN check", err)
 	}
@@ -697,13 +712,11 @@ func (ln *listener) check(ctx context.Context, payload string) error {
 	}
 }
 
+// close stops run, once the keeper has stopped (Client.Close): what it
+// set is read without asking.
 func (ln *listener) close() {
-	ln.mu.Lock()
-	ln.closed = true
-	stop, done := ln.stop, ln.done
-	ln.mu.Unlock()
-	if stop != nil {
-		stop()
-		<-done
+	if ln.stop != nil {
+		ln.stop()
+		<-ln.done
 	}
 }

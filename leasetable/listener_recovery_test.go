@@ -2,6 +2,7 @@ package leasetable_test
 
 import (
 	"context"
+	"net/url"
 	"testing"
 	"time"
 
@@ -145,4 +146,56 @@ func TestWaitAfterOutageReconnectsAtOnce(t *testing.T) {
 	waitOnce("outage:2")
 	release()
 	require.NoError(t, <-bystander)
+}
+
+// A waiter that gives up while its client's LISTEN connection is down
+// hands its turn on at once: its registration is removed on the pool, not
+// kept for a connection that may not come back soon. Before, the removal
+// waited for the LISTEN connection (up to 1,024 of them), and the next
+// waiter, woken by nobody, waited for the holder's expiry.
+func TestLeaverHandsOnWhileItsListenConnectionIsDown(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := pgtest.Context(t, time.Minute)
+	_, proxy := env.ProxiedPool(t, d)
+	u, err := url.Parse(d.URL)
+	require.NoError(t, err)
+	u.Host = proxy.Addr()
+	const long = 10 * time.Minute // no look, renewal or poll in the test's time
+	holder := newClient(t, pool, leasetable.Config{Owner: "holder", TTL: long})
+	leaving := make(chan string, 1)
+	leaver := newClient(t, pool, leasetable.Config{Owner: "leaver", TTL: long, PollInterval: long, ListenDSN: u.String(), Logger: logTo(leaving)})
+	waiting := make(chan string, 1)
+	next := newClient(t, pool, leasetable.Config{Owner: "next", TTL: long, PollInterval: long, Logger: logTo(waiting)})
+	l, err := holder.TryAcquire(ctx, "d")
+	require.NoError(t, err)
+
+	lctx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	left := make(chan error, 1)
+	go func() {
+		_, err := leaver.Acquire(lctx, "d")
+		left <- err
+	}()
+	require.Equal(t, "d", <-leaving)
+	got := make(chan error, 1)
+	go func() {
+		nl, err := next.Acquire(ctx, "d")
+		if err == nil {
+			err = nl.Release(ctx)
+		}
+		got <- err
+	}()
+	require.Equal(t, "d", <-waiting) // behind the leaver
+
+	require.NoError(t, proxy.Close()) // the leaver's LISTEN connection is down, and stays down
+	giveUp()
+	require.ErrorIs(t, <-left, context.Canceled)
+	require.NoError(t, l.Release(ctx))
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the next waiter was not woken: the leaver kept its turn")
+	}
 }

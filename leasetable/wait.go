@@ -218,10 +218,10 @@ func (c *Client) joinQueue(ctx context.Context, name string, group, drain bool, 
 	}
 	_, err = inFlight(c, ctx, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, c.q.LeaseWaitFor(ctx, c.pool, p)
-	}, func(ctx context.Context, _ struct{}, _ error) {
+	}, func(context.Context, struct{}, error) {
 		// Given up: the caller's stop below may run before the
 		// registration commits, so it is removed again after it.
-		_ = c.q.LeaseStopWaiting(ctx, c.pool, db.LeaseStopWaitingParams{Name: name, Waiter: id})
+		c.ln.leave(name, id)
 	})
 	if err != nil {
 		// The registration may have committed although the call failed
@@ -252,37 +252,18 @@ func (w *waiting) rankParam() int32 {
 	return w.rank
 }
 
-// stop unsubscribes and has the registration removed, by the LISTEN
-// connection or else on the pool in the background: either way not on
-// the caller's goroutine, which goes on at once. The waiter's id is
+// stop unsubscribes and has the registration removed (listener.leave),
+// not on the caller's goroutine, which goes on at once. The waiter's id is
 // unique, so no later registration can be removed by it.
 func (w *waiting) stop() {
 	w.c.k.waiters.Add(-1)
-	w.c.ln.unregister(w.id)
 	if w.lazy && w.taken {
-		return // its grant removed its registration, which no listener makes again
-	}
-	if !w.c.ln.deferStop(w.name, w.id) {
-		w.c.stopWaitingOnPool([]waiterRef{{name: w.name, id: w.id}})
-	}
-}
-
-// stopWaitingOnPool removes waiter registrations on the pool, in the
-// background.
-func (c *Client) stopWaitingOnPool(refs []waiterRef) {
-	if len(refs) == 0 {
+		// Its grant removed its registration, which no listener makes
+		// again.
+		w.c.ln.unregister(w.id)
 		return
 	}
-	c.goBackground(func(ctx context.Context) {
-		ctx, cancel := context.WithTimeout(ctx, c.cfg.TTL)
-		defer cancel()
-		for _, w := range refs {
-			if err := c.q.LeaseStopWaiting(ctx, c.pool, db.LeaseStopWaitingParams{Name: w.name, Waiter: w.id}); err != nil {
-				c.log.Debug("pgbaton: removing waiter registration failed", "lease", w.name, "error", err)
-				return
-			}
-		}
-	})
+	w.c.ln.leave(w.name, w.id)
 }
 
 // slotlessPoll is how soon a waiter of a client without a listen slot
