@@ -46,7 +46,7 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte, wait
 	// connection: a repeat finds the grant the first one made.
 	p := db.LeaseAttemptParams{Name: name, Owner: c.cfg.Owner, TtlMs: c.ttlMs, Metadata: metadata, Session: s.param(), Ref: newRef(), Waiter: w.param(), LockDelayMs: c.cfg.lockDelayMs(),
 		Rank: w.rankParam(), Polls: w.polls()}
-	row, err := grant(c, ctx, s, p.Ref, "acquire "+name, func(ctx context.Context) (db.LeaseAttemptRow, error) {
+	row, err := grant(c, ctx, s, p.Ref, w, "acquire "+name, func(ctx context.Context) (db.LeaseAttemptRow, error) {
 		return c.q.LeaseAttempt(ctx, c.pool, p)
 	}, func(row db.LeaseAttemptRow) bool { return row.Acquired })
 	if err != nil {
@@ -183,7 +183,12 @@ func sendOrAbandon[T any](c *Client, ctx context.Context, send func(context.Cont
 // give-back of a caller that gave up ends: the session is not closed idle
 // before that give-back is queued, as it finds the grants by their
 // session.
-func grant[T any](c *Client, ctx context.Context, s *session, ref pgtype.UUID, op string, send func(context.Context) (T, error), granted func(T) bool) (T, error) {
+//
+// w is the waiter the statement looks as (nil for none). A look puts a
+// waiter that is not queued at the end of the queue (requeue), so one that
+// comes back after its caller gave up may have queued the waiter again
+// after the caller's stop removed it: it is removed once more then.
+func grant[T any](c *Client, ctx context.Context, s *session, ref pgtype.UUID, w *waiting, op string, send func(context.Context) (T, error), granted func(T) bool) (T, error) {
 	c.k.using.Add(1)
 	v, gaveUp, err := sendOrAbandon(c, ctx, func(ctx context.Context) (v T, err error) {
 		err = c.retry(ctx, true, func(ctx context.Context) (err error) {
@@ -194,6 +199,9 @@ func grant[T any](c *Client, ctx context.Context, s *session, ref pgtype.UUID, o
 	}, func(_ context.Context, v T, err error) {
 		if err != nil || granted(v) {
 			c.k.giveBackRef(s, ref)
+		}
+		if w != nil {
+			c.ln.leave(w.name, w.id)
 		}
 		c.k.unuse()
 	})

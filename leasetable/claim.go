@@ -127,7 +127,7 @@ func (c *Client) claim(ctx context.Context, group string, n int, waitStart time.
 	// returns what the first one granted instead of claiming more.
 	p := db.LeaseClaimParams{LeaseGroup: group, Owner: c.cfg.Owner, N: int32(n), TtlMs: c.ttlMs, Session: s.param(), Ref: newRef(),
 		Waiter: w.param(), Fair: fair}
-	rows, err := grant(c, ctx, s, p.Ref, "claim from "+group, func(ctx context.Context) ([]db.LeaseClaimRow, error) {
+	rows, err := grant(c, ctx, s, p.Ref, w, "claim from "+group, func(ctx context.Context) ([]db.LeaseClaimRow, error) {
 		rows, err := c.q.LeaseClaim(ctx, c.pool, p)
 		p.Retry = true
 		return rows, err

@@ -233,7 +233,7 @@ func (c *Client) attemptSet(ctx context.Context, names []string, keepPrefix bool
 	defer c.k.unuse()
 	p := db.LeaseAttemptAllParams{Names: names, Owner: c.cfg.Owner, TtlMs: c.ttlMs, Session: s.param(), Ref: newRef(), KeepPrefix: keepPrefix,
 		LockDelayMs: c.cfg.lockDelayMs()}
-	rows, err := grant(c, ctx, s, p.Ref, "acquire lease set "+quoteNames(names, 10), func(ctx context.Context) ([]db.LeaseAttemptAllRow, error) {
+	rows, err := grant(c, ctx, s, p.Ref, nil, "acquire lease set "+quoteNames(names, 10), func(ctx context.Context) ([]db.LeaseAttemptAllRow, error) {
 		return c.q.LeaseAttemptAll(ctx, c.pool, p)
 	}, func(rows []db.LeaseAttemptAllRow) bool {
 		// Grants come first: the first row says whether any was made.

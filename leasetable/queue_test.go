@@ -375,3 +375,48 @@ func TestPollingAcquireSendsNoRegistration(t *testing.T) {
 	}
 	assert.Zero(t, pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease_waiter WHERE name = 'polled'"), "a registration was left")
 }
+
+// A look puts a waiter that is not queued at the end of the queue
+// (requeue), so a look still on its way when its caller gave up could put
+// the waiter back after the caller's stop had removed it: a registration
+// nobody would serve, bound to a live session, ahead of every later waiter
+// of the lease. Here the poller's look is held on the server (the session
+// table is locked) until its caller has given up and its stop has run.
+func TestGivenUpLookLeavesNoRegistration(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := pgtest.Context(t, time.Minute)
+	holder := newClient(t, pool, leasetable.Config{Owner: "holder", TTL: time.Minute})
+	l, err := holder.TryAcquire(ctx, "ghost")
+	require.NoError(t, err)
+	poller := newClient(t, pool, leasetable.Config{Owner: "poller", NoListen: true, PollInterval: 50 * time.Millisecond, TTL: time.Minute})
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := poller.Acquire(wctx, "ghost")
+		done <- err
+	}()
+	queued(t, ctx, pool, "ghost", 1)
+	registered := func() int {
+		return pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease_waiter WHERE name = 'ghost'") // not lease_queue: it reads the sessions
+	}
+
+	locker, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = locker.Rollback(ctx) }()
+	_, err = locker.Exec(ctx, "LOCK TABLE pgbaton.lease_session IN ACCESS EXCLUSIVE MODE")
+	require.NoError(t, err)
+	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
+		return pgtest.Count(t, pool, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%LeaseAttempt%' AND wait_event_type = 'Lock'") > 0, nil
+	}, "the poller's next look never waited")
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	pgtest.Eventually(t, 10*time.Second, func() (bool, error) { return registered() == 0, nil }, "the stop did not remove the registration")
+	require.NoError(t, locker.Rollback(ctx)) // the look goes on
+	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
+		looks := pgtest.Count(t, pool, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%LeaseAttempt%' AND state = 'active' AND pid <> pg_backend_pid()")
+		return looks == 0 && registered() == 0, nil
+	}, "a look that came back after its caller gave up left the poller queued")
+	require.NoError(t, l.Release(ctx))
+}
