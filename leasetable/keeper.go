@@ -46,11 +46,8 @@ type keeper struct {
 	// cur is the session new grants bind to (nil: none yet, or it ended);
 	// stored by the keeper, read by grants without asking.
 	cur atomic.Pointer[session]
-	// waiters counts the client's waiters: their registrations are bound
-	// to the session, so it is not idle while one waits (closing it would
-	// cost them their place in the queue).
-	waiters atomic.Int64
-	// using counts the grants on their way, from sessionFor to unuse.
+	// using counts the session's uses without a lease, from sessionFor to
+	// unuse: grants on their way and waiters.
 	using atomic.Int64
 
 	// Owned by the keeper's goroutine.

@@ -187,18 +187,20 @@ func (c *Client) groupWait(ctx context.Context, q want) (time.Duration, error) {
 // waiter), and a NULL rank registers an observer, woken by new terms and
 // requests to resign instead of by its turn (election.go).
 func (c *Client) joinQueue(ctx context.Context, name string, group, drain bool, rank pgtype.Int4) (*waiting, error) {
+	// The use of the session lasts until stop: the registration is bound
+	// to it, so it is not closed idle while the waiter waits (that would
+	// cost it its place in the queue).
 	s, err := c.sessionFor(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer c.k.unuse() // until the waiter counts in waiters
 	id := c.waiterPrefix + strconv.FormatInt(c.waiterSeq.Add(1), 10)
 	w := &waiting{c: c, name: name, id: id, wake: make(chan struct{}, 1), rank: rank.Int32}
 	mode, err := c.ln.subscribe(ctx, id, w.wake)
 	if err != nil {
+		c.k.unuse()
 		return nil, err
 	}
-	c.k.waiters.Add(1) // until stop: the session is in use
 	if mode == pollingBackoff {
 		w.poll = &backoff.Backoff{Min: slotlessPoll, Max: c.cfg.PollInterval}
 	}
@@ -256,7 +258,7 @@ func (w *waiting) rankParam() int32 {
 // not on the caller's goroutine, which goes on at once. The waiter's id is
 // unique, so no later registration can be removed by it.
 func (w *waiting) stop() {
-	w.c.k.waiters.Add(-1)
+	w.c.k.unuse()
 	if w.lazy && w.taken {
 		// Its grant removed its registration, which no listener makes
 		// again.
