@@ -29,7 +29,8 @@ type KeepConfig struct {
 // (nothing more was free, or a lease ended), it waits for a release in the
 // group, for the next expiry of a lease somebody else holds, or for one of
 // its own to end, and claims again. So the shards of a worker that died
-// are taken over at their expiry. It returns ctx's cause once every Work
+// are taken over at their expiry. While it holds Max it is not in the
+// group's wait queue: a release wakes the waiters that can claim. It returns ctx's cause once every Work
 // has returned and its lease is released, or at once an error that
 // retrying cannot fix.
 func (c *Client) Keep(ctx context.Context, cfg KeepConfig) error {
@@ -46,21 +47,25 @@ func (c *Client) Keep(ctx context.Context, cfg KeepConfig) error {
 	defer wg.Wait()
 	var held atomic.Int64           // leases whose Work runs
 	ended := make(chan struct{}, 1) // one of them ended: claim again
-	// Each look hands what it claimed to Work and reports nothing granted:
-	// the wait goes on for more, and ends only with an error.
 	q := want{kind: "group", name: cfg.Group, woken: ended, look: func(_ context.Context, w *waiting) ([]*Lease, error) {
-		for held.Load() == int64(cfg.Max) { // only an ended lease matters
+		return c.once(ctx, spanClaim, telemetry.GroupKey, cfg.Group, func(ctx context.Context, start time.Time) ([]*Lease, error) {
+			return c.claim(ctx, cfg.Group, cfg.Max-int(held.Load()), start, w, false)
+		})
+	}}
+	for {
+		// At Max only one of its own ending matters. It waits for that out
+		// of the group's queue (waitLoop left it with the grant), so that a
+		// release's wake-up goes to a waiter that can use it.
+		for held.Load() == int64(cfg.Max) {
 			select {
 			case <-ended:
 			case <-ctx.Done():
-				return nil, ctxErr(ctx)
+				return context.Cause(ctx)
 			case <-c.bg.Done():
-				return nil, pgbaton.ErrClosed
+				return pgbaton.ErrClosed
 			}
 		}
-		got, err := c.once(ctx, spanClaim, telemetry.GroupKey, cfg.Group, func(ctx context.Context, start time.Time) ([]*Lease, error) {
-			return c.claim(ctx, cfg.Group, cfg.Max-int(held.Load()), start, w, false)
-		})
+		got, _, err := c.waitLoop(ctx, q)
 		for _, l := range got {
 			held.Add(1)
 			wg.Add(1)
@@ -77,11 +82,9 @@ func (c *Client) Keep(ctx context.Context, cfg KeepConfig) error {
 				}
 			}()
 		}
-		return nil, err
-	}}
-	for {
-		_, _, err := c.waitLoop(ctx, q)
 		switch {
+		case err == nil:
+			continue
 		case ctx.Err() != nil:
 			return context.Cause(ctx)
 		case permanent(err):

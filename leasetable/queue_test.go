@@ -420,3 +420,46 @@ func TestGivenUpLookLeavesNoRegistration(t *testing.T) {
 	}, "a look that came back after its caller gave up left the poller queued")
 	require.NoError(t, l.Release(ctx))
 }
+
+// A Keep that holds Max leases cannot take another, so it leaves the
+// group's queue until one of its own ends: a release's wake-up goes to a
+// waiter that can use it. It used to stay at the head of the queue, take
+// the wake-up and ignore it, and the waiter behind it slept to the next
+// expiry (here a minute) with the item free.
+func TestKeepAtMaxPassesWakeUpsOn(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := pgtest.Context(t, time.Minute)
+	cfg := func(owner string) leasetable.Config {
+		return leasetable.Config{Owner: owner, TTL: time.Minute, PollInterval: time.Minute}
+	}
+	holder := newClient(t, pool, cfg("holder"))
+	_, err := holder.Register(ctx, "keep-full", "a", "b")
+	require.NoError(t, err)
+	b, err := holder.Claim(ctx, "keep-full", 1)
+	require.NoError(t, err)
+	require.Len(t, b, 1)
+
+	kept, done, cancel := startKeep(ctx, newClient(t, pool, cfg("keeper")), "keep-full", 1)
+	defer func() {
+		cancel()
+		require.ErrorIs(t, <-done, context.Canceled)
+	}()
+	<-kept // the Keep is at Max
+	waiter := newClient(t, pool, cfg("waiter"))
+	got := make(chan error, 1)
+	go func() {
+		wctx, wcancel := context.WithTimeout(ctx, 15*time.Second)
+		defer wcancel()
+		ls, err := waiter.ClaimWait(wctx, "keep-full", 1)
+		if err == nil {
+			err = waiter.Complete(ctx, ls...)
+		}
+		got <- err
+	}()
+	require.Eventually(t, func() bool {
+		return pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease_queue WHERE name = 'keep-full' AND owner = 'waiter'") == 1
+	}, 30*time.Second, 5*time.Millisecond, "the waiter queued")
+	require.NoError(t, b[0].Release(ctx))
+	require.NoError(t, <-got, "the waiter behind a Keep at Max was not woken by the release")
+}
