@@ -62,3 +62,12 @@ func SetSessionTaken(t testing.TB, taken func()) {
 	sessionTaken = taken
 	t.Cleanup(func() { sessionTaken = old })
 }
+
+// SetUndeliveredRetry makes the clients that t creates from now on prove
+// again a LISTEN connection found not to deliver, at the next wait d after
+// that, until t ends.
+func SetUndeliveredRetry(t testing.TB, d time.Duration) {
+	old := undeliveredRetry
+	undeliveredRetry = d
+	t.Cleanup(func() { undeliveredRetry = old })
+}

@@ -32,12 +32,12 @@ const notifyChannel = "pgbaton_lease"
 // it in messages (do), so that no lock orders it against anything.
 type listener struct {
 	c *Client
-	// keep, grace, stopped and retry are slotKeep, closeGrace,
-	// listenerStopped and listenRetry as they were when the client was
-	// made.
-	keep, grace time.Duration
-	stopped     func()
-	retry       backoff.Backoff
+	// keep, grace, reprove, stopped and retry are slotKeep, closeGrace,
+	// undeliveredRetry, listenerStopped and listenRetry as they were when
+	// the client was made.
+	keep, grace, reprove time.Duration
+	stopped              func()
+	retry                backoff.Backoff
 	// kick asks run to reconnect now rather than after its backoff, or an
 	// idle connection to listen again: a waiter needs it (buffered, 1).
 	kick      chan struct{}
@@ -57,20 +57,26 @@ type listener struct {
 	// releases and registrations.
 	started, idle, connected bool
 	// undelivered is why waiters poll although the client listens: the
-	// connection delivers no notification (a transaction pooler).
-	undelivered error
-	lastErr     error     // why the last connection failed
-	down        time.Time // since when no connection listens (zero while one does)
-	quietSince  time.Time // since when nobody has waited
-	slotTried   time.Time // when the client last asked for a slot (slotFree)
-	stop        context.CancelFunc
-	done        chan struct{}
+	// last connection delivered no notification in time (a transaction
+	// pooler, or a link or server slow then), found at undeliveredAt.
+	undelivered   error
+	undeliveredAt time.Time
+	lastErr       error     // why the last connection failed
+	down          time.Time // since when no connection listens (zero while one does)
+	quietSince    time.Time // since when nobody has waited
+	slotTried     time.Time // when the client last asked for a slot (slotFree)
+	stop          context.CancelFunc
+	done          chan struct{}
 }
 
 // listenRetry paces the LISTEN connection's reconnections, unless a
 // waiter kicks it. Capped low: while the connection is down, releases
 // wake nobody.
 var listenRetry = backoff.Backoff{Min: 10 * time.Millisecond, Max: 250 * time.Millisecond} // a var for tests: read once per client
+
+// undeliveredRetry is how long after a LISTEN connection was found not to
+// deliver the next wait proves a new one.
+var undeliveredRetry = time.Minute // a var for tests: read once per client
 
 // slotRetry is how often a client without a listen slot asks again for
 // one, at most (when a waiter arrives).
@@ -100,7 +106,7 @@ type registration = db.LeaseWaitForParams
 type waiterRef struct{ name, id string }
 
 func newListener(c *Client) *listener {
-	return &listener{c: c, keep: slotKeep, grace: closeGrace, stopped: listenerStopped, retry: listenRetry, kick: make(chan struct{}, 1),
+	return &listener{c: c, keep: slotKeep, grace: closeGrace, reprove: undeliveredRetry, stopped: listenerStopped, retry: listenRetry, kick: make(chan struct{}, 1),
 		waiters: map[string]chan struct{}{}, regs: map[string]registration{}, probes: map[string]chan struct{}{}, ready: make(chan struct{})}
 }
 
@@ -133,9 +139,19 @@ func (ln *listener) subscribe(ctx context.Context, id string, wake chan struct{}
 	if ln.c.cfg.NoListen {
 		return polling, ln.c.checkOpen()
 	}
-	var started bool
-	if !ln.do(func() { ln.waiters[id], started = wake, ln.started }) {
+	var started, degraded bool
+	if !ln.do(func() {
+		ln.waiters[id], started, degraded = wake, ln.started, ln.undelivered != nil
+		if degraded && !started && time.Since(ln.undeliveredAt) >= ln.reprove {
+			// Prove a new connection meanwhile: one late probe must not
+			// leave the client polling for good.
+			ln.start()
+		}
+	}) {
 		return 0, pgbaton.ErrClosed
+	}
+	if degraded {
+		return polling, nil
 	}
 	if !started && !ln.slotFree(ctx) {
 		return pollingBackoff, nil
@@ -143,10 +159,7 @@ func (ln *listener) subscribe(ctx context.Context, id string, wake chan struct{}
 	var ready chan struct{}
 	if !ln.do(func() {
 		if !ln.started {
-			ln.started = true
-			ctx, cancel := context.WithCancel(context.Background())
-			ln.stop, ln.done = cancel, make(chan struct{})
-			go ln.run(ctx)
+			ln.start()
 		}
 		ready = ln.ready
 	}) {
@@ -170,6 +183,19 @@ func (ln *listener) subscribe(ctx context.Context, id string, wake chan struct{}
 		ln.unregister(id)
 		return 0, pgbaton.ErrClosed
 	}
+}
+
+// start starts run; on the keeper's goroutine.
+func (ln *listener) start() {
+	ln.started = true
+	select {
+	case <-ln.ready: // left closed by a connection that did not deliver
+		ln.ready = make(chan struct{})
+	default:
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ln.stop, ln.done = cancel, make(chan struct{})
+	go ln.run(ctx)
 }
 
 // kickRun asks run to reconnect now, or a paused connection to listen
@@ -268,11 +294,12 @@ func (ln *listener) run(ctx context.Context) {
 			return
 		}
 		if errors.Is(err, errNoSlot) || errors.Is(err, errIdle) || errors.Is(err, errUndelivered) {
-			ln.do(func() { ln.ended(err) })
+			var first bool
+			ln.do(func() { first = ln.ended(err) })
 			switch {
-			case errors.Is(err, errUndelivered):
-				ln.c.log.Warn("pgbaton: notifications are not delivered on the lease LISTEN connection (a transaction pooler such as PgBouncer in transaction mode?); waiters poll at the holder's expiry, at most every PollInterval. Set Config.ListenDSN to a direct connection to wake them at once.",
-					"poll_interval", ln.c.cfg.PollInterval)
+			case errors.Is(err, errUndelivered) && first:
+				ln.c.log.Warn("pgbaton: notifications are not delivered on the lease LISTEN connection (a transaction pooler such as PgBouncer in transaction mode, or a slow link or server?); waiters poll at the holder's expiry, at most every PollInterval, and a wait proves a new connection every reprove_in. Set Config.ListenDSN to a direct connection to wake them at once.",
+					"poll_interval", ln.c.cfg.PollInterval, "reprove_in", ln.reprove)
 			case errors.Is(err, errNoSlot):
 				ln.slotsTaken()
 			}
@@ -304,20 +331,26 @@ func (ln *listener) run(ctx context.Context) {
 }
 
 // ended notes that the listener ended on purpose (errNoSlot, errIdle,
-// errUndelivered); on the keeper's goroutine.
-func (ln *listener) ended(err error) {
+// errUndelivered), and reports whether err newly found notifications
+// undelivered; on the keeper's goroutine.
+func (ln *listener) ended(err error) (first bool) {
 	ln.setReady() // subscribers waiting for it poll
-	if errors.Is(err, errUndelivered) {
-		ln.undelivered = err // reconnecting would not help
-	} else {
-		ln.started, ln.down, ln.lastErr = false, time.Time{}, nil
-		// The next connection makes the registrations again.
-		ln.connected = len(ln.regs) > 0
-		if errors.Is(err, errNoSlot) {
-			ln.slotTried = time.Now()
-		}
-		ln.ready = make(chan struct{})
+	ln.started, ln.down, ln.lastErr = false, time.Time{}, nil
+	// The next connection makes the registrations again.
+	ln.connected = len(ln.regs) > 0
+	switch {
+	case errors.Is(err, errUndelivered):
+		// Waiters poll until a wait ln.reprove later proves a new
+		// connection (subscribe); ready stays closed so that none waits
+		// for one meanwhile.
+		first = ln.undelivered == nil
+		ln.undelivered, ln.undeliveredAt = err, time.Now()
+		return first
+	case errors.Is(err, errNoSlot):
+		ln.slotTried = time.Now()
 	}
+	ln.ready = make(chan struct{})
+	return false
 }
 
 // slotsTaken logs, once per client, that it found every listen slot taken:
@@ -401,14 +434,18 @@ func (ln *listener) listen(ctx, qctx context.Context) error {
 			return err
 		}
 	}
-	var wasDown bool
+	var wasDown, proved bool
 	var downFor time.Duration
 	ln.do(func() {
 		close(ln.ready)
 		ln.connected = true
 		wasDown, downFor = !ln.down.IsZero(), time.Since(ln.down)
 		ln.down = time.Time{}
+		proved, ln.undelivered = ln.undelivered != nil, nil
 	})
+	if proved {
+		ln.c.log.Info("pgbaton: notifications are delivered on the lease LISTEN connection again; waiters wake at once")
+	}
 	if missed {
 		if wasDown {
 			ln.c.log.Info("pgbaton: lease LISTEN connection re-established; waiters look again", "down_for", downFor)
@@ -678,11 +715,11 @@ func (ln *listener) check(ctx context.Context, payload string) error {
 	var err error
 	ln.do(func() {
 		switch {
-		case !ln.started || ln.idle:
-			// Nothing listens, nothing to check (idle is never undelivered).
 		case ln.undelivered != nil:
 			err = fmt.Errorf("%w: %w; waiters poll every %s (set Config.ListenDSN to a direct connection)",
 				pgbaton.ErrDegraded, ln.undelivered, ln.c.cfg.PollInterval)
+		case !ln.started || ln.idle:
+			// Nothing listens, nothing to check.
 		default:
 			select {
 			case <-ln.ready:

@@ -2,6 +2,7 @@ package leasetable_test
 
 import (
 	"context"
+	"errors"
 	"net/url"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/testkit/pgcluster"
 	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
 	"github.com/pgbaton/pgbaton/leasetable"
@@ -197,5 +199,65 @@ func TestLeaverHandsOnWhileItsListenConnectionIsDown(t *testing.T) {
 		require.NoError(t, err)
 	case <-time.After(20 * time.Second):
 		t.Fatal("the next waiter was not woken: the leaver kept its turn")
+	}
+}
+
+// A LISTEN connection whose probe came back late (a slow link, a busy
+// server) is not given up on for good: the client polls meanwhile and
+// Check reports the degraded mode, then a later wait proves the connection
+// again, and once it delivers, waiters wake at once again. Before, one
+// late probe left the client polling until it closed.
+func TestLateProbeIsProvedAgain(t *testing.T) {
+	leasetable.SetUndeliveredRetry(t, 100*time.Millisecond)
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := pgtest.Context(t, 2*time.Minute)
+	_, proxy := env.ProxiedPool(t, d)
+	u, err := url.Parse(d.URL)
+	require.NoError(t, err)
+	u.Host = proxy.Addr()
+	// The probe waits a second at most (TTL/10, from 250ms to 1s).
+	const ttl = time.Minute
+	holder := newClient(t, pool, leasetable.Config{Owner: "holder", TTL: ttl})
+	c := newClient(t, pool, leasetable.Config{Owner: "late", TTL: ttl, PollInterval: ttl, ListenDSN: u.String()})
+	l, err := holder.TryAcquire(ctx, "late")
+	require.NoError(t, err)
+	// waitBriefly subscribes a waiter, which starts or proves the LISTEN
+	// connection.
+	waitBriefly := func() {
+		wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		_, err := c.Acquire(wctx, "late")
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	}
+
+	proxy.SetLatency(1500 * time.Millisecond)
+	pgtest.Eventually(t, 60*time.Second, func() (bool, error) {
+		waitBriefly()
+		return errors.Is(c.Check(ctx), pgbaton.ErrDegraded), nil
+	}, "the late probe was not noticed")
+
+	proxy.SetLatency(0)
+	pgtest.Eventually(t, 30*time.Second, func() (bool, error) {
+		waitBriefly()
+		return c.Check(ctx) == nil, nil
+	}, "the connection was not proved again once it delivered")
+
+	// A waiter wakes at the release, not at the next poll (a minute).
+	got := make(chan error, 1)
+	go func() {
+		nl, err := c.Acquire(ctx, "late")
+		if err == nil {
+			err = nl.Release(ctx)
+		}
+		got <- err
+	}()
+	queued(t, ctx, pool, "late", 1)
+	require.NoError(t, l.Release(ctx))
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiter was not woken by the release")
 	}
 }

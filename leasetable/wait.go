@@ -201,8 +201,13 @@ func (c *Client) joinQueue(ctx context.Context, name string, group, drain bool, 
 		c.k.unuse()
 		return nil, err
 	}
-	if mode == pollingBackoff {
+	switch {
+	case mode == pollingBackoff:
 		w.poll = &backoff.Backoff{Min: slotlessPoll, Max: c.cfg.PollInterval}
+	case mode == polling && !c.cfg.NoListen:
+		// Its connection did not deliver: it polls even once a new one
+		// does, as nothing would notify its registration.
+		w.poll = &backoff.Backoff{Min: c.cfg.PollInterval, Max: c.cfg.PollInterval}
 	}
 	if !group && mode != listening && rank.Valid && rank.Int32 == 0 {
 		// Its next look registers it. Not an observer (never served) or a
