@@ -1459,22 +1459,31 @@ LANGUAGE plpgsql
 SET enable_seqscan = off
 AS $$
 DECLARE
-    q    record;
-    free integer;
+    q      record;
+    free   integer;
+    queues text[];
 BEGIN
+    queues := p_names || ARRAY(SELECT l.lease_group FROM pgbaton.lease l
+                                WHERE l.name = ANY (p_names) AND l.lease_group IS NOT NULL);
+    -- Nobody to wake. A waiter that registers now waits for the caller's
+    -- change to commit (the lease row's lock, or the group's gate, which
+    -- every caller holds or has committed) and then finds it; one leaving
+    -- now is still seen here. Without this every Register of a group took
+    -- the queue lock below and held it to its commit: a fleet's Registers
+    -- into one group committed one at a time (500 clients on 2 cores:
+    -- 0.9-1.2 s each).
+    IF NOT EXISTS (SELECT 1 FROM pgbaton.lease_waiter w WHERE w.name = ANY (queues)) THEN
+        RETURN;
+    END IF;
     -- Each queue's wake-ups one at a time (queue_lock): a waiter leaving
     -- the head (stop_waiting) and a release's wake-up in flight would each
     -- miss the other's change, and the turn would be lost.
     PERFORM pgbaton.queue_lock(x.name)
-       FROM (SELECT n.name FROM unnest(p_names || ARRAY(
-                 SELECT l.lease_group FROM pgbaton.lease l
-                  WHERE l.name = ANY (p_names) AND l.lease_group IS NOT NULL)) n(name)
+       FROM (SELECT n.name FROM unnest(queues) n(name)
               GROUP BY n.name ORDER BY hashtext(n.name)) x;
     FOR q IN
         SELECT DISTINCT w.name, w.is_group FROM pgbaton.lease_waiter w
-         WHERE w.name = ANY (p_names)
-            OR w.name = ANY (ARRAY(SELECT l.lease_group FROM pgbaton.lease l
-                                    WHERE l.name = ANY (p_names) AND l.lease_group IS NOT NULL))
+         WHERE w.name = ANY (queues)
     LOOP
         IF q.is_group THEN
             free := pgbaton.group_free(q.name, (SELECT count(*) FROM pgbaton.lease_waiter w WHERE w.name = q.name)::integer);
