@@ -44,12 +44,8 @@ type combinedReply struct {
 
 // combineMax is how many leases the calls sent together claim at most:
 // past it, a commit per round trip is a small part of the statement's
-// cost, and the calls gain more from running beside each other. At 100,
-// four workers claiming 10 each went as one statement at a time, where
-// raw pgx runs four at once: 0.90-0.92x raw pgx at batch 10 against
-// 0.94-0.96x at 16, and batch 1 unchanged or better (make bench, AMD EPYC,
-// two interleaved pairs of 5 runs).
-const combineMax = 16
+// cost, and the calls gain more from running beside each other.
+const combineMax = 100
 
 // combiner is the calls queued per group, owned by the keeper.
 type combiner struct {
