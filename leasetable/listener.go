@@ -336,6 +336,12 @@ func (ln *listener) run(ctx context.Context) {
 func (ln *listener) ended(err error) (first bool) {
 	ln.setReady() // subscribers waiting for it poll
 	ln.started, ln.down, ln.lastErr = false, time.Time{}, nil
+	if ln.undelivered != nil {
+		// A connection that was to prove delivery ended unproved (no
+		// slot, say): the next try is ln.reprove from now, not at every
+		// wait.
+		ln.undeliveredAt = time.Now()
+	}
 	// The next connection makes the registrations again.
 	ln.connected = len(ln.regs) > 0
 	switch {
