@@ -336,7 +336,7 @@ func BenchmarkHandover(b *testing.B) {
 			if ok, _ := attempt("raw-waiter", nil); ok {
 				b.Error("raw waiter got a held lease")
 			}
-			if _, err := pool.Exec(ctx, "SELECT pgbaton.wait_for('raw-handover', 'raw-waiter/1')"); err != nil {
+			if _, err := pool.Exec(ctx, "SELECT pgbaton.wait_for('raw-handover', $1)", waiterID); err != nil {
 				b.Error(err)
 			}
 			close(ready)
@@ -365,7 +365,7 @@ func BenchmarkHandover(b *testing.B) {
 		}
 		wtok := <-got
 		took := acquired.Sub(start)
-		if _, err := pool.Exec(ctx, "SELECT pgbaton.stop_waiting('raw-handover', 'raw-waiter/1'), (pgbaton.release('raw-handover', 'raw-waiter', $1)).released", wtok); err != nil {
+		if _, err := pool.Exec(ctx, "SELECT pgbaton.stop_waiting('raw-handover', $1), (pgbaton.release('raw-handover', 'raw-waiter', $2)).released", waiterID, wtok); err != nil {
 			b.Fatal(err)
 		}
 		return took

@@ -30,9 +30,9 @@ type KeepConfig struct {
 // group, for the next expiry of a lease somebody else holds, or for one of
 // its own to end, and claims again. So the shards of a worker that died
 // are taken over at their expiry. While it holds Max it is not in the
-// group's wait queue: a release wakes the waiters that can claim. It returns ctx's cause once every Work
-// has returned and its lease is released, or at once an error that
-// retrying cannot fix.
+// group's wait queue: a release wakes the waiters that can claim. It
+// returns ctx's cause once every Work has returned and its lease is
+// released, or at once an error that retrying cannot fix.
 func (c *Client) Keep(ctx context.Context, cfg KeepConfig) error {
 	if err := checkName("group", cfg.Group); err != nil {
 		return err
