@@ -308,9 +308,14 @@ func (w *waiting) atHead(held *HeldError) time.Duration {
 }
 
 // headPoll is how often a polling waiter at the head of its queue looks
-// again: a tenth of PollInterval, between 5 and 50ms.
+// again: a quarter of PollInterval, between 5 and 50ms. A tenth made a
+// fleet's pollers send a third more statements for fewer calls (500
+// NoListen clients, PollInterval 100ms, on 2 cores: 3.4-4.3 commits per
+// call against 2.8-3.4, and 0.59-0.92 of raw pgx's calls/s against
+// 0.77-0.99): the freed lease waits a few milliseconds longer for its
+// head, and the server serves the fleet's calls meanwhile.
 func headPoll(pollInterval time.Duration) time.Duration {
-	return min(max(pollInterval/10, 5*time.Millisecond), 50*time.Millisecond)
+	return min(max(pollInterval/4, 5*time.Millisecond), 50*time.Millisecond)
 }
 
 // heldBy tells a waiter for a lease which grant it found in its way: a
