@@ -63,9 +63,6 @@ UPDATE pgbaton.job_run r
    AND (@status::text = 'lost' OR EXISTS (SELECT 1 FROM l))
 RETURNING r.status;
 
--- name: JobRunGet :one
-SELECT * FROM pgbaton.job_run WHERE id = @id::bigint;
-
 -- name: JobRunList :many
 SELECT * FROM pgbaton.job_run WHERE job = @job::text ORDER BY id DESC LIMIT @max::integer;
 

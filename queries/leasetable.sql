@@ -46,9 +46,6 @@ SELECT pgbaton.stop_waiting(@name::text, @waiter::text);
 -- its owner and a slash), each handing its turn on (stop_waiting).
 SELECT pgbaton.stop_waiting(w.name, w.waiter) FROM pgbaton.lease_waiter w WHERE starts_with(w.waiter, @owner::text || '/');
 
--- name: LeaseComplete :one
-SELECT pgbaton.complete(@name::text, @owner::text, @token::bigint)::boolean AS completed;
-
 -- name: LeaseRegister :one
 SELECT pgbaton.register(@lease_group::text, @names::text[])::integer AS created;
 

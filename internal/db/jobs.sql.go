@@ -113,28 +113,6 @@ func (q *Queries) JobRunFinish(ctx context.Context, db DBTX, arg JobRunFinishPar
 	return status, err
 }
 
-const jobRunGet = `-- name: JobRunGet :one
-SELECT id, job, owner, token, status, started_at, finished_at, heartbeat_at, error, checkpoint FROM pgbaton.job_run WHERE id = $1::bigint
-`
-
-func (q *Queries) JobRunGet(ctx context.Context, db DBTX, id int64) (PgbatonJobRun, error) {
-	row := db.QueryRow(ctx, jobRunGet, id)
-	var i PgbatonJobRun
-	err := row.Scan(
-		&i.ID,
-		&i.Job,
-		&i.Owner,
-		&i.Token,
-		&i.Status,
-		&i.StartedAt,
-		&i.FinishedAt,
-		&i.HeartbeatAt,
-		&i.Error,
-		&i.Checkpoint,
-	)
-	return i, err
-}
-
 const jobRunHeartbeat = `-- name: JobRunHeartbeat :exec
 UPDATE pgbaton.job_run SET heartbeat_at = clock_timestamp()
  WHERE id = $1::bigint AND status = 'started'

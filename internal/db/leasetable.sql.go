@@ -234,23 +234,6 @@ func (q *Queries) LeaseClaim(ctx context.Context, db DBTX, arg LeaseClaimParams)
 	return items, nil
 }
 
-const leaseComplete = `-- name: LeaseComplete :one
-SELECT pgbaton.complete($1::text, $2::text, $3::bigint)::boolean AS completed
-`
-
-type LeaseCompleteParams struct {
-	Name  string `json:"name"`
-	Owner string `json:"owner"`
-	Token int64  `json:"token"`
-}
-
-func (q *Queries) LeaseComplete(ctx context.Context, db DBTX, arg LeaseCompleteParams) (bool, error) {
-	row := db.QueryRow(ctx, leaseComplete, arg.Name, arg.Owner, arg.Token)
-	var completed bool
-	err := row.Scan(&completed)
-	return completed, err
-}
-
 const leaseCompleteMany = `-- name: LeaseCompleteMany :many
 SELECT name::text FROM pgbaton.complete_many($1::text[], $2::bigint[], $3::text) AS name
 `
