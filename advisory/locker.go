@@ -150,10 +150,14 @@ func (l *Locker) acquire(ctx context.Context, key Key, shared, wait bool) (_ *Lo
 	start := l.metrics.start()
 	var span trace.Span = noop.Span{}
 	if ctx != nil {
+		if start.IsZero() && l.tracer.On() {
+			// For the span's wait, with metrics off: read before the span
+			// starts, so the wait it reports covers the span's whole
+			// stretch up to the grant (read after, a goroutine switched out
+			// between the two left the unlock it waited for before it).
+			start = time.Now()
+		}
 		ctx, span = l.tracer.Start(ctx, "pgbaton.advisory.lock", "advisory")
-	}
-	if span.IsRecording() && start.IsZero() {
-		start = time.Now() // for the span's wait, with metrics off
 	}
 	lk, contended, err := l.acquireKey(ctx, key, shared, wait)
 	defer func() {

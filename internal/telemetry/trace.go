@@ -42,6 +42,9 @@ func NewTracer(tp trace.TracerProvider) Tracer {
 	return Tracer{t: tp.Tracer(ScopeName)}
 }
 
+// On reports whether tr starts spans (it was made with a TracerProvider).
+func (tr Tracer) On() bool { return tr.t != nil }
+
 // FromContext is a Tracer on the provider of ctx's span when that span
 // records: for calls without a Config of their own (fencedwrite.InTx),
 // which trace only inside a caller's trace.
