@@ -221,6 +221,12 @@ func (e *env) fleetRun(ctx context.Context, clients int, cfg leasetable.Config) 
 		if err != nil {
 			return nil, err
 		}
+		if ri := c.Config().RenewInterval; ri > fleetKeepAlive {
+			// The warm-up would end before the first keep-alive, and the
+			// window would time the pools growing (fleetWarmup).
+			_ = c.Close(ctx)
+			return nil, fmt.Errorf("the clients' RenewInterval %s is longer than the warm-up allows for (%s)", ri, fleetKeepAlive)
+		}
 		return clientFleet{c}, nil
 	})
 }
@@ -366,7 +372,8 @@ func fleetNewConns(fleet []*fleetClient) int64 {
 func (e *env) fleetWarmup() time.Duration { return 2*e.fleetPause + fleetKeepAlive + time.Second }
 
 // fleetKeepAlive is leasetable's default RenewInterval (TTL 15s / 3),
-// which the fleet's clients use.
+// which the fleet's clients use; fleetRun refuses clients whose
+// RenewInterval is longer.
 const fleetKeepAlive = 5 * time.Second
 
 // loop is one client's churn until ctx ends; calls count if they end
