@@ -671,9 +671,20 @@ func (ln *listener) leave(name, id string) {
 	})
 }
 
+// retryLeaving removes, after a keep-alive succeeded, the registrations
+// whose removal failed: left queued until the client's next wait, a
+// registration of a wait given up kept its place at the head of the queue
+// as long as the client's session lived, and the lease was refused to
+// everyone behind it. On the keeper's goroutine.
+func (ln *listener) retryLeaving() {
+	if len(ln.leaving) > 0 {
+		ln.drain()
+	}
+}
+
 // drain removes the queued registrations on the pool, in the background.
-// What fails stays queued for the next leave or connection; Close's sweep
-// removes what is left.
+// What fails stays queued for the next leave, connection or keep-alive
+// (retryLeaving); Close's sweep removes what is left.
 func (ln *listener) drain() {
 	ln.c.k.spawn(func() {
 		ctx, cancel := context.WithTimeout(ln.c.bg, ln.c.cfg.TTL)

@@ -498,3 +498,55 @@ func TestKeepAtMaxPassesWakeUpsOn(t *testing.T) {
 	require.NoError(t, b[0].Release(ctx))
 	require.NoError(t, <-got, "the waiter behind a Keep at Max was not woken by the release")
 }
+
+// A wait given up leaves its queue even when removing its registration
+// failed: the removal is tried again after the client's next keep-alive.
+// Before, it was tried again only at the client's next wait or Close: a
+// client that held a lease (so its session lived) and never waited again
+// kept a registration nobody would serve at the head of the queue, and the
+// lease was refused to everyone else for as long as that client ran.
+func TestWaitGivenUpLeavesTheQueueAfterAFailedRemoval(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := pgtest.Context(t, time.Minute)
+	holder := newClient(t, pool, leasetable.Config{Owner: "holder", TTL: time.Minute})
+	held, err := holder.TryAcquire(ctx, "ghost")
+	require.NoError(t, err)
+	// The waiter's client holds a lease of its own: its session lives on.
+	w := newClient(t, pool, leasetable.Config{Owner: "gave-up", TTL: 2 * time.Second, NoListen: true, PollInterval: 50 * time.Millisecond})
+	_, err = w.TryAcquire(ctx, "gave-up-own")
+	require.NoError(t, err)
+
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	waited := make(chan error, 1)
+	go func() {
+		_, err := w.Acquire(wctx, "ghost")
+		waited <- err
+	}()
+	queued(t, ctx, pool, "ghost", 1)
+
+	// The registration's row is locked: its removal waits, and fails when
+	// its time (the client's TTL) runs out.
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = tx.Exec(ctx, "SELECT 1 FROM pgbaton.lease_waiter WHERE name = 'ghost' FOR UPDATE")
+	require.NoError(t, err)
+	cancel()
+	require.ErrorIs(t, <-waited, context.Canceled)
+	removing := "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%stop_waiting(%' AND query NOT LIKE '%pg_stat_activity%'"
+	require.Eventually(t, func() bool { return pgtest.Count(t, pool, removing) == 1 }, 30*time.Second, 5*time.Millisecond,
+		"the removal waits for the row lock")
+	require.Eventually(t, func() bool { return pgtest.Count(t, pool, removing+" AND state = 'active'") == 0 }, 30*time.Second, 10*time.Millisecond,
+		"the removal gave up")
+	require.NoError(t, tx.Rollback(ctx))
+
+	// Nobody waits for the lease any more: it goes to whoever asks next.
+	queued(t, ctx, pool, "ghost", 0)
+	require.NoError(t, held.Release(ctx))
+	other := newClient(t, pool, leasetable.Config{Owner: "other"})
+	l, err := other.TryAcquire(ctx, "ghost")
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+}
