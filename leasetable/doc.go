@@ -106,7 +106,8 @@
 // go to whoever claims first (Claim does not wait its turn): throughput
 // comes first there. A waiter is bound to its Client's session, so one
 // whose process died leaves the queue when its session expires; one that
-// gives up is removed in the background and hands its turn on.
+// gives up is removed in the background and hands its turn on (a removal
+// that fails is tried again after each keep-alive).
 //
 // Waiters wake through one LISTEN connection per Client (application_name
 // "pgbaton lease listener <owner>"), held only while a listen slot is free
