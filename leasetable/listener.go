@@ -48,7 +48,11 @@ type listener struct {
 	// regs are the waiters' registrations (pgbaton.lease_waiter), made
 	// again by a new connection: that table is unlogged, and a crash or a
 	// failover empties it.
-	regs    map[string]registration
+	regs map[string]registration
+	// regAt is remade when each registration was recorded, remade how
+	// many times a new connection made the registrations again.
+	regAt   map[string]int64
+	remade  int64
 	leaving []waiterRef              // registrations to remove (leave)
 	probes  map[string]chan struct{} // Check payloads in flight
 	ready   chan struct{}            // closed while LISTEN is active
@@ -107,7 +111,7 @@ type waiterRef struct{ name, id string }
 
 func newListener(c *Client) *listener {
 	return &listener{c: c, keep: slotKeep, grace: closeGrace, reprove: undeliveredRetry, stopped: listenerStopped, retry: listenRetry, kick: make(chan struct{}, 1),
-		waiters: map[string]chan struct{}{}, regs: map[string]registration{}, probes: map[string]chan struct{}{}, ready: make(chan struct{})}
+		waiters: map[string]chan struct{}{}, regs: map[string]registration{}, regAt: map[string]int64{}, probes: map[string]chan struct{}{}, ready: make(chan struct{})}
 }
 
 // subscription is how a subscribed waiter learns of releases.
@@ -625,7 +629,7 @@ func (ln *listener) probe(ctx context.Context, conn *pgx.Conn) error {
 // register records a waiter's registration, to be made again on a new
 // connection.
 func (ln *listener) register(id string, r registration) {
-	ln.c.k.post(func(*keeper) { ln.regs[id] = r })
+	ln.c.k.post(func(*keeper) { ln.regs[id], ln.regAt[id] = r, ln.remade })
 }
 
 // unregister forgets waiter id: its wake-up channel and its registration.
@@ -635,13 +639,17 @@ func (ln *listener) unregister(id string) { ln.c.k.post(func(*keeper) { ln.forge
 func (ln *listener) forget(id string) {
 	delete(ln.waiters, id)
 	delete(ln.regs, id)
+	delete(ln.regAt, id)
 }
 
 // reregister makes every known registration again (they are idempotent),
 // on the LISTEN connection: the pool is the callers'.
 func (ln *listener) reregister(ctx context.Context, conn *pgx.Conn) error {
 	var regs []registration
-	ln.do(func() { regs = slices.Collect(maps.Values(ln.regs)) })
+	ln.do(func() {
+		ln.remade++
+		regs = slices.Collect(maps.Values(ln.regs))
+	})
 	for _, r := range regs {
 		if err := ln.c.q.LeaseWaitFor(ctx, conn, r); err != nil {
 			return fmt.Errorf("leasetable: register waiters again: %w", err)
@@ -660,15 +668,33 @@ func (ln *listener) reregister(ctx context.Context, conn *pgx.Conn) error {
 // orders it with wake-ups in flight).
 func (ln *listener) leave(name, id string) {
 	// Not posted once the client closed: its sweep removes it.
+	ln.c.k.post(func(*keeper) { ln.queueLeave(name, id) })
+}
+
+// granted forgets waiter id, whose grant removed its registration in the
+// grant's transaction: no statement is sent (one per contended Acquire
+// woken by NOTIFY, deleting nothing), unless a new connection made the
+// registrations again since it was recorded (reregister), which may have
+// come after the grant.
+func (ln *listener) granted(name, id string) {
 	ln.c.k.post(func(*keeper) {
-		ln.forget(id)
-		ln.leaving = append(ln.leaving, waiterRef{name: name, id: id})
-		// run flushes the queue on each turn of its loop, and hands it to
-		// the pool whenever a connection ends.
-		if !ln.started || ln.idle || ln.undelivered != nil {
-			ln.drain()
+		if at, ok := ln.regAt[id]; ok && at != ln.remade {
+			ln.queueLeave(name, id)
+			return
 		}
+		ln.forget(id)
 	})
+}
+
+// queueLeave is leave on the keeper's goroutine.
+func (ln *listener) queueLeave(name, id string) {
+	ln.forget(id)
+	ln.leaving = append(ln.leaving, waiterRef{name: name, id: id})
+	// run flushes the queue on each turn of its loop, and hands it to the
+	// pool whenever a connection ends.
+	if !ln.started || ln.idle || ln.undelivered != nil {
+		ln.drain()
+	}
 }
 
 // retryLeaving removes, after a keep-alive succeeded, the registrations

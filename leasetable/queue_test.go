@@ -3,6 +3,7 @@ package leasetable_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -549,4 +550,39 @@ func TestWaitGivenUpLeavesTheQueueAfterAFailedRemoval(t *testing.T) {
 	l, err := other.TryAcquire(ctx, "ghost")
 	require.NoError(t, err)
 	require.NoError(t, l.Release(ctx))
+}
+
+// A waiter granted what it waited for sends no statement to leave the
+// queue: the grant removed its registration in the same transaction.
+// Before, a waiter woken by NOTIFY sent stop_waiting all the same, a
+// statement per contended Acquire that deleted nothing. It still sends one
+// when a new LISTEN connection may have made its registration again.
+func TestGrantedWaiterSendsNoRemoval(t *testing.T) {
+	d := env.DB(t)
+	sent := &statementCounter{}
+	pool := d.Pool(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = sent })
+	ctx := pgtest.Context(t, time.Minute)
+	holder := newClient(t, d.Pool(t), leasetable.Config{Owner: "holder", TTL: time.Minute})
+	held, err := holder.TryAcquire(ctx, "granted")
+	require.NoError(t, err)
+	w := newClient(t, pool, leasetable.Config{Owner: "granted-waiter", TTL: time.Minute})
+	got := acquireThenRelease(ctx, w, "granted")
+	queued(t, ctx, pool, "granted", 1)
+	require.NoError(t, held.Release(ctx))
+	require.NoError(t, <-got)
+
+	// The LISTEN connection sends the removals queued before it stops
+	// listening (UNLISTEN), on the same connection, in order.
+	count := func(s string) (n int) {
+		for _, q := range sent.snapshot() {
+			if strings.Contains(q, s) {
+				n++
+			}
+		}
+		return n
+	}
+	pgtest.Eventually(t, 30*time.Second, func() (bool, error) { return count("UNLISTEN pgbaton_lease") > 0, nil },
+		"the LISTEN connection stops listening once nobody waits")
+	assert.Zero(t, count("stop_waiting("), "statements sent to leave the queue after the grant")
+	assert.Equal(t, 1, count("wait_for("), "registrations")
 }

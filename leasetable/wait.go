@@ -264,10 +264,8 @@ func (w *waiting) rankParam() int32 {
 // unique, so no later registration can be removed by it.
 func (w *waiting) stop() {
 	w.c.k.unuse()
-	if w.lazy && w.taken {
-		// Its grant removed its registration, which no listener makes
-		// again.
-		w.c.ln.unregister(w.id)
+	if w.taken {
+		w.c.ln.granted(w.name, w.id)
 		return
 	}
 	w.c.ln.leave(w.name, w.id)
