@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -47,11 +45,8 @@ type listener struct {
 	waiters map[string]chan struct{} // wake-up channels, by waiter id
 	// regs are the waiters' registrations (pgbaton.lease_waiter), made
 	// again by a new connection: that table is unlogged, and a crash or a
-	// failover empties it.
-	regs map[string]registration
-	// regAt is remade when each registration was recorded, remade how
-	// many times a new connection made the registrations again.
-	regAt   map[string]int64
+	// failover empties it. remade counts how often one did (reregister).
+	regs    map[string]listenReg
 	remade  int64
 	leaving []waiterRef              // registrations to remove (leave)
 	probes  map[string]chan struct{} // Check payloads in flight
@@ -106,12 +101,19 @@ var (
 // registration is one row of pgbaton.lease_waiter.
 type registration = db.LeaseWaitForParams
 
+// listenReg is a registration the listener makes again on a new
+// connection, and remade as it was when it was recorded (granted).
+type listenReg struct {
+	r  registration
+	at int64
+}
+
 // waiterRef names one row of pgbaton.lease_waiter.
 type waiterRef struct{ name, id string }
 
 func newListener(c *Client) *listener {
 	return &listener{c: c, keep: slotKeep, grace: closeGrace, reprove: undeliveredRetry, stopped: listenerStopped, retry: listenRetry, kick: make(chan struct{}, 1),
-		waiters: map[string]chan struct{}{}, regs: map[string]registration{}, regAt: map[string]int64{}, probes: map[string]chan struct{}{}, ready: make(chan struct{})}
+		waiters: map[string]chan struct{}{}, regs: map[string]listenReg{}, probes: map[string]chan struct{}{}, ready: make(chan struct{})}
 }
 
 // subscription is how a subscribed waiter learns of releases.
@@ -629,7 +631,7 @@ func (ln *listener) probe(ctx context.Context, conn *pgx.Conn) error {
 // register records a waiter's registration, to be made again on a new
 // connection.
 func (ln *listener) register(id string, r registration) {
-	ln.c.k.post(func(*keeper) { ln.regs[id], ln.regAt[id] = r, ln.remade })
+	ln.c.k.post(func(*keeper) { ln.regs[id] = listenReg{r, ln.remade} })
 }
 
 // unregister forgets waiter id: its wake-up channel and its registration.
@@ -639,7 +641,6 @@ func (ln *listener) unregister(id string) { ln.c.k.post(func(*keeper) { ln.forge
 func (ln *listener) forget(id string) {
 	delete(ln.waiters, id)
 	delete(ln.regs, id)
-	delete(ln.regAt, id)
 }
 
 // reregister makes every known registration again (they are idempotent),
@@ -648,7 +649,9 @@ func (ln *listener) reregister(ctx context.Context, conn *pgx.Conn) error {
 	var regs []registration
 	ln.do(func() {
 		ln.remade++
-		regs = slices.Collect(maps.Values(ln.regs))
+		for _, lr := range ln.regs {
+			regs = append(regs, lr.r)
+		}
 	})
 	for _, r := range regs {
 		if err := ln.c.q.LeaseWaitFor(ctx, conn, r); err != nil {
@@ -678,7 +681,7 @@ func (ln *listener) leave(name, id string) {
 // come after the grant.
 func (ln *listener) granted(name, id string) {
 	ln.c.k.post(func(*keeper) {
-		if at, ok := ln.regAt[id]; ok && at != ln.remade {
+		if lr, ok := ln.regs[id]; ok && lr.at != ln.remade {
 			ln.queueLeave(name, id)
 			return
 		}
