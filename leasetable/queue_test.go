@@ -24,6 +24,22 @@ func queued(t *testing.T, ctx context.Context, pool *pgxpool.Pool, name string, 
 	}, 30*time.Second, 5*time.Millisecond, "%d waiters queued for %s", n, name)
 }
 
+// queuedAcquire has c wait in Acquire(name) under a context of its own
+// and returns once it is queued: cancel gives the wait up, and done says
+// how the wait ended.
+func queuedAcquire(t *testing.T, ctx context.Context, pool *pgxpool.Pool, c *leasetable.Client, name string) (cancel context.CancelFunc, done <-chan error) {
+	t.Helper()
+	wctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	ended := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(wctx, name)
+		ended <- err
+	}()
+	queued(t, ctx, pool, name, 1)
+	return cancel, ended
+}
+
 // Waiters of a lease are served in the order they came, whoever they
 // are: clients that listen and clients that poll (NoListen) alike. Before,
 // every waiter was woken at each release and whoever looked first won.
@@ -426,14 +442,7 @@ func TestGivenUpLookLeavesNoRegistration(t *testing.T) {
 	l, err := holder.TryAcquire(ctx, "ghost")
 	require.NoError(t, err)
 	poller := newClient(t, pool, leasetable.Config{Owner: "poller", NoListen: true, PollInterval: 50 * time.Millisecond, TTL: time.Minute})
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		_, err := poller.Acquire(wctx, "ghost")
-		done <- err
-	}()
-	queued(t, ctx, pool, "ghost", 1)
+	cancel, done := queuedAcquire(t, ctx, pool, poller, "ghost")
 	registered := func() int {
 		return pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.lease_waiter WHERE name = 'ghost'") // not lease_queue: it reads the sessions
 	}
@@ -518,14 +527,7 @@ func TestWaitGivenUpLeavesTheQueueAfterAFailedRemoval(t *testing.T) {
 	_, err = w.TryAcquire(ctx, "gave-up-own")
 	require.NoError(t, err)
 
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	waited := make(chan error, 1)
-	go func() {
-		_, err := w.Acquire(wctx, "ghost")
-		waited <- err
-	}()
-	queued(t, ctx, pool, "ghost", 1)
+	cancel, waited := queuedAcquire(t, ctx, pool, w, "ghost")
 
 	// The registration's row is locked: its removal waits, and fails when
 	// its time (the client's TTL) runs out.
