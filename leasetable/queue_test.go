@@ -3,7 +3,6 @@ package leasetable_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -575,16 +574,42 @@ func TestGrantedWaiterSendsNoRemoval(t *testing.T) {
 
 	// The LISTEN connection sends the removals queued before it stops
 	// listening (UNLISTEN), on the same connection, in order.
-	count := func(s string) (n int) {
-		for _, q := range sent.snapshot() {
-			if strings.Contains(q, s) {
-				n++
-			}
-		}
-		return n
-	}
+	count := func(s string) int { return countContaining(sent.snapshot(), s) }
 	pgtest.Eventually(t, 30*time.Second, func() (bool, error) { return count("UNLISTEN pgbaton_lease") > 0, nil },
 		"the LISTEN connection stops listening once nobody waits")
 	assert.Zero(t, count("stop_waiting("), "statements sent to leave the queue after the grant")
 	assert.Equal(t, 1, count("wait_for("), "registrations")
+}
+
+// A waiter whose registration a new LISTEN connection made again before
+// its grant still sends its removal: the grant deleted the registration,
+// but a registration made again after it would queue the waiter anew, and
+// the client cannot tell which came first.
+func TestGrantedWaiterRemovesARegistrationMadeAgain(t *testing.T) {
+	d := env.DB(t)
+	sent := &statementCounter{}
+	pool := d.Pool(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = sent })
+	ctx := pgtest.Context(t, time.Minute)
+	holder := newClient(t, d.Pool(t), leasetable.Config{Owner: "holder", TTL: time.Minute})
+	held, err := holder.TryAcquire(ctx, "remade")
+	require.NoError(t, err)
+	w := newClient(t, pool, leasetable.Config{Owner: "remade-waiter", TTL: time.Minute})
+	got := acquireThenRelease(ctx, w, "remade")
+	queued(t, ctx, pool, "remade", 1)
+	count := func(s string) int { return countContaining(sent.snapshot(), s) }
+	require.Equal(t, 1, count("wait_for("), "registrations")
+
+	// A new LISTEN connection makes the registration again.
+	require.Equal(t, 1, pgtest.Count(t, d.Pool(t), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE application_name = 'pgbaton lease listener remade-waiter'`))
+	pgtest.Eventually(t, 30*time.Second, func() (bool, error) { return count("wait_for(") == 2, nil },
+		"the new LISTEN connection registers the waiter again")
+	queued(t, ctx, pool, "remade", 1)
+	require.NoError(t, held.Release(ctx))
+	require.NoError(t, <-got)
+
+	pgtest.Eventually(t, 30*time.Second, func() (bool, error) { return count("UNLISTEN pgbaton_lease") > 0, nil },
+		"the LISTEN connection stops listening once nobody waits")
+	assert.Equal(t, 1, count("stop_waiting("), "removals sent after the grant")
+	queued(t, ctx, pool, "remade", 0)
 }
