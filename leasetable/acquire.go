@@ -201,7 +201,7 @@ func grant[T any](c *Client, ctx context.Context, s *session, ref pgtype.UUID, w
 			c.k.giveBackRef(s, ref)
 		}
 		if w != nil {
-			c.ln.leave(w.name, w.id)
+			c.ln.Leave(w.name, w.id)
 		}
 		c.k.unuse()
 	})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -50,8 +49,7 @@ func (c *Client) Check(ctx context.Context) error {
 		// Logged, not failed: see ReplicationStatus.Err.
 		c.repl.observe(ctx, c)
 		// A ping that failed would fail the notification too: say it once.
-		probe := c.waiterPrefix + "check/" + strconv.FormatInt(c.waiterSeq.Add(1), 10)
-		if err := c.ln.check(ctx, probe); err != nil {
+		if err := c.ln.Check(ctx, c.newID("check/")); err != nil {
 			errs = append(errs, err)
 		}
 	}

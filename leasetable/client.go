@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/listener"
 	"github.com/pgbaton/pgbaton/internal/schema"
 	"github.com/pgbaton/pgbaton/internal/serverkind"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
@@ -27,7 +29,7 @@ type Client struct {
 	ttlMs int64
 	q     *db.Queries
 	log   *slog.Logger
-	ln    *listener
+	ln    *listener.Listener
 	tel   *telemetry.Instruments // nil without a MeterProvider
 	tr    telemetry.Tracer
 	repl  replicationLog
@@ -97,12 +99,25 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	}
 	// Room for a slash and 20 digits; cut on a character boundary.
 	c.waiterPrefix = strings.ToValidUTF8(cfg.Owner[:min(len(cfg.Owner), MaxNameLen-21)], "") + "/"
-	c.ln = newListener(c)
+	c.ln = listener.New(listener.Config{Owner: listenOwner{c.k}, Context: c.bg, Pool: pool, Queries: c.q, Log: c.log,
+		Client: cfg.Owner, ListenDSN: cfg.ListenDSN, ListenSlots: cfg.ListenSlots, NoListen: cfg.NoListen, PollInterval: cfg.PollInterval, TTL: cfg.TTL,
+		CheckOpen: c.checkOpen, DBError: c.dbError, NewID: c.newID,
+		SlotFree: func(ctx context.Context) (bool, error) {
+			return inFlight(c, ctx, func(ctx context.Context) (bool, error) {
+				return c.q.LeaseListenSlotFree(ctx, pool, int32(cfg.ListenSlots))
+			}, nil)
+		}})
 	c.repl.observe(ctx, c)
 	if !cfg.Retention.Disabled {
 		c.goBackground(c.pruneLoop)
 	}
 	return c, nil
+}
+
+// newID is a new waiter id, or of kind "check/" or "probe/" a new
+// notification payload: the owner, a slash, kind, a number.
+func (c *Client) newID(kind string) string {
+	return c.waiterPrefix + kind + strconv.FormatInt(c.waiterSeq.Add(1), 10)
 }
 
 // Owner is the owner string this client writes into the lease table.
@@ -159,7 +174,7 @@ func (c *Client) Close(ctx context.Context) error {
 	for _, call := range left.calls {
 		call.done <- combinedReply{err: pgbaton.ErrClosed}
 	}
-	c.ln.close()
+	c.ln.Close()
 	// Background work is best effort: it must not hold Close up. Grants
 	// in flight for callers that gave up finish and are given back.
 	c.bgCancel()

@@ -5,52 +5,52 @@ import (
 	"time"
 
 	"github.com/pgbaton/pgbaton/internal/backoff"
+	"github.com/pgbaton/pgbaton/internal/listener"
 )
 
 // SetSlotKeep makes the clients that t creates from now on keep their
 // listen slot for d after their last waiter left, until t ends.
 func SetSlotKeep(t testing.TB, d time.Duration) {
-	old := slotKeep
-	slotKeep = d
-	t.Cleanup(func() { slotKeep = old })
+	old := listener.SlotKeep
+	listener.SlotKeep = d
+	t.Cleanup(func() { listener.SlotKeep = old })
 }
 
 // SetCloseGrace sets how long a closing listener lets its statement in
 // flight run, and calls stopped when a listener is told to stop, until t
 // ends.
 func SetCloseGrace(t testing.TB, d time.Duration, stopped func()) {
-	oldGrace, oldStopped := closeGrace, listenerStopped
-	closeGrace, listenerStopped = d, stopped
-	t.Cleanup(func() { closeGrace, listenerStopped = oldGrace, oldStopped })
+	oldGrace, oldStopped := listener.CloseGrace, listener.Stopped
+	listener.CloseGrace, listener.Stopped = d, stopped
+	t.Cleanup(func() { listener.CloseGrace, listener.Stopped = oldGrace, oldStopped })
 }
 
 // SetListenRetry makes the clients that t creates from now on wait d
 // between reconnections of their LISTEN connection unless a waiter kicks
 // it, until t ends.
 func SetListenRetry(t testing.TB, d time.Duration) {
-	old := listenRetry
-	listenRetry = backoff.Backoff{Min: d, Max: d}
-	t.Cleanup(func() { listenRetry = old })
+	old := listener.Retry
+	listener.Retry = backoff.Backoff{Min: d, Max: d}
+	t.Cleanup(func() { listener.Retry = old })
 }
 
 // ListenerStarted reports whether c's listener runs.
-func ListenerStarted(c *Client) (started bool) {
-	c.ln.do(func() { started = c.ln.started })
+func ListenerStarted(c *Client) bool {
+	started, _, _ := c.ln.State()
 	return started
 }
 
 // ListenerIdle reports whether c's listener has a connection that does
 // not listen as nobody waits (paused).
-func ListenerIdle(c *Client) (idle bool) {
-	c.ln.do(func() { idle = c.ln.started && c.ln.idle })
+func ListenerIdle(c *Client) bool {
+	_, idle, _ := c.ln.State()
 	return idle
 }
 
 // ListenerWaiters counts the wake-up channels subscribed to c's listener,
 // for tests that check a wait leaves none behind.
 func ListenerWaiters(c *Client) int {
-	n := 0
-	c.ln.do(func() { n = len(c.ln.waiters) })
+	_, _, n := c.ln.State()
 	return n
 }
 
@@ -67,7 +67,7 @@ func SetSessionTaken(t testing.TB, taken func()) {
 // again a LISTEN connection found not to deliver, at the next wait d after
 // that, until t ends.
 func SetUndeliveredRetry(t testing.TB, d time.Duration) {
-	old := undeliveredRetry
-	undeliveredRetry = d
-	t.Cleanup(func() { undeliveredRetry = old })
+	old := listener.UndeliveredRetry
+	listener.UndeliveredRetry = d
+	t.Cleanup(func() { listener.UndeliveredRetry = old })
 }

@@ -20,11 +20,11 @@ import (
 // loose: held by their own deadline once it ended) with one timer for
 // every deadline, the queue of things to give back, the CompleteTx
 // completions whose transaction's end it has yet to learn (settle), the
-// CompleteAndClaim calls queued per group (combine.go), and the
-// listener's state (listener.do). Others talk to it through its mailbox
-// (post: a message is a function it runs); its round trips run on
-// goroutines of their own (spawn) that report back by message, so it never
-// waits on the database. Session deadlines and states, and a Lease's
+// CompleteAndClaim calls queued per group (combine.go), and the LISTEN
+// connection's state (internal/listener, through listenOwner). Others
+// talk to it through its mailbox (post: a message is a function it
+// runs); its round trips run on goroutines of their own (spawn) that
+// report back by message, so it never waits on the database. Session deadlines and states, and a Lease's
 // status, are atomics that callers read without asking.
 //
 // The package's one mutex, keeper.mu, is a leaf (nothing is called or
@@ -439,6 +439,13 @@ func (c *Client) closeKeeper() (left leftover, ok bool) {
 	}
 	return <-reply, true
 }
+
+// listenOwner has the keeper own the listener's state.
+type listenOwner struct{ k *keeper }
+
+func (o listenOwner) Post(f func()) bool  { return o.k.post(func(*keeper) { f() }) }
+func (o listenOwner) Ask(f func()) bool   { return o.k.ask(func(*keeper) { f() }) }
+func (o listenOwner) Spawn(f func()) bool { return o.k.spawn(f) }
 
 // ask runs f on the keeper's goroutine and waits for it; false when the
 // client is closed.

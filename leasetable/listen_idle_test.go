@@ -56,7 +56,7 @@ func TestListenerStopsListeningWithoutWaiters(t *testing.T) {
 }
 
 // A client frees its listen slot, and closes the LISTEN connection that
-// holds it, once nobody has waited for slotKeep: clients that stopped
+// holds it, once nobody has waited for listener.SlotKeep: clients that stopped
 // waiting leave the slots to those that wait.
 func TestListenSlotFreedAfterWaitsStop(t *testing.T) {
 	leasetable.SetSlotKeep(t, 500*time.Millisecond)
@@ -74,7 +74,7 @@ func TestListenSlotFreedAfterWaitsStop(t *testing.T) {
 	require.NoError(t, <-got)
 	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
 		return pgtest.Count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgbaton lease listener keep-waiter'`) == 0, nil
-	}, "the LISTEN connection is still open with no waiter for longer than slotKeep")
+	}, "the LISTEN connection is still open with no waiter for longer than SlotKeep")
 	require.Zero(t, listenSlotsHeld(t, pool, "keep-waiter"))
 }
 

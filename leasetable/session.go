@@ -311,7 +311,7 @@ func (k *keeper) keptAlive(s *session, n int, start, replied time.Time, row db.S
 			k.findLost(s, failedOver)
 		}
 		k.sendBack()
-		k.c.ln.retryLeaving()
+		k.c.ln.RetryLeaving()
 		k.afterKeepalive()
 	case err == nil:
 		// The database no longer has the session (it expired there first,

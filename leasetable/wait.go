@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -13,6 +12,7 @@ import (
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/backoff"
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/listener"
 )
 
 // waiting is a waiter in the wait queue of a lease or group
@@ -194,41 +194,41 @@ func (c *Client) joinQueue(ctx context.Context, name string, group, drain bool, 
 	if err != nil {
 		return nil, err
 	}
-	id := c.waiterPrefix + strconv.FormatInt(c.waiterSeq.Add(1), 10)
+	id := c.newID("")
 	w := &waiting{c: c, name: name, id: id, wake: make(chan struct{}, 1), rank: rank.Int32}
-	mode, err := c.ln.subscribe(ctx, id, w.wake)
+	mode, err := c.ln.Subscribe(ctx, id, w.wake)
 	if err != nil {
 		c.k.unuse()
 		return nil, err
 	}
 	switch {
-	case mode == pollingBackoff:
+	case mode == listener.PollingBackoff:
 		w.poll = &backoff.Backoff{Min: slotlessPoll, Max: c.cfg.PollInterval}
-	case mode == polling && !c.cfg.NoListen:
+	case mode == listener.Polling && !c.cfg.NoListen:
 		// Its connection did not deliver: it polls even once a new one
 		// does, as nothing would notify its registration.
 		w.poll = &backoff.Backoff{Min: c.cfg.PollInterval, Max: c.cfg.PollInterval}
 	}
-	if !group && mode != listening && rank.Valid && rank.Int32 == 0 {
+	if !group && mode != listener.Listening && rank.Valid && rank.Int32 == 0 {
 		// Its next look registers it. Not an observer (never served) or a
 		// preferred candidate (wait_for asks a leader it outranks to
 		// resign).
 		w.lazy = true
 		return w, nil
 	}
-	p := db.LeaseWaitForParams{Name: name, Waiter: id, IsGroup: group, Session: s.param(), TtlMs: c.ttlMs, Listens: mode == listening,
+	p := db.LeaseWaitForParams{Name: name, Waiter: id, IsGroup: group, Session: s.param(), TtlMs: c.ttlMs, Listens: mode == listener.Listening,
 		Rank: rank, Drain: drain}
-	if mode == listening {
+	if mode == listener.Listening {
 		// Known to the listener first, so that a reconnection racing with
 		// this registration makes it again.
-		c.ln.register(id, p)
+		c.ln.Register(id, p)
 	}
 	_, err = inFlight(c, ctx, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, c.q.LeaseWaitFor(ctx, c.pool, p)
 	}, func(context.Context, struct{}, error) {
 		// Given up: the caller's stop below may run before the
 		// registration commits, so it is removed again after it.
-		c.ln.leave(name, id)
+		c.ln.Leave(name, id)
 	})
 	if err != nil {
 		// The registration may have committed although the call failed
@@ -259,16 +259,16 @@ func (w *waiting) rankParam() int32 {
 	return w.rank
 }
 
-// stop unsubscribes and has the registration removed (listener.leave),
+// stop unsubscribes and has the registration removed (Listener.Leave),
 // not on the caller's goroutine, which goes on at once. The waiter's id is
 // unique, so no later registration can be removed by it.
 func (w *waiting) stop() {
 	w.c.k.unuse()
 	if w.taken {
-		w.c.ln.granted(w.name, w.id)
+		w.c.ln.Granted(w.name, w.id)
 		return
 	}
-	w.c.ln.leave(w.name, w.id)
+	w.c.ln.Leave(w.name, w.id)
 }
 
 // slotlessPoll is how soon a waiter of a client without a listen slot
@@ -299,7 +299,7 @@ func (w *waiting) wait(ctx context.Context, d time.Duration, woken <-chan struct
 // before the queue, 286 with it and every poller at PollInterval).
 func (w *waiting) atHead(held *HeldError) time.Duration {
 	d := held.remaining
-	if !held.Grace && !held.LockDelay && (w.poll != nil || w.c.ln.polling()) {
+	if !held.Grace && !held.LockDelay && (w.poll != nil || w.c.ln.Polls()) {
 		d = min(d, headPoll(w.c.cfg.PollInterval)*time.Duration(held.Ahead+1))
 	}
 	return d
@@ -353,7 +353,7 @@ func (c *Client) wait(ctx context.Context, wake, woken <-chan struct{}, d time.D
 // when no notification will come (or none while the LISTEN connection is
 // down and reconnected: it is not ready then, so mode says so).
 func (c *Client) waitFor(d time.Duration) time.Duration {
-	if c.ln.polling() {
+	if c.ln.Polls() {
 		d = min(d, c.cfg.PollInterval)
 	}
 	return max(d, 0) + jitter(c.cfg.TTL)

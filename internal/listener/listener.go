@@ -1,15 +1,26 @@
-package leasetable
+// Package listener holds a lease client's one LISTEN connection, shared by
+// its waiters: it wakes a waiter whose turn came (pgbaton.notify_waiters
+// sends the waiter's id), makes the waiters' registrations again on a new
+// connection, and removes the registrations of waiters that left. When it
+// listens is leasetable's contract (its package doc, "Waiting"); its
+// errors reach users through leasetable and say so.
+//
+// Its state has one owner, the client's keeper goroutine (Config.Owner):
+// subscribers and the connection's goroutine read and change it in
+// messages, so that no lock orders it against anything.
+package listener
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/appname"
@@ -18,21 +29,49 @@ import (
 	"github.com/pgbaton/pgbaton/internal/serverkind"
 )
 
+// Owner runs the listener's messages on the goroutine that owns its
+// state: Post queues f, Ask runs f and waits for it, Spawn runs f on a
+// goroutine of its own that the client's Close waits for. Each reports
+// false, and runs nothing, once the client closed.
+type Owner interface {
+	Post(f func()) bool
+	Ask(f func()) bool
+	Spawn(f func()) bool
+}
+
+// Config is what the listener needs of its client.
+type Config struct {
+	Owner   Owner
+	Context context.Context // the client's: ends when it closes
+	Pool    *pgxpool.Pool   // the client's pool, whose settings the connection copies
+	Queries *db.Queries
+	Log     *slog.Logger
+	// Client is the client's owner, in the connection's application_name;
+	// the others are its Config's fields of the same names.
+	Client            string
+	ListenDSN         string
+	ListenSlots       int
+	NoListen          bool
+	PollInterval, TTL time.Duration
+	CheckOpen         func() error // ErrClosed once the client closed
+	DBError           func(op string, err error) error
+	NewID             func(kind string) string // a payload no other waiter or probe uses
+	SlotFree          func(ctx context.Context) (bool, error)
+}
+
 // notifyChannel is the channel pgbaton.notify_waiters notifies, with the
 // waiter's id as payload.
 const notifyChannel = "pgbaton_lease"
 
-// listener holds the client's one LISTEN connection, shared by its waiters
-// (the package doc says when it listens). A waiter starts its goroutine
-// (run) when a listen slot is free; it ends when the client closes, when
-// every slot turns out taken, or after slotKeep without waiters. Its state
-// is the keeper's, like the session's: subscribers and run read and change
-// it in messages (do), so that no lock orders it against anything.
-type listener struct {
-	c *Client
-	// keep, grace, reprove, stopped and retry are slotKeep, closeGrace,
-	// undeliveredRetry, listenerStopped and listenRetry as they were when
-	// the client was made.
+// Listener holds the client's one LISTEN connection. A waiter starts its
+// goroutine (run) when a listen slot is free; it ends when the client
+// closes, when every slot turns out taken, or after SlotKeep without
+// waiters.
+type Listener struct {
+	cfg Config
+	// keep, grace, reprove, stopped and retry are SlotKeep, CloseGrace,
+	// UndeliveredRetry, Stopped and Retry as they were when the client
+	// was made.
 	keep, grace, reprove time.Duration
 	stopped              func()
 	retry                backoff.Backoff
@@ -41,14 +80,14 @@ type listener struct {
 	kick      chan struct{}
 	saidTaken sync.Once
 
-	// Owned by the keeper's goroutine: read and changed in do.
+	// Owned by the Owner's goroutine: read and changed in do.
 	waiters map[string]chan struct{} // wake-up channels, by waiter id
 	// regs are the waiters' registrations (pgbaton.lease_waiter), made
 	// again by a new connection: that table is unlogged, and a crash or a
 	// failover empties it. remade counts how often one did (reregister).
 	regs    map[string]listenReg
 	remade  int64
-	leaving []waiterRef              // registrations to remove (leave)
+	leaving []waiterRef              // registrations to remove (Leave)
 	probes  map[string]chan struct{} // Check payloads in flight
 	ready   chan struct{}            // closed while LISTEN is active
 	// started: run is running; idle: its connection does not listen as
@@ -68,29 +107,29 @@ type listener struct {
 	done          chan struct{}
 }
 
-// listenRetry paces the LISTEN connection's reconnections, unless a
-// waiter kicks it. Capped low: while the connection is down, releases
-// wake nobody.
-var listenRetry = backoff.Backoff{Min: 10 * time.Millisecond, Max: 250 * time.Millisecond} // a var for tests: read once per client
+// Retry paces the LISTEN connection's reconnections, unless a waiter
+// kicks it. Capped low: while the connection is down, releases wake
+// nobody.
+var Retry = backoff.Backoff{Min: 10 * time.Millisecond, Max: 250 * time.Millisecond} // a var for tests: read once per client
 
-// undeliveredRetry is how long after a LISTEN connection was found not to
+// UndeliveredRetry is how long after a LISTEN connection was found not to
 // deliver the next wait proves a new one.
-var undeliveredRetry = time.Minute // a var for tests: read once per client
+var UndeliveredRetry = time.Minute // a var for tests: read once per client
 
 // slotRetry is how often a client without a listen slot asks again for
 // one, at most (when a waiter arrives).
 const slotRetry = time.Second
 
-// slotKeep is how long a client keeps its listen slot, and the connection
+// SlotKeep is how long a client keeps its listen slot, and the connection
 // that holds it, after its last waiter left (not listening meanwhile: see
 // listenLinger), so a slot serves waits that follow each other without a
 // backend start per wait (200 clients on 2 cores that opened and closed
 // LISTEN connections as they waited: acquire p99 0.8 to 2.6 s against
 // 0.13 s without LISTEN).
-var slotKeep = 30 * time.Second // a var for tests: read once per client
+var SlotKeep = 30 * time.Second // a var for tests: read once per client
 
 // errNoSlot, errIdle and errUndelivered end the listener on purpose: every
-// listen slot was taken, nobody waited for slotKeep, or notifications are
+// listen slot was taken, nobody waited for SlotKeep, or notifications are
 // not delivered.
 var (
 	errNoSlot      = errors.New("leasetable: every listen slot is taken")
@@ -98,38 +137,48 @@ var (
 	errUndelivered = errors.New("leasetable: notifications sent on the LISTEN connection's channel were not delivered")
 )
 
-// registration is one row of pgbaton.lease_waiter.
-type registration = db.LeaseWaitForParams
+// Registration is one row of pgbaton.lease_waiter.
+type Registration = db.LeaseWaitForParams
 
 // listenReg is a registration the listener makes again on a new
-// connection, and remade as it was when it was recorded (granted).
+// connection, and remade as it was when it was recorded (Granted).
 type listenReg struct {
-	r  registration
+	r  Registration
 	at int64
 }
 
 // waiterRef names one row of pgbaton.lease_waiter.
 type waiterRef struct{ name, id string }
 
-func newListener(c *Client) *listener {
-	return &listener{c: c, keep: slotKeep, grace: closeGrace, reprove: undeliveredRetry, stopped: listenerStopped, retry: listenRetry, kick: make(chan struct{}, 1),
+// New returns the listener of a client; it connects when a waiter first
+// subscribes.
+func New(cfg Config) *Listener {
+	return &Listener{cfg: cfg, keep: SlotKeep, grace: CloseGrace, reprove: UndeliveredRetry, stopped: Stopped, retry: Retry, kick: make(chan struct{}, 1),
 		waiters: map[string]chan struct{}{}, regs: map[string]listenReg{}, probes: map[string]chan struct{}{}, ready: make(chan struct{})}
 }
 
-// subscription is how a subscribed waiter learns of releases.
-type subscription int
+// State reports, for tests, whether the connection's goroutine runs,
+// whether its connection is paused (idle), and how many wake-up channels
+// are subscribed.
+func (ln *Listener) State() (started, idle bool, waiters int) {
+	ln.do(func() { started, idle, waiters = ln.started, ln.started && ln.idle, len(ln.waiters) })
+	return started, idle, waiters
+}
+
+// Mode is how a subscribed waiter learns of releases.
+type Mode int
 
 const (
-	// listening: the LISTEN connection is active, so no release after
-	// subscribe returned can be missed once the waiter is registered.
-	listening subscription = iota
-	// polling: every PollInterval, by configuration (NoListen) or because
+	// Listening: the LISTEN connection is active, so no release after
+	// Subscribe returned can be missed once the waiter is registered.
+	Listening Mode = iota
+	// Polling: every PollInterval, by configuration (NoListen) or because
 	// the connection does not deliver (a transaction pooler).
-	polling
-	// pollingBackoff: from slotlessPoll, doubling up to PollInterval: the
+	Polling
+	// PollingBackoff: from a short first wait, doubling up to PollInterval: the
 	// client holds no listen slot, or its connection was not up within
 	// listenReadyWait.
-	pollingBackoff
+	PollingBackoff
 )
 
 // listenReadyWait is how long a waiter waits for the LISTEN connection to
@@ -138,12 +187,12 @@ const (
 // waits failed "waiting for the LISTEN connection" after 5 s).
 const listenReadyWait = 250 * time.Millisecond
 
-// subscribe has notifications to waiter id signal wake (buffered, 1) until
+// Subscribe has notifications to waiter id signal wake (buffered, 1) until
 // unregister, and returns once the connection listens, so no release
 // after it can be missed, or once it is clear the waiter must poll.
-func (ln *listener) subscribe(ctx context.Context, id string, wake chan struct{}) (subscription, error) {
-	if ln.c.cfg.NoListen {
-		return polling, ln.c.checkOpen()
+func (ln *Listener) Subscribe(ctx context.Context, id string, wake chan struct{}) (Mode, error) {
+	if ln.cfg.NoListen {
+		return Polling, ln.cfg.CheckOpen()
 	}
 	var started, degraded bool
 	if !ln.do(func() {
@@ -157,10 +206,10 @@ func (ln *listener) subscribe(ctx context.Context, id string, wake chan struct{}
 		return 0, pgbaton.ErrClosed
 	}
 	if degraded {
-		return polling, nil
+		return Polling, nil
 	}
 	if !started && !ln.slotFree(ctx) {
-		return pollingBackoff, nil
+		return PollingBackoff, nil
 	}
 	var ready chan struct{}
 	if !ln.do(func() {
@@ -181,18 +230,18 @@ func (ln *listener) subscribe(ctx context.Context, id string, wake chan struct{}
 	case <-ready:
 		return ln.mode(), nil
 	case <-time.After(listenReadyWait):
-		return pollingBackoff, nil
+		return PollingBackoff, nil
 	case <-ctx.Done():
 		ln.unregister(id)
 		return 0, fmt.Errorf("leasetable: waiting for the LISTEN connection: %w", context.Cause(ctx))
-	case <-ln.c.bg.Done():
+	case <-ln.cfg.Context.Done():
 		ln.unregister(id)
 		return 0, pgbaton.ErrClosed
 	}
 }
 
-// start starts run; on the keeper's goroutine.
-func (ln *listener) start() {
+// start starts run; on the Owner's goroutine.
+func (ln *Listener) start() {
 	ln.started = true
 	select {
 	case <-ln.ready: // left closed by a connection that did not deliver
@@ -206,7 +255,7 @@ func (ln *listener) start() {
 
 // kickRun asks run to reconnect now, or a paused connection to listen
 // again.
-func (ln *listener) kickRun() {
+func (ln *Listener) kickRun() {
 	select {
 	case ln.kick <- struct{}{}:
 	default: // already kicked
@@ -215,26 +264,26 @@ func (ln *listener) kickRun() {
 
 // polling reports whether waiters poll rather than wait for notifications
 // now (see mode).
-func (ln *listener) polling() bool { return ln.mode() != listening }
+func (ln *Listener) Polls() bool { return ln.mode() != Listening }
 
 // mode is how a waiter subscribing now learns of releases. A connection
 // not listening now (connecting, reconnecting, idle) counts as polling, so
 // a subscriber that saw it ready just before does not count on it.
-func (ln *listener) mode() subscription {
-	if ln.c.cfg.NoListen {
-		return polling
+func (ln *Listener) mode() Mode {
+	if ln.cfg.NoListen {
+		return Polling
 	}
-	m := pollingBackoff // also once the client closed
+	m := PollingBackoff // also once the client closed
 	ln.do(func() {
 		switch {
 		case ln.undelivered != nil:
-			m = polling
+			m = Polling
 		case !ln.started:
 			// no listen slot was free
 		default:
 			select {
 			case <-ln.ready:
-				m = listening
+				m = Listening
 			default:
 			}
 		}
@@ -242,18 +291,18 @@ func (ln *listener) mode() subscription {
 	return m
 }
 
-// do runs f on the keeper's goroutine, which owns the listener's state,
+// do runs f on the Owner's goroutine, which owns the listener's state,
 // and waits for it; false once the client closed.
-func (ln *listener) do(f func()) bool { return ln.c.k.ask(func(*keeper) { f() }) }
+func (ln *Listener) do(f func()) bool { return ln.cfg.Owner.Ask(f) }
 
 // wake signals waiter id, or every waiter when all is set, from the
 // keeper's goroutine.
-func (ln *listener) wake(id string, all bool) {
-	ln.c.k.post(func(*keeper) { ln.signal(id, all) })
+func (ln *Listener) wake(id string, all bool) {
+	ln.cfg.Owner.Post(func() { ln.signal(id, all) })
 }
 
-// signal is wake on the keeper's goroutine.
-func (ln *listener) signal(id string, all bool) {
+// signal is wake on the Owner's goroutine.
+func (ln *Listener) signal(id string, all bool) {
 	signal := func(ch chan struct{}) {
 		select {
 		case ch <- struct{}{}:
@@ -271,8 +320,8 @@ func (ln *listener) signal(id string, all bool) {
 	}
 }
 
-// setReady closes ready unless it is closed; on the keeper's goroutine.
-func (ln *listener) setReady() {
+// setReady closes ready unless it is closed; on the Owner's goroutine.
+func (ln *Listener) setReady() {
 	select {
 	case <-ln.ready:
 	default:
@@ -280,7 +329,7 @@ func (ln *listener) setReady() {
 	}
 }
 
-func (ln *listener) run(ctx context.Context) {
+func (ln *Listener) run(ctx context.Context) {
 	defer close(ln.done)
 	// Ended for good: leave queues no more for a connection (started,
 	// closed or undelivered says so), and the pool removes what is left.
@@ -304,8 +353,8 @@ func (ln *listener) run(ctx context.Context) {
 			ln.do(func() { first = ln.ended(err) })
 			switch {
 			case errors.Is(err, errUndelivered) && first:
-				ln.c.log.Warn("pgbaton: notifications are not delivered on the lease LISTEN connection (a transaction pooler such as PgBouncer in transaction mode, or a slow link or server?); waiters poll at the holder's expiry, at most every PollInterval, and a wait proves a new connection every reprove_in. Set Config.ListenDSN to a direct connection to wake them at once.",
-					"poll_interval", ln.c.cfg.PollInterval, "reprove_in", ln.reprove)
+				ln.cfg.Log.Warn("pgbaton: notifications are not delivered on the lease LISTEN connection (a transaction pooler such as PgBouncer in transaction mode, or a slow link or server?); waiters poll at the holder's expiry, at most every PollInterval, and a wait proves a new connection every reprove_in. Set Config.ListenDSN to a direct connection to wake them at once.",
+					"poll_interval", ln.cfg.PollInterval, "reprove_in", ln.reprove)
 			case errors.Is(err, errNoSlot):
 				ln.slotsTaken()
 			}
@@ -324,7 +373,7 @@ func (ln *listener) run(ctx context.Context) {
 		// waiters still here (regs), so none removed now comes back.
 		ln.drain()
 		d := retry.Next()
-		ln.c.log.Warn("pgbaton: lease LISTEN connection failed; reconnecting", "error", err, "in", d)
+		ln.cfg.Log.Warn("pgbaton: lease LISTEN connection failed; reconnecting", "error", err, "in", d)
 		select {
 		case <-time.After(d):
 		case <-ln.kick:
@@ -338,8 +387,8 @@ func (ln *listener) run(ctx context.Context) {
 
 // ended notes that the listener ended on purpose (errNoSlot, errIdle,
 // errUndelivered), and reports whether err newly found notifications
-// undelivered; on the keeper's goroutine.
-func (ln *listener) ended(err error) (first bool) {
+// undelivered; on the Owner's goroutine.
+func (ln *Listener) ended(err error) (first bool) {
 	ln.setReady() // subscribers waiting for it poll
 	ln.started, ln.down, ln.lastErr = false, time.Time{}, nil
 	if ln.undelivered != nil {
@@ -353,7 +402,7 @@ func (ln *listener) ended(err error) (first bool) {
 	switch {
 	case errors.Is(err, errUndelivered):
 		// Waiters poll until a wait ln.reprove later proves a new
-		// connection (subscribe); ready stays closed so that none waits
+		// connection (Subscribe); ready stays closed so that none waits
 		// for one meanwhile.
 		first = ln.undelivered == nil
 		ln.undelivered, ln.undeliveredAt = err, time.Now()
@@ -368,10 +417,10 @@ func (ln *listener) ended(err error) (first bool) {
 // slotsTaken logs, once per client, that it found every listen slot taken:
 // by design in a fleet larger than Config.ListenSlots, else the sign of a
 // session outside pgbaton holding the slots' advisory keys.
-func (ln *listener) slotsTaken() {
+func (ln *Listener) slotsTaken() {
 	ln.saidTaken.Do(func() {
-		ln.c.log.Info("pgbaton: every listen slot is taken; this client's waiters poll (from 50ms up to PollInterval) until one is free. Expected when more clients than ListenSlots wait at once; otherwise see who holds the advisory keys (1885495924, 0..ListenSlots-1): SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = 1885495924",
-			"listen_slots", ln.c.cfg.ListenSlots, "poll_interval", ln.c.cfg.PollInterval)
+		ln.cfg.Log.Info("pgbaton: every listen slot is taken; this client's waiters poll (from 50ms up to PollInterval) until one is free. Expected when more clients than ListenSlots wait at once; otherwise see who holds the advisory keys (1885495924, 0..ListenSlots-1): SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = 1885495924",
+			"listen_slots", ln.cfg.ListenSlots, "poll_interval", ln.cfg.PollInterval)
 	})
 }
 
@@ -379,7 +428,7 @@ func (ln *listener) slotsTaken() {
 // waiter is about to wait, so this takes no second pool connection) at
 // most once a slotRetry. An error counts as no: the waiter polls, and its
 // own looks meet the error.
-func (ln *listener) slotFree(ctx context.Context) bool {
+func (ln *Listener) slotFree(ctx context.Context) bool {
 	try := false
 	ln.do(func() {
 		if try = time.Since(ln.slotTried) >= slotRetry; try {
@@ -389,30 +438,28 @@ func (ln *listener) slotFree(ctx context.Context) bool {
 	if !try {
 		return false
 	}
-	free, err := inFlight(ln.c, ctx, func(ctx context.Context) (bool, error) {
-		return ln.c.q.LeaseListenSlotFree(ctx, ln.c.pool, int32(ln.c.cfg.ListenSlots))
-	}, nil)
+	free, err := ln.cfg.SlotFree(ctx)
 	if err == nil && !free {
 		ln.slotsTaken()
 	}
 	return err == nil && free
 }
 
-// closeGrace is how long a statement on the LISTEN connection may go on
+// CloseGrace is how long a statement on the LISTEN connection may go on
 // once the client closes. Cancelling it would close the connection (pgx),
 // and a backend frees its listen slot only once it has finished exiting,
 // after Close returned (CI saw the slot still in pg_locks). So a closing
 // listener lets the statement in flight finish and frees the slot itself;
 // a server that stopped answering holds Close up to twice this.
-var closeGrace = time.Second // a var for tests: read once per client
+var CloseGrace = time.Second // a var for tests: read once per client
 
-// listenerStopped, if set (tests), is called when a listener is told to
-// stop, before its closeGrace starts. Read once per client.
-var listenerStopped func()
+// Stopped, if set (tests), is called when a listener is told to
+// stop, before its CloseGrace starts. Read once per client.
+var Stopped func()
 
 // listen runs one connection until it fails or ctx ends. Statements on it
-// run under qctx, which ends a closeGrace after ctx; waits end with ctx.
-func (ln *listener) listen(ctx, qctx context.Context) error {
+// run under qctx, which ends a CloseGrace after ctx; waits end with ctx.
+func (ln *Listener) listen(ctx, qctx context.Context) error {
 	conn, err := ln.connect(ctx)
 	if err != nil {
 		return err
@@ -421,12 +468,12 @@ func (ln *listener) listen(ctx, qctx context.Context) error {
 		closeCtx, cancel := context.WithTimeout(context.Background(), ln.grace)
 		defer cancel()
 		if !conn.IsClosed() {
-			// The slot is freed before Close returns (see closeGrace).
-			_ = ln.c.q.LeaseListenStop(closeCtx, conn)
+			// The slot is freed before Close returns (see CloseGrace).
+			_ = ln.cfg.Queries.LeaseListenStop(closeCtx, conn)
 		}
 		_ = conn.Close(closeCtx)
 	}()
-	if err := ln.c.q.LeaseListen(qctx, conn); err != nil {
+	if err := ln.cfg.Queries.LeaseListen(qctx, conn); err != nil {
 		return err
 	}
 	// Prove that it delivers: behind a transaction pooler LISTEN succeeds
@@ -456,11 +503,11 @@ func (ln *listener) listen(ctx, qctx context.Context) error {
 		proved, ln.undelivered = ln.undelivered != nil, nil
 	})
 	if proved {
-		ln.c.log.Info("pgbaton: notifications are delivered on the lease LISTEN connection again; waiters wake at once")
+		ln.cfg.Log.Info("pgbaton: notifications are delivered on the lease LISTEN connection again; waiters wake at once")
 	}
 	if missed {
 		if wasDown {
-			ln.c.log.Info("pgbaton: lease LISTEN connection re-established; waiters look again", "down_for", downFor)
+			ln.cfg.Log.Info("pgbaton: lease LISTEN connection re-established; waiters look again", "down_for", downFor)
 		}
 		ln.wake("", true) // releases meanwhile were missed
 	}
@@ -504,7 +551,7 @@ const listenLinger = 100 * time.Millisecond
 // quiet reports whether nobody has waited for listenLinger, and if so
 // stops counting the connection as listening, before the UNLISTEN, so
 // that no waiter counts on a connection that stops.
-func (ln *listener) quiet() (quiet bool) {
+func (ln *Listener) quiet() (quiet bool) {
 	ln.do(func() {
 		switch {
 		case len(ln.waiters) > 0 || len(ln.probes) > 0:
@@ -522,13 +569,13 @@ func (ln *listener) quiet() (quiet bool) {
 }
 
 // pause stops listening but keeps the slot, until a waiter subscribes
-// (listen again) or for slotKeep (errIdle: listen's end frees the slot).
-func (ln *listener) pause(ctx, qctx context.Context, conn *pgx.Conn) error {
+// (listen again) or for SlotKeep (errIdle: listen's end frees the slot).
+func (ln *Listener) pause(ctx, qctx context.Context, conn *pgx.Conn) error {
 	// Removals queued before it went idle; later ones go on the pool.
 	if err := ln.flush(qctx, conn); err != nil {
 		return err
 	}
-	if err := ln.c.q.LeaseUnlisten(qctx, conn); err != nil {
+	if err := ln.cfg.Queries.LeaseUnlisten(qctx, conn); err != nil {
 		return err
 	}
 	select {
@@ -554,8 +601,8 @@ func (ln *listener) pause(ctx, qctx context.Context, conn *pgx.Conn) error {
 
 // takeSlot takes a listen slot, or keeps the one conn holds, and listens;
 // errNoSlot when every slot is taken.
-func (ln *listener) takeSlot(ctx context.Context, conn *pgx.Conn) error {
-	listening, err := ln.c.q.LeaseListenStart(ctx, conn, int32(ln.c.cfg.ListenSlots))
+func (ln *Listener) takeSlot(ctx context.Context, conn *pgx.Conn) error {
+	listening, err := ln.cfg.Queries.LeaseListenStart(ctx, conn, int32(ln.cfg.ListenSlots))
 	if err == nil && !listening {
 		err = errNoSlot
 	}
@@ -569,17 +616,17 @@ func (ln *listener) takeSlot(ctx context.Context, conn *pgx.Conn) error {
 // with a cold one (100 clients waiting at once: 197 acquires/s against 556
 // without LISTEN), nobody else uses it, and pool lifetime limits do not
 // close it.
-func (ln *listener) connect(ctx context.Context) (*pgx.Conn, error) {
+func (ln *Listener) connect(ctx context.Context) (*pgx.Conn, error) {
 	var cfg *pgx.ConnConfig
 	var after func(context.Context, *pgx.Conn) error
-	if dsn := ln.c.cfg.ListenDSN; dsn != "" {
+	if dsn := ln.cfg.ListenDSN; dsn != "" {
 		var err error
 		if cfg, err = pgx.ParseConfig(dsn); err != nil {
 			return nil, err
 		}
 		after = serverkind.CheckConn
 	} else {
-		pcfg := ln.c.pool.Config() // a copy, ConnConfig included
+		pcfg := ln.cfg.Pool.Config() // a copy, ConnConfig included
 		cfg, after = pcfg.ConnConfig, pcfg.AfterConnect
 		if pcfg.BeforeConnect != nil {
 			if err := pcfg.BeforeConnect(ctx, cfg); err != nil {
@@ -590,7 +637,7 @@ func (ln *listener) connect(ctx context.Context) (*pgx.Conn, error) {
 			cfg.RuntimeParams = make(map[string]string)
 		}
 	}
-	cfg.RuntimeParams["application_name"] = appname.Of("lease listener", ln.c.cfg.Owner)
+	cfg.RuntimeParams["application_name"] = appname.Of("lease listener", ln.cfg.Client)
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -606,13 +653,13 @@ func (ln *listener) connect(ctx context.Context) (*pgx.Conn, error) {
 
 // probe sends a notification through the pool and waits for conn to
 // deliver it; errUndelivered if it does not in time.
-func (ln *listener) probe(ctx context.Context, conn *pgx.Conn) error {
-	payload := ln.c.waiterPrefix + "probe/" + strconv.FormatInt(ln.c.waiterSeq.Add(1), 10)
-	if err := ln.c.q.LeaseNotify(ctx, ln.c.pool, payload); err != nil {
+func (ln *Listener) probe(ctx context.Context, conn *pgx.Conn) error {
+	payload := ln.cfg.NewID("probe/")
+	if err := ln.cfg.Queries.LeaseNotify(ctx, ln.cfg.Pool, payload); err != nil {
 		return err
 	}
 	// On a working connection it comes back in a round trip.
-	pctx, cancel := context.WithTimeout(ctx, min(max(ln.c.cfg.TTL/10, 250*time.Millisecond), time.Second))
+	pctx, cancel := context.WithTimeout(ctx, min(max(ln.cfg.TTL/10, 250*time.Millisecond), time.Second))
 	defer cancel()
 	for {
 		n, err := conn.WaitForNotification(pctx)
@@ -628,25 +675,25 @@ func (ln *listener) probe(ctx context.Context, conn *pgx.Conn) error {
 	}
 }
 
-// register records a waiter's registration, to be made again on a new
+// Register records a waiter's registration, to be made again on a new
 // connection.
-func (ln *listener) register(id string, r registration) {
-	ln.c.k.post(func(*keeper) { ln.regs[id] = listenReg{r, ln.remade} })
+func (ln *Listener) Register(id string, r Registration) {
+	ln.cfg.Owner.Post(func() { ln.regs[id] = listenReg{r, ln.remade} })
 }
 
 // unregister forgets waiter id: its wake-up channel and its registration.
-func (ln *listener) unregister(id string) { ln.c.k.post(func(*keeper) { ln.forget(id) }) }
+func (ln *Listener) unregister(id string) { ln.cfg.Owner.Post(func() { ln.forget(id) }) }
 
-// forget is unregister on the keeper's goroutine.
-func (ln *listener) forget(id string) {
+// forget is unregister on the Owner's goroutine.
+func (ln *Listener) forget(id string) {
 	delete(ln.waiters, id)
 	delete(ln.regs, id)
 }
 
 // reregister makes every known registration again (they are idempotent),
 // on the LISTEN connection: the pool is the callers'.
-func (ln *listener) reregister(ctx context.Context, conn *pgx.Conn) error {
-	var regs []registration
+func (ln *Listener) reregister(ctx context.Context, conn *pgx.Conn) error {
+	var regs []Registration
 	ln.do(func() {
 		ln.remade++
 		for _, lr := range ln.regs {
@@ -654,14 +701,14 @@ func (ln *listener) reregister(ctx context.Context, conn *pgx.Conn) error {
 		}
 	})
 	for _, r := range regs {
-		if err := ln.c.q.LeaseWaitFor(ctx, conn, r); err != nil {
+		if err := ln.cfg.Queries.LeaseWaitFor(ctx, conn, r); err != nil {
 			return fmt.Errorf("leasetable: register waiters again: %w", err)
 		}
 	}
 	return nil
 }
 
-// leave forgets waiter id, like unregister, and has its registration
+// Leave forgets waiter id, like unregister, and has its registration
 // removed, the one way one is (but for Close's sweep), off the caller's
 // goroutine: by the LISTEN connection while it runs (within listenLinger),
 // else on the pool in the background. On the pool, it ran beside the
@@ -669,18 +716,18 @@ func (ln *listener) reregister(ctx context.Context, conn *pgx.Conn) error {
 // (200 clients on 2 cores: 325-403 connections opened in 10 s against 209
 // without LISTEN). stop_waiting hands the waiter's turn on (queue_lock
 // orders it with wake-ups in flight).
-func (ln *listener) leave(name, id string) {
+func (ln *Listener) Leave(name, id string) {
 	// Not posted once the client closed: its sweep removes it.
-	ln.c.k.post(func(*keeper) { ln.queueLeave(name, id) })
+	ln.cfg.Owner.Post(func() { ln.queueLeave(name, id) })
 }
 
-// granted forgets waiter id, whose grant removed its registration in the
+// Granted forgets waiter id, whose grant removed its registration in the
 // grant's transaction: no statement is sent (one per contended Acquire
 // woken by NOTIFY, deleting nothing), unless a new connection made the
 // registrations again since it was recorded (reregister), which may have
 // come after the grant.
-func (ln *listener) granted(name, id string) {
-	ln.c.k.post(func(*keeper) {
+func (ln *Listener) Granted(name, id string) {
+	ln.cfg.Owner.Post(func() {
 		if lr, ok := ln.regs[id]; ok && lr.at != ln.remade {
 			ln.queueLeave(name, id)
 			return
@@ -689,8 +736,8 @@ func (ln *listener) granted(name, id string) {
 	})
 }
 
-// queueLeave is leave on the keeper's goroutine.
-func (ln *listener) queueLeave(name, id string) {
+// queueLeave is Leave on the Owner's goroutine.
+func (ln *Listener) queueLeave(name, id string) {
 	ln.forget(id)
 	ln.leaving = append(ln.leaving, waiterRef{name: name, id: id})
 	// run flushes the queue on each turn of its loop, and hands it to the
@@ -700,37 +747,37 @@ func (ln *listener) queueLeave(name, id string) {
 	}
 }
 
-// retryLeaving removes, after a keep-alive succeeded, the registrations
+// RetryLeaving removes, after a keep-alive succeeded, the registrations
 // whose removal failed: left queued until the client's next wait, a
 // registration of a wait given up kept its place at the head of the queue
 // as long as the client's session lived, and the lease was refused to
-// everyone behind it. On the keeper's goroutine.
-func (ln *listener) retryLeaving() {
+// everyone behind it. On the Owner's goroutine.
+func (ln *Listener) RetryLeaving() {
 	if len(ln.leaving) > 0 {
 		ln.drain()
 	}
 }
 
 // drain removes the queued registrations on the pool, in the background.
-// What fails stays queued for the next leave, connection or keep-alive
-// (retryLeaving); Close's sweep removes what is left.
-func (ln *listener) drain() {
-	ln.c.k.spawn(func() {
-		ctx, cancel := context.WithTimeout(ln.c.bg, ln.c.cfg.TTL)
+// What fails stays queued for the next Leave, connection or keep-alive
+// (RetryLeaving); Close's sweep removes what is left.
+func (ln *Listener) drain() {
+	ln.cfg.Owner.Spawn(func() {
+		ctx, cancel := context.WithTimeout(ln.cfg.Context, ln.cfg.TTL)
 		defer cancel()
-		if err := ln.flush(ctx, ln.c.pool); err != nil {
-			ln.c.log.Debug("pgbaton: removing waiter registrations failed", "error", err)
+		if err := ln.flush(ctx, ln.cfg.Pool); err != nil {
+			ln.cfg.Log.Debug("pgbaton: removing waiter registrations failed", "error", err)
 		}
 	})
 }
 
 // flush removes the queued registrations on conn (the LISTEN connection
 // or the pool); those it could not remove stay queued.
-func (ln *listener) flush(ctx context.Context, conn db.DBTX) error {
+func (ln *Listener) flush(ctx context.Context, conn db.DBTX) error {
 	var refs []waiterRef
 	ln.do(func() { refs, ln.leaving = ln.leaving, nil })
 	for i, w := range refs {
-		if err := ln.c.q.LeaseStopWaiting(ctx, conn, db.LeaseStopWaitingParams{Name: w.name, Waiter: w.id}); err != nil {
+		if err := ln.cfg.Queries.LeaseStopWaiting(ctx, conn, db.LeaseStopWaitingParams{Name: w.name, Waiter: w.id}); err != nil {
 			ln.do(func() { ln.leaving = append(refs[i:], ln.leaving...) })
 			return fmt.Errorf("leasetable: remove waiter registrations: %w", err)
 		}
@@ -738,11 +785,11 @@ func (ln *listener) flush(ctx context.Context, conn db.DBTX) error {
 	return nil
 }
 
-func (ln *listener) dispatch(n *pgconn.Notification) {
+func (ln *Listener) dispatch(n *pgconn.Notification) {
 	if n.Channel != notifyChannel {
 		return
 	}
-	ln.c.k.post(func(*keeper) {
+	ln.cfg.Owner.Post(func() {
 		if ch, ok := ln.probes[n.Payload]; ok {
 			close(ch)
 			delete(ln.probes, n.Payload)
@@ -753,17 +800,17 @@ func (ln *listener) dispatch(n *pgconn.Notification) {
 	})
 }
 
-// check proves the LISTEN connection, if started, delivers: it sends
+// Check proves the LISTEN connection, if started, delivers: it sends
 // payload through the pool and waits for it to come back. A connection can
 // look open and deliver nothing (a silent network, a stuck backend).
-func (ln *listener) check(ctx context.Context, payload string) error {
+func (ln *Listener) Check(ctx context.Context, payload string) error {
 	var got chan struct{}
 	var err error
 	ln.do(func() {
 		switch {
 		case ln.undelivered != nil:
 			err = fmt.Errorf("%w: %w; waiters poll every %s (set Config.ListenDSN to a direct connection)",
-				pgbaton.ErrDegraded, ln.undelivered, ln.c.cfg.PollInterval)
+				pgbaton.ErrDegraded, ln.undelivered, ln.cfg.PollInterval)
 		case !ln.started || ln.idle:
 			// Nothing listens, nothing to check.
 		default:
@@ -784,8 +831,8 @@ func (ln *listener) check(ctx context.Context, payload string) error {
 		return err
 	}
 	defer ln.do(func() { delete(ln.probes, payload) })
-	if err := ln.c.q.LeaseNotify(ctx, ln.c.pool, payload); err != nil {
-		return ln.c.dbError("notify for the LISTEN check", err)
+	if err := ln.cfg.Queries.LeaseNotify(ctx, ln.cfg.Pool, payload); err != nil {
+		return ln.cfg.DBError("notify for the LISTEN check", err)
 	}
 	select {
 	case <-got:
@@ -795,9 +842,9 @@ func (ln *listener) check(ctx context.Context, payload string) error {
 	}
 }
 
-// close stops run, once the keeper has stopped (Client.Close): what it
+// Close stops run, once the Owner has stopped (the client's Close): what it
 // set is read without asking.
-func (ln *listener) close() {
+func (ln *Listener) Close() {
 	if ln.stop != nil {
 		ln.stop()
 		<-ln.done
