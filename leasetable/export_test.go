@@ -25,12 +25,12 @@ func SetCloseGrace(t testing.TB, d time.Duration, stopped func()) {
 	t.Cleanup(func() { listener.CloseGrace, listener.Stopped = oldGrace, oldStopped })
 }
 
-// SetListenRetry makes the clients that t creates from now on wait d
-// between reconnections of their LISTEN connection unless a waiter kicks
-// it, until t ends.
-func SetListenRetry(t testing.TB, d time.Duration) {
+// SetListenRetry makes the clients that t creates from now on wait from
+// lo, doubling up to hi, between reconnections of their LISTEN connection
+// unless a waiter kicks it, until t ends.
+func SetListenRetry(t testing.TB, lo, hi time.Duration) {
 	old := listener.Retry
-	listener.Retry = backoff.Backoff{Min: d, Max: d}
+	listener.Retry = backoff.Backoff{Min: lo, Max: hi}
 	t.Cleanup(func() { listener.Retry = old })
 }
 

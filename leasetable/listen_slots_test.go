@@ -138,7 +138,9 @@ func TestNoListenConnectionWithoutFreeSlot(t *testing.T) {
 		Logger: logTo(waits)})
 	secondGot, secondLease := wait(second, "noconn/2")
 	<-waits
-	// Two seconds of waiting: the client asked for a slot at least twice.
+	// Two seconds of waiting: no LISTEN connection opens (the client asks
+	// for a slot only when a waiter subscribes), and the waiter is not
+	// served while the lease is held.
 	deadline := time.Now().Add(2 * time.Second)
 	for time.Now().Before(deadline) {
 		require.Zero(t, listenConns("noconn-second"), "a client opened a LISTEN connection although no slot was free")

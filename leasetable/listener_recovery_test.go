@@ -3,11 +3,14 @@ package leasetable_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net/url"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbaton/pgbaton"
@@ -89,7 +92,7 @@ func TestWaiterWokenAfterServerCrash(t *testing.T) {
 // test asks the connection itself (Check).
 func TestWaitAfterOutageReconnectsAtOnce(t *testing.T) {
 	const backoff = time.Minute
-	leasetable.SetListenRetry(t, backoff)
+	leasetable.SetListenRetry(t, backoff, backoff)
 	cl := pgtest.NewCluster(t, pgcluster.Config{NoFsync: true})
 	ctx := pgtest.Context(t, 2*time.Minute)
 	require.NoError(t, migrations.UpURL(ctx, cl.URL("postgres")))
@@ -260,4 +263,91 @@ func TestLateProbeIsProvedAgain(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the waiter was not woken by the release")
 	}
+}
+
+// A LISTEN connection that was up starts its reconnection backoff over: a
+// failure after an outage that grew the backoff is retried after
+// listener.Retry's minimum, not after the grown delay (during which
+// releases wake nobody). Read from the delay each retry logs, not timed.
+func TestListenRetryStartsOverAfterAConnection(t *testing.T) {
+	leasetable.SetListenRetry(t, 10*time.Millisecond, time.Minute)
+	ctx := pgtest.Context(t, time.Minute)
+	d := env.DB(t)
+	admin := d.Pool(t)
+	role := fmt.Sprintf("listen_retry_%d", time.Now().UnixNano())
+	for _, sql := range []string{
+		"CREATE ROLE " + role + " LOGIN PASSWORD 'listen' CONNECTION LIMIT 0",
+		"GRANT USAGE ON SCHEMA pgbaton TO " + role,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA pgbaton TO " + role,
+	} {
+		_, err := admin.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	t.Cleanup(func() {
+		_, _ = env.AdminPool().Exec(context.Background(), "DROP OWNED BY "+role+"; DROP ROLE IF EXISTS "+role)
+	})
+	u, err := url.Parse(d.URL)
+	require.NoError(t, err)
+	u.User = url.UserPassword(role, "listen")
+
+	retries := make(chan time.Duration, 1000)
+	c := newClient(t, d.Pool(t), leasetable.Config{Owner: "retry-waiter", TTL: time.Minute, ListenDSN: u.String(),
+		Logger: slog.New(retryLog{retries})})
+	holder := newClient(t, d.Pool(t), leasetable.Config{Owner: "retry-holder", TTL: time.Minute})
+	held, err := holder.TryAcquire(ctx, "retry")
+	require.NoError(t, err)
+	got := acquireThenRelease(ctx, c, "retry")
+	// The role may not connect: the backoff grows (10, 20, 40, ... ms).
+	var last time.Duration
+	for range 6 {
+		select {
+		case last = <-retries:
+		case <-ctx.Done():
+			t.Fatal("the LISTEN connection was not retried")
+		}
+	}
+	require.Greater(t, last, 200*time.Millisecond, "the sixth retry's delay")
+
+	_, err = admin.Exec(ctx, "ALTER ROLE "+role+" CONNECTION LIMIT -1")
+	require.NoError(t, err)
+	listening := func() int {
+		return pgtest.Count(t, admin, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgbaton lease listener retry-waiter'")
+	}
+	pgtest.Eventually(t, 30*time.Second, func() (bool, error) { return listening() == 1, nil }, "the LISTEN connection is up")
+	pgtest.Eventually(t, 30*time.Second, func() (bool, error) { return c.Check(ctx) == nil, nil },
+		"the LISTEN connection delivers")
+	for len(retries) > 0 {
+		<-retries // logged before it connected
+	}
+	require.Equal(t, 1, pgtest.Count(t, admin, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'pgbaton lease listener retry-waiter'"))
+	select {
+	case d := <-retries:
+		assert.Less(t, d, 100*time.Millisecond, "the retry after a connection that was up")
+	case <-ctx.Done():
+		t.Fatal("the LISTEN connection was not retried")
+	}
+	require.NoError(t, held.Release(ctx))
+	require.NoError(t, <-got)
+}
+
+// retryLog sends the delay of each "reconnecting" line to ch.
+type retryLog struct{ ch chan<- time.Duration }
+
+func (h retryLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h retryLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h retryLog) WithGroup(string) slog.Handler            { return h }
+func (h retryLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "pgbaton: lease LISTEN connection failed; reconnecting" {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "in" {
+			select {
+			case h.ch <- a.Value.Duration():
+			default:
+			}
+		}
+		return a.Key != "in"
+	})
+	return nil
 }

@@ -361,12 +361,18 @@ func (ln *Listener) run(ctx context.Context) {
 			ln.wake("", true) // waiters that counted on it poll from now on
 			return
 		}
+		var wasUp bool
 		ln.do(func() {
 			ln.lastErr = err
-			if ln.down.IsZero() {
+			if wasUp = ln.down.IsZero(); wasUp {
 				ln.down = time.Now()
 			}
 		})
+		if wasUp {
+			// A connection that was up (or the first try) starts the
+			// backoff over: an outage long ago must not slow this one.
+			retry.Reset()
+		}
 		// What the connection left is removed on the pool: one down for
 		// long must not hold back the turns of the queues those waiters
 		// left. The next connection makes again only the registrations of
