@@ -198,9 +198,9 @@ type Callbacks = pgbaton.Callbacks
 // the term is resigned once OnStartedLeading returns. It returns the
 // context's cause when ctx ends, or at once for errors retrying cannot fix
 // (bad input, client closed, schema, standby, unsupported server). A term
-// granted just as ctx ended is given back in the background, within
-// ReleaseTimeout (Close waits for it). The loop is the one advisory's
-// Campaign runs.
+// granted just as ctx ended is given back in the background, as the grant
+// of an Acquire given up is (Close waits for it). The loop is the one
+// advisory's Campaign runs.
 func (c *Client) Campaign(ctx context.Context, name, value string, cb Callbacks) error {
 	return c.CampaignWith(ctx, name, value, cb)
 }
