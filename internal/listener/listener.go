@@ -47,16 +47,22 @@ type Config struct {
 	Queries *db.Queries
 	Log     *slog.Logger
 	// Client is the client's owner, in the connection's application_name;
-	// the others are its Config's fields of the same names.
+	// the five below are the client's Config fields of the same names.
 	Client            string
 	ListenDSN         string
 	ListenSlots       int
 	NoListen          bool
 	PollInterval, TTL time.Duration
-	CheckOpen         func() error // ErrClosed once the client closed
-	DBError           func(op string, err error) error
-	NewID             func(kind string) string // a payload no other waiter or probe uses
-	SlotFree          func(ctx context.Context) (bool, error)
+
+	// CheckOpen returns ErrClosed once the client closed.
+	CheckOpen func() error
+	// DBError is the client's error for a failed statement op.
+	DBError func(op string, err error) error
+	// NewID returns a payload of kind that no waiter or probe used.
+	NewID func(kind string) string
+	// SlotFree asks the server whether a listen slot is free, on the pool,
+	// returning when ctx ends although the statement runs on.
+	SlotFree func(ctx context.Context) (bool, error)
 }
 
 // notifyChannel is the channel pgbaton.notify_waiters notifies, with the
