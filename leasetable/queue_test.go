@@ -559,22 +559,13 @@ func TestWaitGivenUpLeavesTheQueueAfterAFailedRemoval(t *testing.T) {
 // statement per contended Acquire that deleted nothing. It still sends one
 // when a new LISTEN connection may have made its registration again.
 func TestGrantedWaiterSendsNoRemoval(t *testing.T) {
-	d := env.DB(t)
-	sent := &statementCounter{}
-	pool := d.Pool(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = sent })
-	ctx := pgtest.Context(t, time.Minute)
-	holder := newClient(t, d.Pool(t), leasetable.Config{Owner: "holder", TTL: time.Minute})
-	held, err := holder.TryAcquire(ctx, "granted")
-	require.NoError(t, err)
-	w := newClient(t, pool, leasetable.Config{Owner: "granted-waiter", TTL: time.Minute})
-	got := acquireThenRelease(ctx, w, "granted")
-	queued(t, ctx, pool, "granted", 1)
-	require.NoError(t, held.Release(ctx))
-	require.NoError(t, <-got)
+	g := queueGrantedWaiter(t, "granted")
+	require.NoError(t, g.held.Release(g.ctx))
+	require.NoError(t, <-g.got)
 
 	// The LISTEN connection sends the removals queued before it stops
 	// listening (UNLISTEN), on the same connection, in order.
-	count := func(s string) int { return countContaining(sent.snapshot(), s) }
+	count := g.count
 	pgtest.Eventually(t, 30*time.Second, func() (bool, error) { return count("UNLISTEN pgbaton_lease") > 0, nil },
 		"the LISTEN connection stops listening once nobody waits")
 	assert.Zero(t, count("stop_waiting("), "statements sent to leave the queue after the grant")
@@ -586,30 +577,50 @@ func TestGrantedWaiterSendsNoRemoval(t *testing.T) {
 // but a registration made again after it would queue the waiter anew, and
 // the client cannot tell which came first.
 func TestGrantedWaiterRemovesARegistrationMadeAgain(t *testing.T) {
-	d := env.DB(t)
-	sent := &statementCounter{}
-	pool := d.Pool(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = sent })
-	ctx := pgtest.Context(t, time.Minute)
-	holder := newClient(t, d.Pool(t), leasetable.Config{Owner: "holder", TTL: time.Minute})
-	held, err := holder.TryAcquire(ctx, "remade")
-	require.NoError(t, err)
-	w := newClient(t, pool, leasetable.Config{Owner: "remade-waiter", TTL: time.Minute})
-	got := acquireThenRelease(ctx, w, "remade")
-	queued(t, ctx, pool, "remade", 1)
-	count := func(s string) int { return countContaining(sent.snapshot(), s) }
+	g := queueGrantedWaiter(t, "remade")
+	ctx, pool, count := g.ctx, g.pool, g.count
 	require.Equal(t, 1, count("wait_for("), "registrations")
 
 	// A new LISTEN connection makes the registration again.
-	require.Equal(t, 1, pgtest.Count(t, d.Pool(t), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+	require.Equal(t, 1, pgtest.Count(t, g.d.Pool(t), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 		WHERE application_name = 'pgbaton lease listener remade-waiter'`))
 	pgtest.Eventually(t, 30*time.Second, func() (bool, error) { return count("wait_for(") == 2, nil },
 		"the new LISTEN connection registers the waiter again")
 	queued(t, ctx, pool, "remade", 1)
-	require.NoError(t, held.Release(ctx))
-	require.NoError(t, <-got)
+	require.NoError(t, g.held.Release(ctx))
+	require.NoError(t, <-g.got)
 
 	pgtest.Eventually(t, 30*time.Second, func() (bool, error) { return count("UNLISTEN pgbaton_lease") > 0, nil },
 		"the LISTEN connection stops listening once nobody waits")
 	assert.Equal(t, 1, count("stop_waiting("), "removals sent after the grant")
 	queued(t, ctx, pool, "remade", 0)
+}
+
+// grantedWaiter is a listening waiter (owner name+"-waiter") queued for
+// lease name, which another client holds (held); got says how its
+// Acquire-then-Release ended, and count counts the statements its pool
+// and LISTEN connection sent that contain a string.
+type grantedWaiter struct {
+	d     *pgtest.DB
+	pool  *pgxpool.Pool
+	ctx   context.Context
+	held  *leasetable.Lease
+	got   <-chan error
+	count func(string) int
+}
+
+func queueGrantedWaiter(t *testing.T, name string) grantedWaiter {
+	t.Helper()
+	d := env.DB(t)
+	sent := &statementCounter{}
+	pool := d.Pool(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = sent })
+	ctx := pgtest.Context(t, time.Minute)
+	holder := newClient(t, d.Pool(t), leasetable.Config{Owner: "holder", TTL: time.Minute})
+	held, err := holder.TryAcquire(ctx, name)
+	require.NoError(t, err)
+	w := newClient(t, pool, leasetable.Config{Owner: name + "-waiter", TTL: time.Minute})
+	got := acquireThenRelease(ctx, w, name)
+	queued(t, ctx, pool, name, 1)
+	return grantedWaiter{d: d, pool: pool, ctx: ctx, held: held, got: got,
+		count: func(s string) int { return countContaining(sent.snapshot(), s) }}
 }
