@@ -24,8 +24,9 @@ import (
 // connection's state (internal/listener, through listenOwner). Others
 // talk to it through its mailbox (post: a message is a function it
 // runs); its round trips run on goroutines of their own (spawn) that
-// report back by message, so it never waits on the database. Session deadlines and states, and a Lease's
-// status, are atomics that callers read without asking.
+// report back by message, so it never waits on the database. Session
+// deadlines and states, and a Lease's status, are atomics that callers
+// read without asking.
 //
 // The package's one mutex, keeper.mu, is a leaf (nothing is called or
 // locked under it): it guards the mailbox, and closed, as enter counts
