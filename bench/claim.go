@@ -102,7 +102,7 @@ func (e *env) claimScenario(batch, backlog int, deep *backlogs) *scenario {
 			"items/s = items completed ÷ time taken. ", backlog, e.rows, claimWorkers, e.rows, deepCap)
 	}
 	sc.note += fmt.Sprintf("pgbaton: Register, Claim(group, %d), then CompleteAndClaim: the finished batch and the next claim in one "+
-		"round trip and one commit; calls of the 4 workers that arrive while one is on the wire go together in the next, up to "+
+		"round trip and one commit; calls of the 4 workers that arrive while two are on the wire go together in the next, up to "+
 		"100 leases claimed. raw pgx: the SQL pgbaton sends, with the same arguments, as one pipelined batch: pgbaton.complete_many "+
 		"and pgbaton.claim bound to a lease session and a request id. River: a client with "+
 		"MaxWorkers %d and a no-op worker, FetchCooldown 1 ms, FetchPollInterval 10 ms; ends at the %d-th "+

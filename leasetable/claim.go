@@ -189,8 +189,8 @@ func (c *Client) complete(ctx context.Context, cb *completion) error {
 // Concurrent calls of one Client on the same group are sent together:
 // the finished leases of all of them complete, and the sum of their counts
 // is claimed, in one round trip and one commit, each caller getting its
-// own leases, up to its n. A call that finds none of them in flight is
-// sent at once; while one round trip is in flight, the calls that arrive
+// own leases, up to its n. A call that finds fewer than two of them in
+// flight is sent at once; while two are in flight, the calls that arrive
 // go together in the next. A failed round trip fails every call in it.
 //
 // The effects of done were committed before this call: a worker killed

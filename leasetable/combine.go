@@ -10,17 +10,18 @@ import (
 // Concurrent CompleteAndClaim calls of one client on one group are sent
 // together: one round trip and one transaction complete every caller's
 // finished leases and claim the sum of their counts, and each caller gets
-// its own share of the claimed leases. While a round trip of the group is
-// in flight, the calls that arrive wait to go together in the next, up to
-// combineMax leases claimed in all; once that many wait, another round
-// trip goes at once, beside the first. A call that finds none in flight
-// is sent at once, so a lone worker waits for nothing. This is what
-// River's completer does for its workers: at batch 1, a commit per item
-// made 4 workers slower than River on a server whose commits are slow
-// (TestConcurrentCompleteAndClaimShareARoundTrip). Large calls are not
-// held back: with one round trip at a time, 4 workers claiming 100 each
-// ran their statements one after another on one server core, where raw
-// pgx runs four at once (TestLargeCompleteAndClaimCallsOverlap).
+// its own share of the claimed leases. Up to combineSenders round trips of
+// a group are in flight at once; the calls that arrive meanwhile wait to
+// go together in the next, up to combineMax leases claimed in all; once
+// that many wait, another round trip goes at once, beside the others. A
+// call that finds a sender free is sent at once, so a lone worker waits
+// for nothing. This is what River's completer does for its workers: at
+// batch 1, a commit per item made 4 workers slower than River on a server
+// whose commits are slow (TestConcurrentCompleteAndClaimShareARoundTrip).
+// Large calls are not held back: with one round trip at a time, 4 workers
+// claiming 100 each ran their statements one after another on one server
+// core, where raw pgx runs four at once
+// (TestLargeCompleteAndClaimCallsOverlap).
 //
 // Each call goes through inFlight like any statement that may grant
 // leases: a caller whose context ends returns at once, and when the reply
@@ -47,6 +48,15 @@ type combinedReply struct {
 // cost, and the calls gain more from running beside each other.
 const combineMax = 100
 
+// combineSenders is how many round trips of a group are in flight at
+// once (unless combineMax leases wait): one left a server core idle while
+// it was on the wire. 4 workers on a 2-core AMD EPYC host, two interleaved
+// rounds of 5 runs, pgbaton ÷ raw pgx with one and with two: batch 1,
+// 0.96-0.97 and 1.36-1.44; batch 10, 0.87-1.02 and 0.99-1.14; batch 10
+// with 1M items queued, 0.68-0.76 and 1.01-1.23
+// (TestSmallCompleteAndClaimCallsOverlap).
+const combineSenders = 2
+
 // combiner is the calls queued per group, owned by the keeper.
 type combiner struct {
 	pending map[string][]*combined // by group
@@ -54,11 +64,11 @@ type combiner struct {
 }
 
 // completeAndClaimCombined queues call for group and returns its part of
-// the reply. When no sender runs for group, or the calls queued claim
-// combineMax leases, it sends a round trip itself (call is among those
-// taken, waits for the next, or went with another sender's), then leaves
-// what is queued to a sender of its own. Calls still queued when the
-// client closes get pgbaton.ErrClosed from Close.
+// the reply. When fewer than combineSenders senders run for group, or the
+// calls queued claim combineMax leases, it sends a round trip itself (call
+// is among those taken, waits for the next, or went with another
+// sender's), then leaves what is queued to a sender of its own. Calls
+// still queued when the client closes get pgbaton.ErrClosed from Close.
 func (c *Client) completeAndClaimCombined(group string, call *combined) combinedReply {
 	var start bool
 	if !c.k.ask(func(k *keeper) { start = k.cc.queue(group, call) }) {
@@ -88,7 +98,7 @@ func (cc *combiner) queue(group string, call *combined) bool {
 	for _, q := range cc.pending[group] {
 		queued += q.n
 	}
-	start := cc.sending[group] == 0 || queued >= combineMax
+	start := cc.sending[group] < combineSenders || queued >= combineMax
 	if start {
 		cc.sending[group]++
 	}

@@ -71,3 +71,10 @@ func SetUndeliveredRetry(t testing.TB, d time.Duration) {
 	listener.UndeliveredRetry = d
 	t.Cleanup(func() { listener.UndeliveredRetry = old })
 }
+
+// CombinedQueued counts the CompleteAndClaim calls of c queued for group,
+// waiting for a round trip.
+func CombinedQueued(c *Client, group string) (n int) {
+	c.k.ask(func(k *keeper) { n = len(k.cc.pending[group]) })
+	return n
+}
