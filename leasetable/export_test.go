@@ -78,3 +78,14 @@ func CombinedQueued(c *Client, group string) (n int) {
 	c.k.ask(func(k *keeper) { n = len(k.cc.pending[group]) })
 	return n
 }
+
+// KeeperHeld counts the leases c's keeper keeps for its session, ended
+// ones it has not dropped yet included.
+func KeeperHeld(c *Client) (n int) {
+	c.k.ask(func(k *keeper) { n = len(k.held) })
+	return n
+}
+
+// KeeperPruneMin is how many leases the keeper keeps, ended ones
+// included, before it drops the ended ones.
+const KeeperPruneMin = pruneMin
