@@ -880,6 +880,16 @@ END $$;
 
 -- held_grants returns which of the grants (p_names, p_tokens) p_owner
 -- still has a row for: what a failed complete_tx did not take over.
+--
+-- Here and in every function given grants as (names, tokens) arrays, the
+-- rows are matched as two sets, l.name = ANY (names) AND l.token = ANY
+-- (tokens), which is exact (a token is drawn for one grant of one name),
+-- rather than by joining the arrays unnested: the plan, made once per
+-- connection, is then an index scan of the names whatever the statistics
+-- said when it was made. The join, planned while the table was empty and
+-- vacuumed (a drained queue), hashed the arrays and read every row of the
+-- table on every call for the connection's life
+-- (TestLeaseArraysReadOnlyTheirRows).
 CREATE FUNCTION pgbaton.held_grants(p_names text[], p_tokens bigint[], p_owner text)
 RETURNS SETOF text
 LANGUAGE plpgsql STABLE
@@ -888,9 +898,8 @@ SET plan_cache_mode = force_generic_plan
 AS $$
 BEGIN
     RETURN QUERY
-    SELECT l.name FROM pgbaton.lease l JOIN unnest(p_names, p_tokens) AS g(name, token)
-        ON l.name = g.name AND l.token = g.token
-     WHERE l.owner = p_owner;
+    SELECT l.name FROM pgbaton.lease l
+     WHERE l.name = ANY (p_names) AND l.token = ANY (p_tokens) AND l.owner = p_owner;
 END $$;
 
 -- waiters_ahead is how many live waiters of p_name (a lease or a group)
@@ -1632,8 +1641,7 @@ BEGIN
 END $$;
 
 -- release_many frees the leases of p_owner named in p_names, each guarded
--- by its token like release (matching the names and tokens as two sets is
--- exact: every token is granted to one row only), and returns the names
+-- by its token like release, and returns the names
 -- freed, each with whether anyone waits for it or its group: the caller
 -- passes those to notify_waiters once this has committed. Clients give
 -- back many leases at once with it (Close, a grant whose caller gave up).
@@ -1663,8 +1671,7 @@ BEGIN
         WITH k AS (
             UPDATE pgbaton.lease l
                SET expires_at = pgbaton.unbound_expiry(l.expires_at, l.session_id, l.lock_delay_ms), session_id = NULL
-              FROM unnest(p_names, p_tokens) AS g(name, token)
-             WHERE l.name = g.name AND l.token = g.token AND l.owner = p_owner
+             WHERE l.name = ANY (p_names) AND l.token = ANY (p_tokens) AND l.owner = p_owner
                AND l.lock_delay_ms > 0 AND l.name = ANY (lost)
             RETURNING l.name)
         SELECT array_agg(k.name) INTO delayed FROM k;
@@ -1672,8 +1679,7 @@ BEGIN
     WITH r AS (
         UPDATE pgbaton.lease l
            SET owner = NULL, expires_at = NULL, session_id = NULL
-          FROM unnest(p_names, p_tokens) AS g(name, token)
-         WHERE l.name = g.name AND l.token = g.token AND l.owner = p_owner
+         WHERE l.name = ANY (p_names) AND l.token = ANY (p_tokens) AND l.owner = p_owner
            AND NOT (l.name = ANY (coalesce(delayed, '{}')))
         RETURNING l.name, l.lease_group)
     SELECT array_agg(r.name), array_agg(r.lease_group)
@@ -1698,11 +1704,8 @@ END $$;
 -- claimable at once rather than when its session ends) or 'busy' (its row
 -- is still locked: the transaction is still open; ask again later).
 --
--- Each rolled-back lease goes back with its own token: release_many pairs
--- names and tokens by position, so the names locked here are passed with
--- their tokens (passing them beside every token given paired the others
--- with the wrong tokens when one lease of the batch was gone or locked:
--- they freed nothing and stayed 'busy' until their session died).
+-- Each rolled-back lease goes back with its own token: only the names
+-- locked here are passed to release_many, each with its token.
 CREATE FUNCTION pgbaton.settle_many(p_names text[], p_tokens bigint[], p_owner text)
 RETURNS TABLE (name text, state text)
 LANGUAGE plpgsql
@@ -1716,14 +1719,12 @@ DECLARE
     freed     text[];
 BEGIN
     present := ARRAY(
-        SELECT l.name FROM pgbaton.lease l JOIN unnest(p_names, p_tokens) AS g(name, token)
-            ON l.name = g.name AND l.token = g.token
-         WHERE l.owner = p_owner);
+        SELECT l.name FROM pgbaton.lease l
+         WHERE l.name = ANY (p_names) AND l.token = ANY (p_tokens) AND l.owner = p_owner);
     SELECT coalesce(array_agg(u.name ORDER BY u.name), '{}'), coalesce(array_agg(u.token ORDER BY u.name), '{}')
       INTO un_names, un_tokens
-      FROM (SELECT l.name, l.token FROM pgbaton.lease l JOIN unnest(p_names, p_tokens) AS g(name, token)
-                ON l.name = g.name AND l.token = g.token
-             WHERE l.owner = p_owner AND l.name = ANY (present)
+      FROM (SELECT l.name, l.token FROM pgbaton.lease l
+             WHERE l.name = ANY (present) AND l.token = ANY (p_tokens) AND l.owner = p_owner
                FOR UPDATE OF l SKIP LOCKED) u;
     freed := ARRAY(SELECT r.name FROM pgbaton.release_many(un_names, un_tokens, p_owner) r);
     RETURN QUERY
@@ -1769,10 +1770,10 @@ DECLARE
     done   text[];
     groups text[];
 BEGIN
+    -- Matched as two sets: see held_grants.
     WITH gone AS (
         DELETE FROM pgbaton.lease l
-         USING unnest(p_names, p_tokens) AS g(name, token)
-         WHERE l.name = g.name AND l.token = g.token AND l.owner = p_owner
+         WHERE l.name = ANY (p_names) AND l.token = ANY (p_tokens) AND l.owner = p_owner
         RETURNING l.name, l.lease_group)
     SELECT array_agg(g.name), array_agg(DISTINCT g.lease_group) FILTER (WHERE g.lease_group IS NOT NULL)
       INTO done, groups FROM gone g;
@@ -1806,8 +1807,7 @@ BEGIN
     END IF;
     WITH gone AS (
         DELETE FROM pgbaton.lease l
-         USING unnest(p_names, p_tokens) AS g(name, token)
-         WHERE l.name = g.name AND l.token = g.token AND l.owner = p_owner
+         WHERE l.name = ANY (p_names) AND l.token = ANY (p_tokens) AND l.owner = p_owner
         RETURNING l.name, l.lease_group)
     SELECT (SELECT array_agg(n ORDER BY n) FROM unnest(p_names) n WHERE n NOT IN (SELECT g.name FROM gone g)),
            (SELECT array_agg(DISTINCT g.lease_group) FROM gone g WHERE g.lease_group IS NOT NULL)
