@@ -1062,8 +1062,17 @@ BEGIN
             expires_at := free_at; lock_delay_until := free_at; db_now := clock_timestamp();
             RETURN;
         END IF;
-        -- Free or expired, and locked: grant it.
-        EXIT WHEN locked AND present;
+        -- Free or expired, and locked: grant it, unless a waiter ahead
+        -- registered since the look. wait_for locks the row to share, so
+        -- a registration is either seen here (it committed before this
+        -- lock) or comes after this grant's commit and sees the grant.
+        IF locked AND present THEN
+            ahead := pgbaton.waiters_ahead(p_name, p_waiter);
+            EXIT WHEN ahead = 0;
+            acquired := false; token := cur.token; holder := NULL;
+            db_now := clock_timestamp(); expires_at := db_now + p_ttl_ms * interval '1 millisecond';
+            RETURN;
+        END IF;
         -- Free or expired: not granted during a failover grace (before any
         -- row is made or locked). Attempts on live leases skip this.
         IF epoch IS NULL THEN
