@@ -1062,17 +1062,6 @@ BEGIN
             expires_at := free_at; lock_delay_until := free_at; db_now := clock_timestamp();
             RETURN;
         END IF;
-        -- Free or expired, and locked: grant it, unless a waiter ahead
-        -- registered since the look. wait_for locks the row to share, so
-        -- a registration is either seen here (it committed before this
-        -- lock) or comes after this grant's commit and sees the grant.
-        IF locked AND present THEN
-            ahead := pgbaton.waiters_ahead(p_name, p_waiter);
-            EXIT WHEN ahead = 0;
-            acquired := false; token := cur.token; holder := NULL;
-            db_now := clock_timestamp(); expires_at := db_now + p_ttl_ms * interval '1 millisecond';
-            RETURN;
-        END IF;
         -- Free or expired: not granted during a failover grace (before any
         -- row is made or locked). Attempts on live leases skip this.
         IF epoch IS NULL THEN
@@ -1083,12 +1072,18 @@ BEGIN
             expires_at := grace; grace_until := grace; db_now := clock_timestamp();
             RETURN;
         END IF;
+        -- Asked at the look and again once the row is locked: wait_for
+        -- locks the row to share, so a registration made since the look
+        -- is either seen the second time (it committed before this lock)
+        -- or comes after this grant's commit and sees the grant.
         ahead := pgbaton.waiters_ahead(p_name, p_waiter);
         IF ahead > 0 THEN
             acquired := false; token := coalesce(cur.token, 0); holder := NULL;
             db_now := clock_timestamp(); expires_at := db_now + p_ttl_ms * interval '1 millisecond';
             RETURN;
         END IF;
+        -- Free or expired, and locked: grant it.
+        EXIT WHEN locked AND present;
         IF NOT present THEN
             INSERT INTO pgbaton.lease (name) VALUES (p_name) ON CONFLICT (name) DO NOTHING;
         END IF;
@@ -1650,9 +1645,9 @@ BEGIN
 END $$;
 
 -- release_many frees the leases of p_owner named in p_names, each guarded
--- by its token like release, and returns the names
--- freed, each with whether anyone waits for it or its group: the caller
--- passes those to notify_waiters once this has committed. Clients give
+-- by its token like release, and returns the names freed, each with
+-- whether anyone waits for it or its group: the caller passes those to
+-- notify_waiters once this has committed. Clients give
 -- back many leases at once with it (Close, a grant whose caller gave up).
 -- The waiters of the whole batch are looked up once, not row by row.
 --
