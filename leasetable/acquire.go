@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/session"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
 )
 
@@ -44,7 +45,7 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte, wait
 	defer c.k.unuse()
 	// The request id makes the attempt safe to send again after a broken
 	// connection: a repeat finds the grant the first one made.
-	p := db.LeaseAttemptParams{Name: name, Owner: c.cfg.Owner, TtlMs: c.ttlMs, Metadata: metadata, Session: s.param(), Ref: newRef(), Waiter: w.param(), LockDelayMs: c.cfg.lockDelayMs(),
+	p := db.LeaseAttemptParams{Name: name, Owner: c.cfg.Owner, TtlMs: c.ttlMs, Metadata: metadata, Session: s.Param(), Ref: newRef(), Waiter: w.param(), LockDelayMs: c.cfg.lockDelayMs(),
 		Rank: w.rankParam(), Polls: w.polls()}
 	row, err := grant(c, ctx, s, p.Ref, w, "acquire "+name, func(ctx context.Context) (db.LeaseAttemptRow, error) {
 		return c.q.LeaseAttempt(ctx, c.pool, p)
@@ -66,7 +67,7 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte, wait
 // session s, records each as an acquired attempt and has the keeper keep
 // them. If the client closed while they were in flight, they are given
 // back at once and it returns pgbaton.ErrClosed.
-func (c *Client) track(group string, rows []db.LeaseClaimRow, s *session, start, waitStart time.Time) ([]*Lease, error) {
+func (c *Client) track(group string, rows []db.LeaseClaimRow, s *session.Session, start, waitStart time.Time) ([]*Lease, error) {
 	leases := make([]*Lease, len(rows))
 	for i, r := range rows {
 		leases[i] = newLease(c, r.Name, group, r.Token, s, r.ExpiresAt, start)
@@ -188,7 +189,7 @@ func sendOrAbandon[T any](c *Client, ctx context.Context, send func(context.Cont
 // waiter that is not queued at the end of the queue (requeue), so one that
 // comes back after its caller gave up may have queued the waiter again
 // after the caller's stop removed it: it is removed once more then.
-func grant[T any](c *Client, ctx context.Context, s *session, ref pgtype.UUID, w *waiting, op string, send func(context.Context) (T, error), granted func(T) bool) (T, error) {
+func grant[T any](c *Client, ctx context.Context, s *session.Session, ref pgtype.UUID, w *waiting, op string, send func(context.Context) (T, error), granted func(T) bool) (T, error) {
 	c.k.using.Add(1)
 	v, gaveUp, err := sendOrAbandon(c, ctx, func(ctx context.Context) (v T, err error) {
 		err = c.retry(ctx, true, func(ctx context.Context) (err error) {
@@ -231,10 +232,10 @@ func ctxErr(ctx context.Context) error {
 // its reply was lost or its caller gave up without knowing the tokens.
 // ctx bounds it: ReleaseTimeout in the keeper's queue, Close's own bound
 // at Close.
-func (c *Client) releaseRef(ctx context.Context, s *session, ref pgtype.UUID) error {
+func (c *Client) releaseRef(ctx context.Context, s *session.Session, ref pgtype.UUID) error {
 	var freed []string
 	err := c.retry(ctx, true, func(ctx context.Context) (err error) {
-		freed, err = c.q.LeaseReleaseRef(ctx, c.pool, db.LeaseReleaseRefParams{Owner: c.cfg.Owner, Session: s.id, Ref: ref})
+		freed, err = c.q.LeaseReleaseRef(ctx, c.pool, db.LeaseReleaseRefParams{Owner: c.cfg.Owner, Session: s.ID, Ref: ref})
 		return err
 	})
 	c.notifyWaiters(ctx, freed)

@@ -69,7 +69,7 @@ func (c *Client) overdue() (n int, out []string) {
 		if s == nil {
 			return
 		}
-		since := time.Since(s.renewedAt)
+		since := time.Since(s.RenewedAt)
 		if since <= limit {
 			return
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/pgerr"
+	"github.com/pgbaton/pgbaton/internal/session"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
 )
 
@@ -125,7 +126,7 @@ func (c *Client) claim(ctx context.Context, group string, n int, waitStart time.
 	defer c.k.unuse()
 	// Sent again after a broken connection with Retry set, the claim
 	// returns what the first one granted instead of claiming more.
-	p := db.LeaseClaimParams{LeaseGroup: group, Owner: c.cfg.Owner, N: int32(n), TtlMs: c.ttlMs, Session: s.param(), Ref: newRef(),
+	p := db.LeaseClaimParams{LeaseGroup: group, Owner: c.cfg.Owner, N: int32(n), TtlMs: c.ttlMs, Session: s.Param(), Ref: newRef(),
 		Waiter: w.param(), Fair: fair}
 	rows, err := grant(c, ctx, s, p.Ref, w, "claim from "+group, func(ctx context.Context) ([]db.LeaseClaimRow, error) {
 		rows, err := c.q.LeaseClaim(ctx, c.pool, p)
@@ -261,7 +262,7 @@ type completeAndClaimReply struct {
 // completeAndClaim sends complete_many and claim in one batch: one round
 // trip, one implicit transaction up to the batch's Sync, so a failed claim
 // undoes the completions.
-func (c *Client) completeAndClaim(ctx context.Context, p db.LeaseCompleteManyParams, group string, n int, s *session, ref pgtype.UUID) (completeAndClaimReply, error) {
+func (c *Client) completeAndClaim(ctx context.Context, p db.LeaseCompleteManyParams, group string, n int, s *session.Session, ref pgtype.UUID) (completeAndClaimReply, error) {
 	var r completeAndClaimReply
 	b := &pgx.Batch{}
 	b.Queue(db.LeaseCompleteManySQL, p.Names, p.Tokens, p.Owner).Query(func(rows pgx.Rows) error {
@@ -269,7 +270,7 @@ func (c *Client) completeAndClaim(ctx context.Context, p db.LeaseCompleteManyPar
 		r.deleted, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		return err
 	})
-	b.Queue(db.LeaseClaimSQL, group, c.cfg.Owner, int32(n), c.ttlMs, s.param(), ref, false, pgtype.Text{}, false).Query(func(rows pgx.Rows) error {
+	b.Queue(db.LeaseClaimSQL, group, c.cfg.Owner, int32(n), c.ttlMs, s.Param(), ref, false, pgtype.Text{}, false).Query(func(rows pgx.Rows) error {
 		var err error
 		r.claimed, err = scanClaimed(rows, n)
 		return err

@@ -18,6 +18,7 @@ import (
 	"github.com/pgbaton/pgbaton/internal/listener"
 	"github.com/pgbaton/pgbaton/internal/schema"
 	"github.com/pgbaton/pgbaton/internal/serverkind"
+	"github.com/pgbaton/pgbaton/internal/session"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
 )
 
@@ -187,7 +188,7 @@ func (c *Client) Close(ctx context.Context) error {
 	}
 	// Last, as release_ref finds grants by their session: its row deleted,
 	// leases not given back keep only their own expiry.
-	if s := left.sess; s != nil && s.state.CompareAndSwap(sessionAlive, sessionClosed) {
+	if s := left.sess; s != nil && s.State.CompareAndSwap(session.Alive, session.Closed) {
 		if err := c.closeSessionRow(ctx, s); err != nil && !errors.Is(err, context.Canceled) {
 			errs = append(errs, c.dbError("close lease session", err))
 		}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/session"
 )
 
 // Concurrent CompleteAndClaim calls of one client on one group are sent
@@ -37,7 +38,7 @@ type combined struct {
 
 // combinedReply is a caller's part of the reply.
 type combinedReply struct {
-	s       *session
+	s       *session.Session
 	deleted []string // every caller's completed names (each looks up its own)
 	claimed []db.LeaseClaimRow
 	err     error

@@ -12,12 +12,14 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/session"
 )
 
 // keeper is a client's one owner of what its goroutines share, as etcd's
 // Session and River's elector own theirs: one goroutine (run) owns the
-// lease session (session.go), the leases held (carried by the session, or
-// loose: held by their own deadline once it ended) with one timer for
+// lease session (internal/session, opened and kept alive in session.go),
+// the leases held (carried by the session, or loose: held by their own
+// deadline once it ended) with one timer for
 // every deadline, the queue of things to give back, the CompleteTx
 // completions whose transaction's end it has yet to learn (settle), the
 // CompleteAndClaim calls queued per group (combine.go), and the LISTEN
@@ -46,13 +48,13 @@ type keeper struct {
 
 	// cur is the session new grants bind to (nil: none yet, or it ended);
 	// stored by the keeper, read by grants without asking.
-	cur atomic.Pointer[session]
+	cur atomic.Pointer[session.Session]
 	// using counts the session's uses without a lease, from sessionFor to
 	// unuse: grants on their way and waiters.
 	using atomic.Int64
 
 	// Owned by the keeper's goroutine.
-	sess     *session
+	sess     *session.Session
 	opening  *opening
 	held     map[*Lease]struct{}   // carried by sess
 	loose    map[*Lease]struct{}   // held by their own deadline: their session ended
@@ -72,7 +74,7 @@ type keeper struct {
 // grantRef is a request whose grants are to be given back by its id: its
 // reply was lost, or its caller gave up.
 type grantRef struct {
-	s   *session
+	s   *session.Session
 	ref pgtype.UUID
 }
 
@@ -146,16 +148,16 @@ func (k *keeper) tick(now time.Time) {
 	next := now.Add(time.Hour)
 	if s := k.sess; s != nil {
 		switch {
-		case !now.Before(s.until()):
-			k.end(s, sessionDead, "no successful keep-alive before the local deadline")
-		case !s.keeping && !now.Before(s.keepAt):
+		case !now.Before(s.Until()):
+			k.end(s, session.Dead, "no successful keep-alive before the local deadline")
+		case !s.Keeping && !now.Before(s.KeepAt):
 			k.keepalive(s, now)
 		}
 	}
 	if s := k.sess; s != nil {
-		next = earliest(next, s.until())
-		if !s.keeping {
-			next = earliest(next, s.keepAt)
+		next = earliest(next, s.Until())
+		if !s.Keeping {
+			next = earliest(next, s.KeepAt)
 		}
 	}
 	for l := range k.loose {
@@ -164,7 +166,7 @@ func (k *keeper) tick(now time.Time) {
 		case st.state.ended():
 			delete(k.loose, l)
 		case st.state == leaseHeld && !now.Before(st.own):
-			l.deadlinePassed(now, l.sess.trouble())
+			l.deadlinePassed(now, l.sess.Trouble())
 			delete(k.loose, l)
 		case st.state == leaseHeld:
 			next = earliest(next, st.own)
@@ -211,7 +213,7 @@ func (k *keeper) add(leases []*Lease) bool {
 	return k.post(func(k *keeper) {
 		now := time.Now()
 		for _, l := range leases {
-			if l.sess == k.sess && l.sess.carries(now) {
+			if l.sess == k.sess && l.sess.Carries(now) {
 				k.held[l] = struct{}{}
 			} else {
 				// Its session ended between the grant and now: it holds by its
@@ -268,7 +270,7 @@ func (k *keeper) giveBack(leases []*Lease) {
 
 // giveBackRef queues the grants of request ref in session s, sent at once
 // unless a give-back is on its way (then when it is back).
-func (k *keeper) giveBackRef(s *session, ref pgtype.UUID) {
+func (k *keeper) giveBackRef(s *session.Session, ref pgtype.UUID) {
 	if k.post(func(k *keeper) {
 		k.refs[grantRef{s, ref}] = struct{}{}
 		k.sendBack()
@@ -427,7 +429,7 @@ func (l *Lease) endHandedOff(how string) {
 type leftover struct {
 	held, handed, back []*Lease
 	refs               []grantRef
-	sess               *session
+	sess               *session.Session
 	calls              []*combined // CompleteAndClaim calls not sent
 }
 

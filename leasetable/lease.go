@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/session"
 )
 
 // Lease is one grant of a named lease. The client keeps it alive in the
@@ -24,8 +25,8 @@ type Lease struct {
 	name      string
 	group     string
 	token     int64
-	sess      *session  // the session it was granted in (never nil; it may have ended since)
-	grantedAt time.Time // when the acquire was sent, for metrics
+	sess      *session.Session // the session it was granted in (never nil; it may have ended since)
+	grantedAt time.Time        // when the acquire was sent, for metrics
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -166,7 +167,7 @@ const (
 	finishedCompleteTx
 )
 
-func newLease(c *Client, name, group string, token int64, s *session, expires, start time.Time) *Lease {
+func newLease(c *Client, name, group string, token int64, s *session.Session, expires, start time.Time) *Lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	l := &Lease{c: c, name: name, group: group, token: token, sess: s, grantedAt: start, ctx: ctx, cancel: cancel}
 	l.st.Store(&leaseStatus{expiresAt: expires, own: start.Add(c.cfg.TTL - c.cfg.SafetyMargin)})
@@ -188,8 +189,8 @@ func (l *Lease) Token() int64 { return l.token }
 // alive further, as of the last successful acquire, renew or keep-alive.
 func (l *Lease) ExpiresAt() time.Time {
 	exp := l.status().expiresAt
-	if s := l.sess; s.carries(time.Now()) {
-		if se := time.Unix(0, s.expires.Load()); se.After(exp) {
+	if s := l.sess; s.Carries(time.Now()) {
+		if se := s.Expires(); se.After(exp) {
 			exp = se
 		}
 	}
@@ -205,8 +206,8 @@ func (l *Lease) Deadline() time.Time { return l.deadline(l.status(), time.Now())
 // lease, its session's.
 func (l *Lease) deadline(st *leaseStatus, now time.Time) time.Time {
 	d := st.own
-	if s := l.sess; s.carries(now) {
-		if sd := s.until(); sd.After(d) {
+	if s := l.sess; s.Carries(now) {
+		if sd := s.Until(); sd.After(d) {
 			d = sd
 		}
 	}
@@ -270,7 +271,7 @@ func (c leaseContext) Err() error {
 // without waiting for the keeper to notice.
 func (l *Lease) expireIfPast() {
 	if st, now := l.status(), time.Now(); !st.state.ended() && !now.Before(l.deadline(st, now)) {
-		l.deadlinePassed(now, l.sess.trouble())
+		l.deadlinePassed(now, l.sess.Trouble())
 	}
 }
 
@@ -292,8 +293,8 @@ func (l *Lease) deadlinePassed(now time.Time, trouble bool) {
 	// noticed so late that the process must have been paused.
 	lostCause := CauseExpired
 	passed := st.own
-	if s := l.sess; s.until().After(passed) {
-		passed = s.until() // the session's last deadline, ended or not
+	if s := l.sess; s.Until().After(passed) {
+		passed = s.Until() // the session's last deadline, ended or not
 	}
 	if trouble && now.Sub(passed) < max(l.c.cfg.SafetyMargin, lateNotice) {
 		lostCause = CauseRenew

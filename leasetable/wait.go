@@ -216,7 +216,7 @@ func (c *Client) joinQueue(ctx context.Context, name string, group, drain bool, 
 		w.lazy = true
 		return w, nil
 	}
-	p := db.LeaseWaitForParams{Name: name, Waiter: id, IsGroup: group, Session: s.param(), TtlMs: c.ttlMs, Listens: mode == listener.Listening,
+	p := db.LeaseWaitForParams{Name: name, Waiter: id, IsGroup: group, Session: s.Param(), TtlMs: c.ttlMs, Listens: mode == listener.Listening,
 		Rank: rank, Drain: drain}
 	if mode == listener.Listening {
 		// Known to the listener first, so that a reconnection racing with
