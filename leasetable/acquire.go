@@ -3,13 +3,13 @@ package leasetable
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/inflight"
 	"github.com/pgbaton/pgbaton/internal/session"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
 )
@@ -90,20 +90,9 @@ func (c *Client) track(group string, rows []db.LeaseClaimRow, s *session.Session
 }
 
 // inFlight sends a statement that may grant leases so that no grant is
-// left to a caller that gave up: send runs on a context of its own
-// (bounded by the TTL: a later reply is of no use), and when ctx ends
-// first the caller gets ctx's error at once while abandoned receives the
-// reply when it comes, to give back whatever it granted. A reply that is
-// there when ctx ends goes to the caller.
-//
-// Why send runs on a goroutine of its own: the caller must be able to
-// return the instant ctx ends, and the statement must still run to its
-// reply, which says what it granted. Sending on ctx instead would have
-// pgx interrupt the statement and close its connection: whether it
-// committed would be unknown, so every call given up would cost a
-// connection and a give-back by request id. A ctx that can never end (Done
-// is nil) cannot be given up: then the statement runs on the caller's
-// goroutine. Either way Close waits for it.
+// left to a caller that gave up (internal/inflight): send's context is
+// bounded by the TTL (a later reply is of no use), abandoned's by
+// ReleaseTimeout, and Close waits for both.
 //
 // The statements a wait sends between its looks (the waiter's
 // registration, the listen-slot question, a group's next expiry, a lease
@@ -112,64 +101,8 @@ func (c *Client) track(group string, rows []db.LeaseClaimRow, s *session.Session
 // each one given up mid-statement would otherwise cost the pool a
 // connection (TestWaitsGivenUpCloseNoPoolConnection).
 func inFlight[T any](c *Client, ctx context.Context, send func(context.Context) (T, error), abandoned func(context.Context, T, error)) (T, error) {
-	v, _, err := sendOrAbandon(c, ctx, send, abandoned)
+	v, _, err := inflight.Send(ctx, inflightRunner{c.k}, c.cfg.TTL, c.cfg.ReleaseTimeout, send, abandoned)
 	return v, err
-}
-
-// sendOrAbandon is inFlight, and reports whether the caller gave up: then
-// abandoned, not the caller, gets the reply.
-func sendOrAbandon[T any](c *Client, ctx context.Context, send func(context.Context) (T, error), abandoned func(context.Context, T, error)) (_ T, gaveUp bool, _ error) {
-	var zero T
-	if ctx.Err() != nil {
-		return zero, false, ctxErr(ctx)
-	}
-	if ctx.Done() == nil {
-		if !c.k.enter() {
-			return zero, false, pgbaton.ErrClosed
-		}
-		defer c.background.Done()
-		sctx, cancel := context.WithTimeout(ctx, c.cfg.TTL)
-		defer cancel()
-		v, err := send(sctx)
-		return v, false, err
-	}
-	type reply struct {
-		v   T
-		err error
-	}
-	// The reply goes into ch; then whichever of the sender and the caller
-	// giving up takes the turn first decides who reads it.
-	ch := make(chan reply, 1)
-	var taken atomic.Bool
-	ok := c.k.spawn(func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.TTL)
-		v, err := send(sctx)
-		cancel()
-		ch <- reply{v, err}
-		if taken.CompareAndSwap(false, true) {
-			return // the caller reads it
-		}
-		<-ch // the caller gave up
-		if abandoned == nil {
-			return
-		}
-		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ReleaseTimeout)
-		defer cancel()
-		abandoned(gctx, v, err)
-	})
-	if !ok {
-		return zero, false, pgbaton.ErrClosed
-	}
-	select {
-	case r := <-ch:
-		return r.v, false, r.err
-	case <-ctx.Done():
-	}
-	if taken.CompareAndSwap(false, true) {
-		return zero, abandoned != nil, ctxErr(ctx)
-	}
-	r := <-ch // the sender took the turn: its reply is there
-	return r.v, false, r.err
 }
 
 // grant sends a statement that may grant leases in session s under
@@ -191,7 +124,7 @@ func sendOrAbandon[T any](c *Client, ctx context.Context, send func(context.Cont
 // after the caller's stop removed it: it is removed once more then.
 func grant[T any](c *Client, ctx context.Context, s *session.Session, ref pgtype.UUID, w *waiting, op string, send func(context.Context) (T, error), granted func(T) bool) (T, error) {
 	c.k.using.Add(1)
-	v, gaveUp, err := sendOrAbandon(c, ctx, func(ctx context.Context) (v T, err error) {
+	v, gaveUp, err := inflight.Send(ctx, inflightRunner{c.k}, c.cfg.TTL, c.cfg.ReleaseTimeout, func(ctx context.Context) (v T, err error) {
 		err = c.retry(ctx, true, func(ctx context.Context) (err error) {
 			v, err = send(ctx)
 			return err
@@ -216,16 +149,6 @@ func grant[T any](c *Client, ctx context.Context, s *session.Session, ref pgtype
 		return v, c.dbError(op, err)
 	}
 	return v, nil
-}
-
-// ctxErr is the error of an ended ctx: its Err, and its cause when that
-// says more.
-func ctxErr(ctx context.Context) error {
-	err, cause := ctx.Err(), context.Cause(ctx)
-	if cause == nil || cause == err {
-		return err
-	}
-	return fmt.Errorf("%w: %w", err, cause)
 }
 
 // releaseRef gives back whatever request ref granted in session s, when

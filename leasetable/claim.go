@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/inflight"
 	"github.com/pgbaton/pgbaton/internal/pgerr"
 	"github.com/pgbaton/pgbaton/internal/session"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
@@ -216,7 +217,7 @@ func (c *Client) CompleteAndClaim(ctx context.Context, group string, n int, done
 	}
 	if ctx.Err() != nil {
 		// Nothing is sent: done stay uncompleted.
-		return nil, cb.finish(nil, ctxErr(ctx))
+		return nil, cb.finish(nil, inflight.CtxErr(ctx))
 	}
 	start = time.Now()
 	// Sent together with the calls of the client's other workers on group

@@ -469,6 +469,13 @@ func (o listenOwner) Post(f func()) bool  { return o.k.post(func(*keeper) { f() 
 func (o listenOwner) Ask(f func()) bool   { return o.k.ask(func(*keeper) { f() }) }
 func (o listenOwner) Spawn(f func()) bool { return o.k.spawn(f) }
 
+// inflightRunner has the keeper count the statements of inFlight.
+type inflightRunner struct{ k *keeper }
+
+func (r inflightRunner) Enter() bool          { return r.k.enter() }
+func (r inflightRunner) Exit()                { r.k.c.background.Done() }
+func (r inflightRunner) Spawn(fn func()) bool { return r.k.spawn(fn) }
+
 // ask runs f on the keeper's goroutine and waits for it; false when the
 // client is closed.
 func (k *keeper) ask(f func(k *keeper)) bool {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/inflight"
 	"github.com/pgbaton/pgbaton/internal/session"
 )
 
@@ -64,7 +65,7 @@ func (c *Client) takeSession(ctx context.Context) (*session.Session, error) {
 	case <-op.done:
 		return op.s, op.err
 	case <-ctx.Done():
-		return nil, ctxErr(ctx)
+		return nil, inflight.CtxErr(ctx)
 	}
 }
 
