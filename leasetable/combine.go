@@ -9,20 +9,9 @@ import (
 )
 
 // Concurrent CompleteAndClaim calls of one client on one group are sent
-// together: one round trip and one transaction complete every caller's
-// finished leases and claim the sum of their counts, and each caller gets
-// its own share of the claimed leases. Up to combineSenders round trips of
-// a group are in flight at once; the calls that arrive meanwhile wait to
-// go together in the next, up to combineMax leases claimed in all; once
-// that many wait, another round trip goes at once, beside the others. A
-// call that finds a sender free is sent at once, so a lone worker waits
-// for nothing. This is what River's completer does for its workers: at
-// batch 1, a commit per item made 4 workers slower than River on a server
-// whose commits are slow (TestConcurrentCompleteAndClaimShareARoundTrip).
-// Large calls are not held back: with one round trip at a time, 4 workers
-// claiming 100 each ran their statements one after another on one server
-// core, where raw pgx runs four at once
-// (TestLargeCompleteAndClaimCallsOverlap).
+// together, a few round trips of a group in flight at once: the queue
+// that decides which calls go together, and why, is internal/combine's;
+// sending them is this file's.
 //
 // Each call goes through inFlight like any statement that may grant
 // leases: a caller whose context ends returns at once, and when the reply
@@ -44,42 +33,22 @@ type combinedReply struct {
 	err     error
 }
 
-// combineMax is how many leases the calls sent together claim at most:
-// past it, a commit per round trip is a small part of the statement's
-// cost, and the calls gain more from running beside each other.
-const combineMax = 100
-
-// combineSenders is how many round trips of a group are in flight at
-// once (unless combineMax leases wait): one left a server core idle while
-// it was on the wire. 4 workers on a 2-core AMD EPYC host, two interleaved
-// rounds of 5 runs, pgbaton ÷ raw pgx with one and with two: batch 1,
-// 0.96-0.97 and 1.36-1.44; batch 10, 0.87-1.02 and 0.99-1.14; batch 10
-// with 1M items queued, 0.68-0.76 and 1.01-1.23
-// (TestSmallCompleteAndClaimCallsOverlap).
-const combineSenders = 2
-
-// combiner is the calls queued per group, owned by the keeper.
-type combiner struct {
-	pending map[string][]*combined // by group
-	sending map[string]int         // senders running, by group
-}
-
 // completeAndClaimCombined queues call for group and returns its part of
-// the reply. When fewer than combineSenders senders run for group, or the
-// calls queued claim combineMax leases, it sends a round trip itself (call
-// is among those taken, waits for the next, or went with another
+// the reply. When fewer than combine.Senders senders run for group, or
+// the calls queued claim combine.Max leases, it sends a round trip itself
+// (call is among those taken, waits for the next, or went with another
 // sender's), then leaves what is queued to a sender of its own. Calls
 // still queued when the client closes get pgbaton.ErrClosed from Close.
 func (c *Client) completeAndClaimCombined(group string, call *combined) combinedReply {
 	var start bool
-	if !c.k.ask(func(k *keeper) { start = k.cc.queue(group, call) }) {
+	if !c.k.ask(func(k *keeper) { start = k.cc.Add(group, call, call.n) }) {
 		return combinedReply{err: pgbaton.ErrClosed}
 	}
 	if start {
 		if calls := c.takeCombined(group); calls != nil {
 			c.sendCalls(group, calls)
 			var more bool
-			c.k.ask(func(k *keeper) { more = !k.cc.idle(group) })
+			c.k.ask(func(k *keeper) { more = !k.cc.Idle(group) })
 			if more {
 				c.k.spawn(func() { c.sendCombined(group) })
 			}
@@ -88,56 +57,13 @@ func (c *Client) completeAndClaimCombined(group string, call *combined) combined
 	return <-call.done
 }
 
-// queue queues call for group and reports whether its caller starts a
-// sender's turn.
-func (cc *combiner) queue(group string, call *combined) bool {
-	if cc.pending == nil {
-		cc.pending, cc.sending = map[string][]*combined{}, map[string]int{}
-	}
-	cc.pending[group] = append(cc.pending[group], call)
-	queued := 0
-	for _, q := range cc.pending[group] {
-		queued += q.n
-	}
-	start := cc.sending[group] < combineSenders || queued >= combineMax
-	if start {
-		cc.sending[group]++
-	}
-	return start
-}
-
 // takeCombined takes the calls queued for group, the first and then as
-// many as claim combineMax leases in all, or, when none is left (or the
+// many as claim combine.Max leases in all, or, when none is left (or the
 // client closed), ends the caller's turn as a sender of group and returns
 // nil.
 func (c *Client) takeCombined(group string) (take []*combined) {
-	c.k.ask(func(k *keeper) {
-		cc := &k.cc
-		if cc.idle(group) {
-			return
-		}
-		q := cc.pending[group]
-		n, sum := 0, 0
-		for n < len(q) && (n == 0 || sum+q[n].n <= combineMax) {
-			sum += q[n].n
-			n++
-		}
-		take, cc.pending[group] = q[:n:n], q[n:]
-	})
+	c.k.ask(func(k *keeper) { take = k.cc.Take(group) })
 	return take
-}
-
-// idle ends a sender's turn, and reports true, when no call is queued for
-// group; the group is forgotten with its last sender.
-func (cc *combiner) idle(group string) bool {
-	if len(cc.pending[group]) > 0 {
-		return false
-	}
-	if cc.sending[group]--; cc.sending[group] == 0 {
-		delete(cc.pending, group)
-		delete(cc.sending, group)
-	}
-	return true
 }
 
 // sendCombined sends the queued calls of group, a round trip at a time,

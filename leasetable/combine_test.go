@@ -269,7 +269,7 @@ func (t *overlapTracer) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, _ pgx.Tr
 	}
 }
 
-// TestLargeCompleteAndClaimCallsOverlap: calls that claim combineMax (100)
+// TestLargeCompleteAndClaimCallsOverlap: calls that claim combine.Max (100)
 // leases or more are not held back behind one another. With one round
 // trip per group in flight at a time, 4 workers claiming 100 each ran
 // their statements one after another on one server core, where raw pgx
@@ -282,7 +282,7 @@ func TestLargeCompleteAndClaimCallsOverlap(t *testing.T) {
 }
 
 // TestSmallCompleteAndClaimCallsOverlap: calls that claim fewer than
-// combineMax leases in all go two round trips at a time, not one. With
+// combine.Max leases in all go two round trips at a time, not one. With
 // one in flight, 4 workers claiming 10 each from a queue of 1M items ran
 // at 0.68-0.79x raw pgx (AMD EPYC, 2 cores), a server core idle while
 // the one round trip was on the wire.

@@ -75,7 +75,7 @@ func SetUndeliveredRetry(t testing.TB, d time.Duration) {
 // CombinedQueued counts the CompleteAndClaim calls of c queued for group,
 // waiting for a round trip.
 func CombinedQueued(c *Client, group string) (n int) {
-	c.k.ask(func(k *keeper) { n = len(k.cc.pending[group]) })
+	c.k.ask(func(k *keeper) { n = k.cc.Pending(group) })
 	return n
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/pgbaton/pgbaton/internal/combine"
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/session"
 )
@@ -66,7 +67,7 @@ type keeper struct {
 	settleIn time.Duration
 	asking   bool // a settle is on its way
 	pruneAt  int  // len(held) at which add prunes it next
-	cc       combiner
+	cc       combine.Queue[*combined]
 	timer    *time.Timer
 	stopped  bool
 }
@@ -450,9 +451,7 @@ func (c *Client) closeKeeper() (left leftover, ok bool) {
 			}
 		}
 		left.back, left.refs, left.sess = slices.Collect(maps.Keys(k.back)), slices.Collect(maps.Keys(k.refs)), k.sess
-		for _, q := range k.cc.pending {
-			left.calls = append(left.calls, q...)
-		}
+		left.calls = k.cc.All()
 		k.cur.Store(nil)
 		k.stopped = true
 		reply <- left
