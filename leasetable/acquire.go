@@ -101,7 +101,7 @@ func (c *Client) track(group string, rows []db.LeaseClaimRow, s *session.Session
 // each one given up mid-statement would otherwise cost the pool a
 // connection (TestWaitsGivenUpCloseNoPoolConnection).
 func inFlight[T any](c *Client, ctx context.Context, send func(context.Context) (T, error), abandoned func(context.Context, T, error)) (T, error) {
-	v, _, err := inflight.Send(ctx, inflightRunner{c.k}, c.cfg.TTL, c.cfg.ReleaseTimeout, send, abandoned)
+	v, _, err := inflight.Send(ctx, c.k, c.cfg.TTL, c.cfg.ReleaseTimeout, send, abandoned)
 	return v, err
 }
 
@@ -124,7 +124,7 @@ func inFlight[T any](c *Client, ctx context.Context, send func(context.Context) 
 // after the caller's stop removed it: it is removed once more then.
 func grant[T any](c *Client, ctx context.Context, s *session.Session, ref pgtype.UUID, w *waiting, op string, send func(context.Context) (T, error), granted func(T) bool) (T, error) {
 	c.k.using.Add(1)
-	v, gaveUp, err := inflight.Send(ctx, inflightRunner{c.k}, c.cfg.TTL, c.cfg.ReleaseTimeout, func(ctx context.Context) (v T, err error) {
+	v, gaveUp, err := inflight.Send(ctx, c.k, c.cfg.TTL, c.cfg.ReleaseTimeout, func(ctx context.Context) (v T, err error) {
 		err = c.retry(ctx, true, func(ctx context.Context) (err error) {
 			v, err = send(ctx)
 			return err

@@ -64,7 +64,7 @@ func (c *Client) Check(ctx context.Context) error {
 // overdue: how many, and at most 5 of them.
 func (c *Client) overdue() (n int, out []string) {
 	limit := c.cfg.RenewInterval * overdueAfter / 2
-	c.k.ask(func(k *keeper) {
+	c.k.Ask(func(k *keeper) {
 		s := k.sess
 		if s == nil {
 			return

@@ -180,9 +180,8 @@ func (c *Client) Close(ctx context.Context) error {
 	// in flight for callers that gave up finish and are given back.
 	c.bgCancel()
 	c.background.Wait()
-	c.k.mu.Lock()
-	late := c.k.late
-	c.k.mu.Unlock()
+	var late []grantRef
+	c.k.Locked(func() { late = c.k.late })
 	for _, r := range late {
 		_ = c.releaseRef(cctx, r.s, r.ref)
 	}
@@ -211,15 +210,13 @@ func (c *Client) cleanupContext(ctx context.Context) (context.Context, context.C
 	return context.WithTimeout(context.WithoutCancel(ctx), d)
 }
 
-// goBackground runs fn on a goroutine Close waits for (see spawn).
+// goBackground runs fn on a goroutine Close waits for (keeper.Spawn).
 func (c *Client) goBackground(fn func(ctx context.Context)) {
-	c.k.spawn(func() { fn(c.bg) })
+	c.k.Spawn(func() { fn(c.bg) })
 }
 
 func (c *Client) checkOpen() error {
-	c.k.mu.Lock()
-	defer c.k.mu.Unlock()
-	if c.k.closed {
+	if c.k.Closed() {
 		return pgbaton.ErrClosed
 	}
 	return nil

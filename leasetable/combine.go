@@ -41,16 +41,16 @@ type combinedReply struct {
 // still queued when the client closes get pgbaton.ErrClosed from Close.
 func (c *Client) completeAndClaimCombined(group string, call *combined) combinedReply {
 	var start bool
-	if !c.k.ask(func(k *keeper) { start = k.cc.Add(group, call, call.n) }) {
+	if !c.k.Ask(func(k *keeper) { start = k.cc.Add(group, call, call.n) }) {
 		return combinedReply{err: pgbaton.ErrClosed}
 	}
 	if start {
 		if calls := c.takeCombined(group); calls != nil {
 			c.sendCalls(group, calls)
 			var more bool
-			c.k.ask(func(k *keeper) { more = !k.cc.Idle(group) })
+			c.k.Ask(func(k *keeper) { more = !k.cc.Idle(group) })
 			if more {
-				c.k.spawn(func() { c.sendCombined(group) })
+				c.k.Spawn(func() { c.sendCombined(group) })
 			}
 		}
 	}
@@ -62,7 +62,7 @@ func (c *Client) completeAndClaimCombined(group string, call *combined) combined
 // client closed), ends the caller's turn as a sender of group and returns
 // nil.
 func (c *Client) takeCombined(group string) (take []*combined) {
-	c.k.ask(func(k *keeper) { take = k.cc.Take(group) })
+	c.k.Ask(func(k *keeper) { take = k.cc.Take(group) })
 	return take
 }
 

@@ -75,14 +75,14 @@ func SetUndeliveredRetry(t testing.TB, d time.Duration) {
 // CombinedQueued counts the CompleteAndClaim calls of c queued for group,
 // waiting for a round trip.
 func CombinedQueued(c *Client, group string) (n int) {
-	c.k.ask(func(k *keeper) { n = k.cc.Pending(group) })
+	c.k.Ask(func(k *keeper) { n = k.cc.Pending(group) })
 	return n
 }
 
 // KeeperHeld counts the leases c's keeper keeps for its session, ended
 // ones it has not dropped yet included.
 func KeeperHeld(c *Client) (n int) {
-	c.k.ask(func(k *keeper) { n = len(k.held) })
+	c.k.Ask(func(k *keeper) { n = len(k.held) })
 	return n
 }
 

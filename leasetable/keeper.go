@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/pgbaton/pgbaton/internal/combine"
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/mailbox"
 	"github.com/pgbaton/pgbaton/internal/session"
 )
 
@@ -25,27 +25,28 @@ import (
 // completions whose transaction's end it has yet to learn (settle), the
 // CompleteAndClaim calls queued per group (combine.go), and the LISTEN
 // connection's state (internal/listener, through listenOwner). Others
-// talk to it through its mailbox (post: a message is a function it
-// runs); its round trips run on goroutines of their own (spawn) that
-// report back by message, so it never waits on the database. Session
-// deadlines and states, and a Lease's status, are atomics that callers
-// read without asking.
+// talk to it through its mailbox (internal/mailbox; Post: a message is a
+// function it runs); its round trips run on goroutines of their own
+// (Spawn) that report back by message, so it never waits on the database.
+// Session deadlines and states, and a Lease's status, are atomics that
+// callers read without asking. The package has no mutex of its own: the
+// mailbox's is its one lock.
 //
-// The package's one mutex, keeper.mu, is a leaf (nothing is called or
-// locked under it): it guards the mailbox, and closed, as enter counts
-// work Close waits for under it (a sync.WaitGroup must not grow while it
-// is waited for).
+// Besides the keeper, the LISTEN loop while a listen slot is held and the
+// retention loop, every goroutine of a Client is bounded and started by
+// the keeper's Spawn, which Close waits for: statements that may grant
+// leases (inFlight), CompleteAndClaim senders, the keeper's round trips
+// and OnRenew hooks, removals of waiter registrations. Keep's Work
+// goroutines are Keep's own; per session and per Lease there are none.
 type keeper struct {
+	*mailbox.Mailbox[*keeper]
 	c *Client
 
-	mu     sync.Mutex // guards closed, inbox and late; a leaf
-	closed bool
-	inbox  []func(*keeper)
 	// late are grants to give back by request id that came once Close had
 	// begun (a reply to a caller that gave up): Close gives them back
-	// after its background work ended.
-	late   []grantRef
-	signal chan struct{} // one slot: the inbox has messages
+	// after its background work ended. Guarded by the mailbox's lock
+	// (Locked).
+	late []grantRef
 
 	// cur is the session new grants bind to (nil: none yet, or it ended);
 	// stored by the keeper, read by grants without asking.
@@ -80,43 +81,9 @@ type grantRef struct {
 }
 
 func newKeeper(c *Client) *keeper {
-	return &keeper{c: c, signal: make(chan struct{}, 1),
+	return &keeper{Mailbox: mailbox.New[*keeper](&c.background), c: c,
 		held: map[*Lease]struct{}{}, loose: map[*Lease]struct{}{}, back: map[*Lease]struct{}{}, refs: map[grantRef]struct{}{},
 		settling: map[*Lease]struct{}{}}
-}
-
-// post has the keeper run m, and reports whether it will: not once Close
-// has begun.
-func (k *keeper) post(m func(*keeper)) bool { return k.send(m, false) }
-
-// send posts m, the keeper's last message when last is set.
-func (k *keeper) send(m func(*keeper), last bool) bool {
-	k.mu.Lock()
-	if k.closed {
-		k.mu.Unlock()
-		return false
-	}
-	k.inbox = append(k.inbox, m)
-	k.closed = last
-	k.mu.Unlock()
-	select {
-	case k.signal <- struct{}{}:
-	default:
-	}
-	return true
-}
-
-// enter counts work Close waits for, and reports whether it did: not
-// after Close has begun. The caller calls c.background.Done when the work
-// is over.
-func (k *keeper) enter() bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.closed {
-		return false
-	}
-	k.c.background.Add(1)
-	return true
 }
 
 // run is the keeper's goroutine: messages first, then what is due.
@@ -126,14 +93,10 @@ func (k *keeper) run() {
 	defer k.timer.Stop()
 	for !k.stopped {
 		select {
-		case <-k.signal:
+		case <-k.Signal():
 		case <-k.timer.C:
 		}
-		k.mu.Lock()
-		inbox := k.inbox
-		k.inbox = nil
-		k.mu.Unlock()
-		for _, m := range inbox {
+		for _, m := range k.Take() {
 			m(k)
 		}
 		if k.stopped {
@@ -190,28 +153,10 @@ func earliest(a, b time.Time) time.Time {
 	return a
 }
 
-// spawn runs fn on a goroutine Close waits for, and reports whether it
-// did: not after Close has begun. Besides the keeper, the LISTEN loop
-// while a listen slot is held and the retention loop, every goroutine of
-// a Client is bounded and started here: statements that may grant leases
-// (inFlight), CompleteAndClaim senders, the keeper's round trips and
-// OnRenew hooks, removals of waiter registrations. Keep's Work goroutines
-// are Keep's own; per session and per Lease there are none.
-func (k *keeper) spawn(fn func()) bool {
-	if !k.enter() {
-		return false
-	}
-	go func() {
-		defer k.c.background.Done()
-		fn()
-	}()
-	return true
-}
-
 // add keeps leases granted in one round trip; false when the client
 // closed (the caller gives them back).
 func (k *keeper) add(leases []*Lease) bool {
-	return k.post(func(k *keeper) {
+	return k.Post(func(k *keeper) {
 		now := time.Now()
 		for _, l := range leases {
 			if l.sess == k.sess && l.sess.Carries(now) {
@@ -261,7 +206,7 @@ func (k *keeper) prune() {
 // then, never completed: a completion whose caller was told it failed
 // must leave the item to be claimed again).
 func (k *keeper) giveBack(leases []*Lease) {
-	k.post(func(k *keeper) {
+	k.Post(func(k *keeper) {
 		for _, l := range leases {
 			k.back[l] = struct{}{}
 		}
@@ -272,15 +217,13 @@ func (k *keeper) giveBack(leases []*Lease) {
 // giveBackRef queues the grants of request ref in session s, sent at once
 // unless a give-back is on its way (then when it is back).
 func (k *keeper) giveBackRef(s *session.Session, ref pgtype.UUID) {
-	if k.post(func(k *keeper) {
+	if k.Post(func(k *keeper) {
 		k.refs[grantRef{s, ref}] = struct{}{}
 		k.sendBack()
 	}) {
 		return
 	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.late = append(k.late, grantRef{s, ref})
+	k.Locked(func() { k.late = append(k.late, grantRef{s, ref}) })
 }
 
 // sendBack sends the give-back queue in the background; what fails stays
@@ -293,7 +236,7 @@ func (k *keeper) sendBack() {
 	c := k.c
 	leases, refs := slices.Collect(maps.Keys(k.back)), slices.Collect(maps.Keys(k.refs))
 	k.sending = true
-	ok := k.spawn(func() {
+	ok := k.Spawn(func() {
 		ctx, cancel := context.WithTimeout(c.bg, c.cfg.ReleaseTimeout)
 		defer cancel()
 		var gone []grantRef
@@ -310,7 +253,7 @@ func (k *keeper) sendBack() {
 		if err != nil || len(gone) < len(refs) {
 			c.log.Debug("pgbaton: giving back grants failed; trying again after the next keep-alive", "leases", len(leases), "requests", len(refs)-len(gone), "error", err)
 		}
-		k.post(func(k *keeper) {
+		k.Post(func(k *keeper) {
 			k.sending = false
 			for _, r := range gone {
 				delete(k.refs, r)
@@ -337,7 +280,7 @@ func (k *keeper) settleLater(leases []*Lease) {
 	if len(leases) == 0 {
 		return
 	}
-	k.post(func(k *keeper) {
+	k.Post(func(k *keeper) {
 		if len(k.settling) == 0 {
 			k.settleIn = settleFirst
 			k.settleAt = time.Now().Add(k.settleIn)
@@ -363,9 +306,9 @@ func (k *keeper) settle() {
 	c := k.c
 	pending := slices.Collect(maps.Keys(k.settling))
 	k.asking = true
-	ok := k.spawn(func() {
+	ok := k.Spawn(func() {
 		settled := c.settle(pending)
-		k.post(func(k *keeper) {
+		k.Post(func(k *keeper) {
 			k.asking = false
 			for _, l := range pending {
 				if l.status().state.ended() {
@@ -438,7 +381,7 @@ type leftover struct {
 // Close had begun already.
 func (c *Client) closeKeeper() (left leftover, ok bool) {
 	reply := make(chan leftover, 1)
-	if !c.k.send(func(k *keeper) {
+	if !c.k.Close(func(k *keeper) {
 		var left leftover
 		for _, set := range []map[*Lease]struct{}{k.held, k.loose} {
 			for l := range set {
@@ -455,7 +398,7 @@ func (c *Client) closeKeeper() (left leftover, ok bool) {
 		k.cur.Store(nil)
 		k.stopped = true
 		reply <- left
-	}, true) {
+	}) {
 		return leftover{}, false
 	}
 	return <-reply, true
@@ -464,24 +407,6 @@ func (c *Client) closeKeeper() (left leftover, ok bool) {
 // listenOwner has the keeper own the listener's state.
 type listenOwner struct{ k *keeper }
 
-func (o listenOwner) Post(f func()) bool  { return o.k.post(func(*keeper) { f() }) }
-func (o listenOwner) Ask(f func()) bool   { return o.k.ask(func(*keeper) { f() }) }
-func (o listenOwner) Spawn(f func()) bool { return o.k.spawn(f) }
-
-// inflightRunner has the keeper count the statements of inFlight.
-type inflightRunner struct{ k *keeper }
-
-func (r inflightRunner) Enter() bool          { return r.k.enter() }
-func (r inflightRunner) Exit()                { r.k.c.background.Done() }
-func (r inflightRunner) Spawn(fn func()) bool { return r.k.spawn(fn) }
-
-// ask runs f on the keeper's goroutine and waits for it; false when the
-// client is closed.
-func (k *keeper) ask(f func(k *keeper)) bool {
-	done := make(chan struct{})
-	if !k.post(func(k *keeper) { f(k); close(done) }) {
-		return false
-	}
-	<-done
-	return true
-}
+func (o listenOwner) Post(f func()) bool  { return o.k.Post(func(*keeper) { f() }) }
+func (o listenOwner) Ask(f func()) bool   { return o.k.Ask(func(*keeper) { f() }) }
+func (o listenOwner) Spawn(f func()) bool { return o.k.Spawn(f) }

@@ -39,7 +39,7 @@ func (c *Client) Observe(ctx context.Context, name string) (<-chan Leader, error
 		return nil, err
 	}
 	ch := make(chan Leader)
-	if !c.k.spawn(func() { c.observe(ctx, w, ch) }) {
+	if !c.k.Spawn(func() { c.observe(ctx, w, ch) }) {
 		w.stop()
 		return nil, pgbaton.ErrClosed
 	}

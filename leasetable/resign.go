@@ -40,7 +40,7 @@ func (c *Client) RequestResign(ctx context.Context, name, reason string) (int64,
 func (c *Client) newLeadership(l *Lease) *Leadership {
 	asked, ask := context.WithCancelCause(l.Context())
 	ld := &Leadership{lease: l, asked: asked, askedDone: make(chan struct{})}
-	c.k.spawn(func() { ld.watchResign(ask) }) // false: the client closed, and the lease ends with it
+	c.k.Spawn(func() { ld.watchResign(ask) }) // false: the client closed, and the lease ends with it
 	return ld
 }
 

@@ -46,7 +46,7 @@ var sessionTaken func()
 // the caller's leases were kept (add), so the keeper never sees the
 // session unused while a lease it granted is not kept yet.
 func (k *keeper) unuse() {
-	if !k.post(func(k *keeper) { k.using.Add(-1) }) {
+	if !k.Post(func(k *keeper) { k.using.Add(-1) }) {
 		k.using.Add(-1)
 	}
 }
@@ -57,7 +57,7 @@ func (c *Client) takeSession(ctx context.Context) (*session.Session, error) {
 		return s, nil
 	}
 	got := make(chan *opening, 1)
-	if !c.k.post(func(k *keeper) { got <- k.open() }) {
+	if !c.k.Post(func(k *keeper) { got <- k.open() }) {
 		return nil, pgbaton.ErrClosed
 	}
 	op := <-got
@@ -87,12 +87,12 @@ func (k *keeper) open() *opening {
 	c := k.c
 	op := &opening{done: make(chan struct{})}
 	k.opening = op
-	if k.spawn(func() {
+	if k.Spawn(func() {
 		// Bounded by the TTL: a later reply is of no use.
 		ctx, cancel := context.WithTimeout(c.bg, c.cfg.TTL)
 		defer cancel()
 		s, err := c.openSession(ctx)
-		if k.post(func(k *keeper) { k.opened(op, s, err) }) {
+		if k.Post(func(k *keeper) { k.opened(op, s, err) }) {
 			return
 		}
 		if s != nil {
@@ -168,7 +168,7 @@ func (k *keeper) keepalive(s *session.Session, now time.Time) {
 	ctx, cancel := context.WithDeadline(c.bg, s.Until())
 	s.Keeping, s.StopKeep = true, cancel
 	s.Inflight.Store(true)
-	if !k.spawn(func() {
+	if !k.Spawn(func() {
 		defer cancel()
 		c.awaitIdle(ctx, min(c.cfg.RenewInterval, time.Until(s.Until()))/idleWaitShare)
 		start := time.Now()
@@ -188,7 +188,7 @@ func (k *keeper) keepalive(s *session.Session, now time.Time) {
 			s.Extend(start, row.ExpiresAt, c.cfg.TTL-c.cfg.SafetyMargin)
 		}
 		s.Inflight.Store(false)
-		k.post(func(k *keeper) { k.keptAlive(s, n, start, replied, row, err) })
+		k.Post(func(k *keeper) { k.keptAlive(s, n, start, replied, row, err) })
 	}) {
 		cancel()
 		s.Keeping, s.StopKeep = false, nil
@@ -341,7 +341,7 @@ func (k *keeper) end(s *session.Session, to uint32, why string) {
 	if to == session.Dead {
 		k.c.log.Warn("pgbaton: lease session lost", "session", s.ID, "leases", len(leases), "reason", why)
 	} else {
-		k.spawn(func() { k.c.closeSessionRow(k.c.bg, s) })
+		k.Spawn(func() { k.c.closeSessionRow(k.c.bg, s) })
 	}
 	now := time.Now()
 	for _, l := range leases {
@@ -374,13 +374,13 @@ func (k *keeper) findLost(s *session.Session, failedOver bool) {
 		return
 	}
 	names, tokens := grants(leases)
-	k.spawn(func() {
+	k.Spawn(func() {
 		ctx, cancel := context.WithTimeout(c.bg, c.cfg.TTL)
 		defer cancel()
 		lost, err := c.q.SessionLost(ctx, c.pool, db.SessionLostParams{Session: s.ID, Names: names, Tokens: tokens, Owner: c.cfg.Owner})
 		if err != nil {
 			c.log.Warn("pgbaton: checking for leases the database no longer has failed", "session", s.ID, "error", err)
-			k.post(func(k *keeper) { s.Recheck = true })
+			k.Post(func(k *keeper) { s.Recheck = true })
 			return
 		}
 		gone := make(map[string]bool, len(lost))
@@ -405,7 +405,7 @@ func (k *keeper) afterKeepalive() {
 	c := k.c
 	for _, l := range k.live() {
 		if h := l.afterRenew.Load(); h != nil {
-			k.spawn(func() {
+			k.Spawn(func() {
 				ctx, cancel := context.WithTimeout(c.bg, c.cfg.RenewInterval)
 				defer cancel()
 				(*h)(ctx)
