@@ -10,6 +10,7 @@ import (
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/inflight"
+	"github.com/pgbaton/pgbaton/internal/pgerr"
 	"github.com/pgbaton/pgbaton/internal/session"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
 )
@@ -142,7 +143,7 @@ func grant[T any](c *Client, ctx context.Context, s *session.Session, ref pgtype
 	if !gaveUp {
 		c.k.using.Add(-1) // the caller's use goes on
 	}
-	if f, _ := classify(context.Background(), err); f == ambiguous {
+	if f, _ := pgerr.Classify(context.Background(), err); f == pgerr.Ambiguous {
 		c.k.giveBackRef(s, ref)
 	}
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/pgerr"
 	"github.com/pgbaton/pgbaton/internal/session"
 )
 
@@ -102,7 +103,7 @@ func (c *Client) sendCalls(group string, calls []*combined) {
 		return err
 	})
 	if err != nil {
-		if f, _ := classify(context.Background(), err); f == ambiguous || ctx.Err() != nil {
+		if f, _ := pgerr.Classify(context.Background(), err); f == pgerr.Ambiguous || ctx.Err() != nil {
 			// The claim may have landed (a broken connection, the TTL's
 			// timeout): give back by its request id whatever it granted.
 			c.k.giveBackRef(s, ref)

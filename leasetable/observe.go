@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/backoff"
 )
 
 // Observe streams the leaders of election name as they change, to any
@@ -52,7 +53,7 @@ func (c *Client) observe(ctx context.Context, w *waiting, ch chan<- Leader) {
 	defer close(ch)
 	defer w.stop()
 	var last int64
-	outage := outageBackoff()
+	outage := backoff.Outage()
 	for {
 		ld, err := c.Leader(ctx, w.name)
 		// Until its expiry, the leader read is the leader: nothing new

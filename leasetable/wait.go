@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -13,6 +12,7 @@ import (
 	"github.com/pgbaton/pgbaton/internal/backoff"
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/listener"
+	"github.com/pgbaton/pgbaton/internal/pgerr"
 )
 
 // waiting is a waiter in the wait queue of a lease or group
@@ -70,7 +70,7 @@ func (c *Client) waitLoop(ctx context.Context, q want) (_ []*Lease, stillHeld bo
 			w.stop()
 		}
 	}()
-	outage := outageBackoff()
+	outage := backoff.Outage()
 	for {
 		got, err := q.look(ctx, w)
 		if err == nil && len(got) > 0 {
@@ -203,7 +203,7 @@ func (c *Client) joinQueue(ctx context.Context, name string, group, drain bool, 
 	}
 	switch {
 	case mode == listener.PollingBackoff:
-		w.poll = &backoff.Backoff{Min: slotlessPoll, Max: c.cfg.PollInterval}
+		w.poll = &backoff.Backoff{Min: backoff.SlotlessPoll, Max: c.cfg.PollInterval}
 	case mode == listener.Polling && !c.cfg.NoListen:
 		// Its connection did not deliver: it polls even once a new one
 		// does, as nothing would notify its registration.
@@ -271,13 +271,6 @@ func (w *waiting) stop() {
 	w.c.ln.Leave(w.name, w.id)
 }
 
-// slotlessPoll is how soon a waiter of a client without a listen slot
-// looks again the first time; the delay doubles up to PollInterval. A
-// lease held briefly, the common case in a fleet, is found free within
-// tens of milliseconds; a waiter behind a long hold settles at one look
-// per PollInterval.
-const slotlessPoll = 50 * time.Millisecond
-
 // wait is Client.wait for this waiter (and woken, if not nil) for d, the
 // time to a known expiry, at most its next poll when its client holds no
 // listen slot.
@@ -290,30 +283,13 @@ func (w *waiting) wait(ctx context.Context, d time.Duration, woken <-chan struct
 
 // atHead is how long a waiter for a lease held as in held waits before
 // it looks again: to the holder's expiry, but when nothing will wake it
-// (it polls), no longer than headPoll times its place in the queue. Only
-// the head of the queue can be granted a lease that is freed, so the head
-// looks often and those behind it less and less often: a queue of pollers
-// costs the server about what two pollers at headPoll do, and a freed
-// lease does not wait a whole PollInterval for its next holder (a fleet of
-// 500 NoListen clients, 10 per name, PollInterval 100ms: 646 calls/s
-// before the queue, 286 with it and every poller at PollInterval).
+// (it polls) and no failover grace or lock-delay holds the lease, at its
+// place in the queue's pace (backoff.QueuePoll).
 func (w *waiting) atHead(held *HeldError) time.Duration {
-	d := held.remaining
 	if !held.Grace && !held.LockDelay && (w.poll != nil || w.c.ln.Polls()) {
-		d = min(d, headPoll(w.c.cfg.PollInterval)*time.Duration(held.Ahead+1))
+		return backoff.QueuePoll(held.remaining, held.Ahead, w.c.cfg.PollInterval)
 	}
-	return d
-}
-
-// headPoll is how often a polling waiter at the head of its queue looks
-// again: a quarter of PollInterval, between 5 and 50ms. A tenth made a
-// fleet's pollers send a third more statements for fewer calls (500
-// NoListen clients, PollInterval 100ms, on 2 cores: 3.4-4.3 commits per
-// call against 2.8-3.4, and 0.59-0.92 of raw pgx's calls/s against
-// 0.77-0.99): the freed lease waits a few milliseconds longer for its
-// head, and the server serves the fleet's calls meanwhile.
-func headPoll(pollInterval time.Duration) time.Duration {
-	return min(max(pollInterval/4, 5*time.Millisecond), 50*time.Millisecond)
+	return held.remaining
 }
 
 // heldBy tells a waiter for a lease which grant it found in its way: a
@@ -330,9 +306,9 @@ func (w *waiting) heldBy(token int64) {
 
 // wait blocks until a wake-up (on wake or woken), until the known expiry
 // (d from now, or PollInterval when notifications are not used) plus
-// jitter, or until ctx or the client ends.
+// jitter (backoff.WaitFor), or until ctx or the client ends.
 func (c *Client) wait(ctx context.Context, wake, woken <-chan struct{}, d time.Duration) error {
-	t := time.NewTimer(c.waitFor(d))
+	t := time.NewTimer(backoff.WaitFor(d, c.ln.Polls(), c.cfg.PollInterval, c.cfg.TTL))
 	defer t.Stop()
 	select {
 	case <-wake:
@@ -348,40 +324,16 @@ func (c *Client) wait(ctx context.Context, wake, woken <-chan struct{}, d time.D
 	}
 }
 
-// waitFor is how long a wait for d (the time to a known expiry) lasts
-// before its waiter looks again: d plus jitter, and PollInterval at most
-// when no notification will come (or none while the LISTEN connection is
-// down and reconnected: it is not ready then, so mode says so).
-func (c *Client) waitFor(d time.Duration) time.Duration {
-	if c.ln.Polls() {
-		d = min(d, c.cfg.PollInterval)
-	}
-	return max(d, 0) + jitter(c.cfg.TTL)
-}
-
-// outageBackoff paces a waiter looking again while the server is down or
-// failing over.
-func outageBackoff() backoff.Backoff {
-	return backoff.Backoff{Min: 50 * time.Millisecond, Max: 250 * time.Millisecond}
-}
-
 // waitOutage waits out err with backoff b when retrying can fix it (the
 // server is down or failing over: a waiting call waits that out too, until
 // ctx ends) and reports retry; any other err (or nil) it leaves to the
 // caller. werr is why the wait ended early. attrs name what is waited for
 // in the debug log.
 func (c *Client) waitOutage(ctx context.Context, b *backoff.Backoff, err error, attrs ...any) (retry bool, werr error) {
-	if f, _ := classify(ctx, err); err == nil || f == permanentFailure {
+	if f, _ := pgerr.Classify(ctx, err); err == nil || f == pgerr.Permanent {
 		return false, nil
 	}
 	d := b.Next()
 	c.log.Debug("pgbaton: looking again after a connection failure", append(attrs, "in", d, "error", err)...)
 	return true, c.wait(ctx, nil, nil, d)
-}
-
-// jitter spreads waiters that look again at the same expiry: up to 1% of
-// the TTL, at least 1ms and at most 20ms.
-func jitter(ttl time.Duration) time.Duration {
-	hi := min(max(ttl/100, time.Millisecond), 20*time.Millisecond)
-	return time.Millisecond + rand.N(hi)
 }

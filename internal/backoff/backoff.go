@@ -2,7 +2,9 @@
 // exponential, capped, jittered, reset after a success. The loops wait on
 // it in selects of their own, next to notifications, expiries and their
 // context, which is why it hands out delays instead of running a closure
-// the way retry libraries do.
+// the way retry libraries do. It also paces a waiter's next look when
+// nothing may wake it (SlotlessPoll, QueuePoll, WaitFor) and through an
+// outage (Outage).
 package backoff
 
 import (

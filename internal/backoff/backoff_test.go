@@ -48,3 +48,29 @@ func TestSleepEndsWithContext(t *testing.T) {
 		t.Fatal("Sleep ignored an ended context")
 	}
 }
+
+func TestQueuePollPacesByPlace(t *testing.T) {
+	if d := headPoll(time.Millisecond); d != 5*time.Millisecond {
+		t.Fatalf("headPoll(1ms) = %s, want the 5ms floor", d)
+	}
+	if d := headPoll(time.Minute); d != 50*time.Millisecond {
+		t.Fatalf("headPoll(1m) = %s, want the 50ms cap", d)
+	}
+	if d := QueuePoll(time.Second, 2, 100*time.Millisecond); d != 75*time.Millisecond {
+		t.Fatalf("third in the queue: %s, want 3×25ms", d)
+	}
+	if d := QueuePoll(10*time.Millisecond, 2, 100*time.Millisecond); d != 10*time.Millisecond {
+		t.Fatalf("%s, want the holder's expiry first", d)
+	}
+}
+
+func TestWaitForCapsWhenPolling(t *testing.T) {
+	for range 100 {
+		if d := WaitFor(time.Hour, true, 100*time.Millisecond, time.Second); d < 101*time.Millisecond || d > 111*time.Millisecond {
+			t.Fatalf("polling: %s, want 100ms plus 1-11ms", d)
+		}
+		if d := WaitFor(-time.Second, false, 0, time.Hour); d < time.Millisecond || d > 21*time.Millisecond {
+			t.Fatalf("past expiry: %s, want jitter alone, 1-21ms", d)
+		}
+	}
+}

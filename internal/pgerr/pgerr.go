@@ -3,7 +3,8 @@
 // package pgbaton (ErrNotMigrated, ErrStandby, ErrInvalidArgument) are
 // mapped to them here and nowhere else. A layer maps the codes that mean
 // one of its own errors (advisory's full lock table, fencedwrite's stale
-// token) itself, with these constants.
+// token) itself, with these constants. Classify tells what a failed
+// statement's error means for sending it again.
 package pgerr
 
 import (

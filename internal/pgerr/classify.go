@@ -1,0 +1,58 @@
+package pgerr
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Failure says what a failed statement tells about sending it again.
+type Failure int8
+
+const (
+	// Permanent: sending it again would fail the same way, or the caller
+	// gave up.
+	Permanent Failure = iota
+	// NotApplied: the server did nothing (it was never sent, or the server
+	// refused it before changing anything): any statement may be sent
+	// again.
+	NotApplied
+	// Ambiguous: the connection broke while the statement may have run;
+	// only a statement that is safe to repeat may be sent again.
+	Ambiguous
+)
+
+// Classify tells what err means for a retry, and whether the server
+// changed role (a failover), which makes every pooled connection stale.
+func Classify(ctx context.Context, err error) (f Failure, roleFlip bool) {
+	if err == nil || ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return Permanent, false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case ReadOnlyTransaction:
+			// The old primary came back as a standby, or a multi-host DSN
+			// reached one: refused before anything changed.
+			return NotApplied, true
+		case AdminShutdown, CrashShutdown, CannotConnectNow:
+			return Ambiguous, true
+		}
+		return Permanent, false
+	}
+	if pgconn.SafeToRetry(err) {
+		return NotApplied, false
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
+		return Ambiguous, false
+	}
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) {
+		return NotApplied, false
+	}
+	return Permanent, false
+}
