@@ -85,7 +85,7 @@ func (c *Client) track(group string, rows []db.LeaseClaimRow, s *session.Session
 		return nil, pgbaton.ErrClosed
 	}
 	for _, l := range leases {
-		c.attempted(context.Background(), l.metricName(), telemetry.Acquired, waitStart)
+		c.tel.AttemptSince(context.Background(), l.metricName(), telemetry.Acquired, waitStart)
 	}
 	return leases, nil
 }

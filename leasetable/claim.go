@@ -148,7 +148,7 @@ func (c *Client) claim(ctx context.Context, group string, n int, waitStart time.
 // them. Leases completed before are skipped.
 func (c *Client) Complete(ctx context.Context, leases ...*Lease) (err error) {
 	ctx, span := c.tr.Start(ctx, spanComplete, "lease")
-	defer func() { c.endComplete(span, len(leases), err) }()
+	defer func() { telemetry.EndComplete(span, c.cfg.Owner, len(leases), err) }()
 	cb, err := c.startCompletion(leases)
 	if err != nil {
 		return err
@@ -249,7 +249,7 @@ func (c *Client) CompleteAndClaim(ctx context.Context, group string, n int, done
 		return nil, errors.Join(doneErr, err)
 	}
 	if len(leases) == 0 {
-		c.attempted(ctx, group, telemetry.Held, start)
+		c.tel.AttemptSince(ctx, group, telemetry.Held, start)
 	}
 	return leases, doneErr
 }
@@ -315,7 +315,7 @@ func scanClaimed(rows pgx.Rows, n int) ([]db.LeaseClaimRow, error) {
 // runs in whatever isolation level tx has.
 func (c *Client) CompleteTx(ctx context.Context, tx pgbaton.Tx, leases ...*Lease) (err error) {
 	ctx, span := c.tr.Start(ctx, spanComplete, "lease")
-	defer func() { c.endComplete(span, len(leases), err) }()
+	defer func() { telemetry.EndComplete(span, c.cfg.Owner, len(leases), err) }()
 	if tx == nil {
 		return invalid("CompleteTx needs the caller's transaction")
 	}

@@ -143,7 +143,7 @@ func (l *Lease) entered(to leaseState, old leaseStatus, cause error, lostCause s
 	if !to.ended() {
 		return
 	}
-	if to == leaseLost && !old.recorded && l.c.tel != nil {
+	if to == leaseLost && !old.recorded {
 		l.c.tel.Ended(context.Background(), l.metricName(), time.Since(l.grantedAt), lostCause)
 	}
 	l.cancel(cause)
@@ -332,11 +332,11 @@ func (l *Lease) Renew(ctx context.Context) error {
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		err = fmt.Errorf("%w: %q token %d: renewal refused", ErrNotHeld, l.name, l.token)
-		l.c.renewFailed(l.metricName(), err)
+		l.c.tel.RenewFailed(context.Background(), l.metricName(), err)
 		l.lose(fmt.Errorf("%w: %w", ErrLeaseLost, err), CauseSuperseded)
 		return err
 	case err != nil:
-		l.c.renewFailed(l.metricName(), err)
+		l.c.tel.RenewFailed(context.Background(), l.metricName(), err)
 		return l.c.dbError("renew "+l.name, err)
 	}
 	// Renewals may overlap; keep the latest.

@@ -44,17 +44,18 @@ func (c *Client) attemptFailed(ctx context.Context, name string, err error, star
 	var held *HeldError
 	switch {
 	case errors.As(err, &held) && held.Grace:
-		c.attempted(ctx, name, telemetry.Grace, start)
+		c.tel.AttemptSince(ctx, name, telemetry.Grace, start)
 	case errors.Is(err, ErrHeld):
-		c.attempted(ctx, name, telemetry.Held, start)
+		c.tel.AttemptSince(ctx, name, telemetry.Held, start)
 	case errors.Is(err, pgbaton.ErrInvalidArgument), errors.Is(err, pgbaton.ErrClosed):
-	case c.tel != nil:
-		c.tel.AttemptFailed(context.WithoutCancel(ctx), name, err, time.Since(start))
+	default:
+		c.tel.AttemptFailedSince(ctx, name, err, start)
 	}
 }
 
 // recordReleased records, once, the end of a lease given back; taken over
-// counts as superseded.
+// counts as superseded. Without a MeterProvider it returns at once: the
+// recorded flag is the metrics' own.
 func (l *Lease) recordReleased(takenOver bool) {
 	if l.c.tel == nil {
 		return
@@ -80,23 +81,8 @@ func (l *Lease) recordReleased(takenOver bool) {
 func (c *Client) waitEnded(ctx context.Context, name string, start time.Time, stillHeld bool, err error) {
 	switch {
 	case stillHeld:
-		c.attempted(ctx, name, telemetry.Held, start)
+		c.tel.AttemptSince(ctx, name, telemetry.Held, start)
 	case err != nil:
 		c.attemptFailed(ctx, name, err, start)
-	}
-}
-
-// attempted records an acquire attempt that began at start; without a
-// MeterProvider nothing (no-op instruments would still build attributes).
-func (c *Client) attempted(ctx context.Context, name, result string, start time.Time) {
-	if c.tel != nil {
-		c.tel.Attempt(context.WithoutCancel(ctx), name, result, time.Since(start))
-	}
-}
-
-// renewFailed records a failed or refused renewal; err gives error.type.
-func (c *Client) renewFailed(name string, err error) {
-	if c.tel != nil {
-		c.tel.RenewFailed(context.Background(), name, err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/inflight"
 	"github.com/pgbaton/pgbaton/internal/session"
+	"github.com/pgbaton/pgbaton/internal/telemetry"
 )
 
 // opening is a session being opened; done closes when s or err is set.
@@ -179,9 +180,7 @@ func (k *keeper) keepalive(s *session.Session, now time.Time) {
 			return err
 		})
 		replied := time.Now()
-		if span.IsRecording() {
-			c.endKeepalive(span, s.ID, n, row.Alive, err)
-		}
+		telemetry.EndKeepalive(span, c.cfg.Owner, s.ID, n, row.Alive, err)
 		if err != nil {
 			s.Failing.Store(true) // before Inflight clears: Trouble() never blinks
 		} else if row.Alive {
@@ -210,7 +209,7 @@ func (k *keeper) keptAlive(s *session.Session, n int, start, replied time.Time, 
 	s.Keeping, s.StopKeep = false, nil
 	if err != nil && s.State.Load() != session.Closed {
 		// Failed, or hung until the deadline; not stopped by Close.
-		c.renewFailed("", err)
+		c.tel.RenewFailed(context.Background(), "", err)
 	}
 	if s.State.Load() != session.Alive {
 		return
@@ -306,9 +305,7 @@ func (k *keeper) clockStepped(s *session.Session, alive bool, step time.Duration
 	// on Done finds the step in the log and the metrics.
 	c.log.Warn("pgbaton: database clock stepped forward", "session", s.ID, "step", step, "leases_lost", len(affected),
 		"error", fmt.Errorf("%w: %s", ErrClockStep, why))
-	if c.tel != nil {
-		c.tel.ClockStepped(context.Background())
-	}
+	c.tel.ClockStepped(context.Background())
 	for _, l := range affected {
 		cause := fmt.Errorf("%w: %w: %q token %d: %s", ErrLeaseLost, ErrClockStep, l.name, l.token, why)
 		// Only a lease still held: one released or handed off meanwhile

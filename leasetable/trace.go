@@ -14,36 +14,28 @@ import (
 // Span names: one per public call that waits or touches the database, and
 // the session's keep-alive.
 const (
-	spanAcquire    = "pgbaton.lease.acquire"  // Acquire, TryAcquire, Semaphore, TrySemaphore
-	spanClaim      = "pgbaton.lease.claim"    // Claim, ClaimWait, CompleteAndClaim
-	spanComplete   = "pgbaton.lease.complete" // Complete, CompleteTx
-	spanKeepalive  = "pgbaton.lease.keepalive"
-	outcomeNone    = "none"    // a claim that found nothing free
-	outcomeDone    = "done"    // completed
-	outcomeAlive   = "alive"   // a keep-alive that kept the session
-	outcomeExpired = "expired" // a keep-alive that found the session gone
+	spanAcquire   = "pgbaton.lease.acquire"  // Acquire, TryAcquire, Semaphore, TrySemaphore
+	spanClaim     = "pgbaton.lease.claim"    // Claim, ClaimWait, CompleteAndClaim
+	spanComplete  = "pgbaton.lease.complete" // Complete, CompleteTx
+	spanKeepalive = "pgbaton.lease.keepalive"
 )
 
 // endGrant ends the span of a call on name (a lease, semaphore or group)
-// that began at start and granted leases, or failed with err.
+// that began at start and granted leases, or failed with err: its outcome
+// comes from leasetable's errors (held for ErrHeld, a grace's too).
 func (c *Client) endGrant(span trace.Span, key attribute.Key, name string, start time.Time, leases []*Lease, err error) {
-	if !span.IsRecording() {
-		return
-	}
-	span.SetAttributes(attribute.String(string(key), name), attribute.String(telemetry.OwnerKey, c.cfg.Owner),
-		telemetry.Waited(time.Since(start)), attribute.Int(telemetry.CountKey, len(leases)))
-	outcome := telemetry.Acquired
+	outcome, token := telemetry.Acquired, int64(0)
 	switch {
 	case errors.Is(err, ErrHeld):
 		outcome = telemetry.Held
 	case err != nil:
 		outcome = telemetry.Error
 	case len(leases) == 0:
-		outcome = outcomeNone
+		outcome = telemetry.None
 	case len(leases) == 1:
-		span.SetAttributes(attribute.Int64(telemetry.TokenKey, leases[0].token))
+		token = leases[0].token
 	}
-	telemetry.End(span, outcome, err)
+	telemetry.EndGrant(span, key, name, c.cfg.Owner, start, len(leases), token, outcome, err)
 }
 
 // waitCall is a waiting call that began at start: waitLoop for q, with
@@ -74,19 +66,10 @@ func (c *Client) once(ctx context.Context, span string, key attribute.Key, name 
 	case err != nil:
 		c.attemptFailed(ctx, name, err, start)
 	case len(got) == 0:
-		c.attempted(ctx, name, telemetry.Held, start)
+		c.tel.AttemptSince(ctx, name, telemetry.Held, start)
 	}
 	c.endGrant(sp, key, name, start, got, err)
 	return got, err
-}
-
-// endComplete ends the span of a completion of n leases.
-func (c *Client) endComplete(span trace.Span, n int, err error) {
-	if !span.IsRecording() {
-		return
-	}
-	span.SetAttributes(attribute.String(telemetry.OwnerKey, c.cfg.Owner), attribute.Int(telemetry.CountKey, n))
-	telemetry.End(span, outcomeDone, err)
 }
 
 // first is the lease of a call that grants one, got, or its error.
@@ -95,19 +78,4 @@ func first(got []*Lease, err error) (*Lease, error) {
 		return nil, err
 	}
 	return got[0], nil
-}
-
-// endKeepalive ends the span of a keep-alive of session id carrying n
-// leases.
-func (c *Client) endKeepalive(span trace.Span, id int64, n int, alive bool, err error) {
-	span.SetAttributes(attribute.String(telemetry.OwnerKey, c.cfg.Owner), attribute.Int64("pgbaton.session", id),
-		attribute.Int(telemetry.CountKey, n))
-	outcome := outcomeAlive
-	switch {
-	case err != nil:
-		outcome = telemetry.Error
-	case !alive:
-		outcome = outcomeExpired
-	}
-	telemetry.End(span, outcome, err)
 }

@@ -58,6 +58,12 @@ type Config struct {
 }
 
 // Instruments records the metrics of one layer ("advisory", "lease").
+//
+// A nil *Instruments stands for no MeterProvider: its methods record
+// nothing and return before building any attribute. No-op instruments
+// would still build the attribute sets (~1.9µs and 18 allocations per
+// lease acquire and release), so a layer without a MeterProvider keeps a
+// nil *Instruments rather than New's no-op ones.
 type Instruments struct {
 	layer     attribute.KeyValue
 	withNames bool
@@ -137,6 +143,9 @@ func (i *Instruments) attrs(name string, extra ...attribute.KeyValue) metric.Mea
 // Attempt records one acquire attempt of name with its result and how long
 // it took, including any wait.
 func (i *Instruments) Attempt(ctx context.Context, name, result string, took time.Duration) {
+	if i == nil {
+		return
+	}
 	opt := i.attrs(name, attribute.String("pgbaton.result", result))
 	i.attempts.Add(ctx, 1, opt)
 	i.waitDuration.Record(ctx, took.Seconds(), opt)
@@ -148,15 +157,40 @@ func (i *Instruments) Attempt(ctx context.Context, name, result string, took tim
 // AttemptFailed records an acquire attempt of name that failed with err
 // (result error), with err's class as error.type (see ErrorType).
 func (i *Instruments) AttemptFailed(ctx context.Context, name string, err error, took time.Duration) {
+	if i == nil {
+		return
+	}
 	opt := i.attrs(name, attribute.String("pgbaton.result", Error), attribute.String(ErrorTypeKey, ErrorType(err)))
 	i.attempts.Add(ctx, 1, opt)
 	i.waitDuration.Record(ctx, took.Seconds(), opt)
+}
+
+// AttemptSince is Attempt for an attempt that began at start, recorded on
+// ctx without its cancellation: an attempt that ended because ctx did
+// still counts.
+func (i *Instruments) AttemptSince(ctx context.Context, name, result string, start time.Time) {
+	if i == nil {
+		return
+	}
+	i.Attempt(context.WithoutCancel(ctx), name, result, time.Since(start))
+}
+
+// AttemptFailedSince is AttemptFailed for an attempt that began at start,
+// recorded on ctx without its cancellation (as AttemptSince).
+func (i *Instruments) AttemptFailedSince(ctx context.Context, name string, err error, start time.Time) {
+	if i == nil {
+		return
+	}
+	i.AttemptFailed(context.WithoutCancel(ctx), name, err, time.Since(start))
 }
 
 // Ended records the end of a hold of name that lasted held; cause is ""
 // for a normal release, else why it was lost ("session", "expired",
 // "renew", "superseded", ...).
 func (i *Instruments) Ended(ctx context.Context, name string, held time.Duration, cause string) {
+	if i == nil {
+		return
+	}
 	i.held.Add(ctx, -1, i.attrs(name))
 	i.holdDuration.Record(ctx, held.Seconds(), i.attrs(name))
 	if cause != "" {
@@ -167,6 +201,9 @@ func (i *Instruments) Ended(ctx context.Context, name string, held time.Duration
 // RenewFailed records a failed renewal or ping; err, when known, gives
 // error.type (see ErrorType).
 func (i *Instruments) RenewFailed(ctx context.Context, name string, err error) {
+	if i == nil {
+		return
+	}
 	if err == nil {
 		i.renewFailures.Add(ctx, 1, i.attrs(name))
 		return
@@ -175,11 +212,26 @@ func (i *Instruments) RenewFailed(ctx context.Context, name string, err error) {
 }
 
 // SessionOpened and SessionClosed track advisory session connections.
-func (i *Instruments) SessionOpened(ctx context.Context) { i.sessions.Add(ctx, 1, i.attrs("")) }
+func (i *Instruments) SessionOpened(ctx context.Context) {
+	if i == nil {
+		return
+	}
+	i.sessions.Add(ctx, 1, i.attrs(""))
+}
 
 // SessionClosed is SessionOpened's counterpart.
-func (i *Instruments) SessionClosed(ctx context.Context) { i.sessions.Add(ctx, -1, i.attrs("")) }
+func (i *Instruments) SessionClosed(ctx context.Context) {
+	if i == nil {
+		return
+	}
+	i.sessions.Add(ctx, -1, i.attrs(""))
+}
 
 // ClockStepped records a forward step of the database's wall clock that a
 // keep-alive saw.
-func (i *Instruments) ClockStepped(ctx context.Context) { i.clockSteps.Add(ctx, 1, i.attrs("")) }
+func (i *Instruments) ClockStepped(ctx context.Context) {
+	if i == nil {
+		return
+	}
+	i.clockSteps.Add(ctx, 1, i.attrs(""))
+}

@@ -84,6 +84,26 @@ func TestNoProviderIsNoop(t *testing.T) {
 	i.SessionClosed(context.Background())
 }
 
+// A nil *Instruments (no MeterProvider) records nothing and returns
+// before building an attribute or a context: no allocation, where no-op
+// instruments would allocate their attribute sets.
+func TestNilInstrumentsAllocateNothing(t *testing.T) {
+	var i *telemetry.Instruments
+	ctx, err, start := context.Background(), errors.New("x"), time.Now()
+	allocs := testing.AllocsPerRun(1000, func() {
+		i.Attempt(ctx, "x", telemetry.Acquired, time.Millisecond)
+		i.AttemptSince(ctx, "x", telemetry.Held, start)
+		i.AttemptFailed(ctx, "x", err, time.Millisecond)
+		i.AttemptFailedSince(ctx, "x", err, start)
+		i.Ended(ctx, "x", time.Second, "expired")
+		i.RenewFailed(ctx, "x", err)
+		i.SessionOpened(ctx)
+		i.SessionClosed(ctx)
+		i.ClockStepped(ctx)
+	})
+	require.Zero(t, allocs)
+}
+
 // The duration histograms advise explicit boundaries from 100 µs to
 // minutes (waits) and to an hour (holds), which the SDK applies unless a
 // View says otherwise: a 300 µs wait and a 2-minute one land in buckets of
@@ -157,6 +177,9 @@ func TestTracerOffAllocatesNothing(t *testing.T) {
 				t.Fatal("a span records with tracing off")
 			}
 			telemetry.End(span, telemetry.Acquired, nil)
+			telemetry.EndGrant(span, telemetry.NameKey, "x", "owner", time.Time{}, 1, 7, telemetry.Acquired, nil)
+			telemetry.EndComplete(span, "owner", 1, nil)
+			telemetry.EndKeepalive(span, "owner", 1, 1, true, nil)
 			_ = c
 		})
 		if allocs != 0 {

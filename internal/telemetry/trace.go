@@ -22,7 +22,16 @@ const (
 	TokenKey    = "pgbaton.token"   // the fencing token granted or used
 	OutcomeKey  = "pgbaton.outcome" // acquired, held, grace, error; lost, released, ...
 	WaitKey     = "pgbaton.wait.seconds"
-	CountKey    = "pgbaton.count" // items claimed or completed
+	CountKey    = "pgbaton.count"   // items claimed or completed
+	SessionKey  = "pgbaton.session" // a lease keep-alive's session id
+)
+
+// Outcomes of spans besides an attempt's results (Acquired, Held, Error).
+const (
+	None    = "none"    // a claim that found nothing free
+	done    = "done"    // completed
+	alive   = "alive"   // a keep-alive that kept the session
+	expired = "expired" // a keep-alive that found the session gone
 )
 
 var postgres = attribute.String(DBSystemKey, "postgresql")
@@ -86,3 +95,46 @@ func End(span trace.Span, outcome string, err error) {
 
 // Waited is the wait attribute: how long a call waited for a holder.
 func Waited(d time.Duration) attribute.KeyValue { return attribute.Float64(WaitKey, d.Seconds()) }
+
+// EndGrant ends span, of a call by owner on name (under key: a lease,
+// semaphore or group) that began at start, with outcome: Acquired (count
+// granted; token, the grant's, is set when count is 1), None (nothing
+// free), Held or Error (err). The caller tells Held from Error by its own
+// errors.
+func EndGrant(span trace.Span, key attribute.Key, name, owner string, start time.Time, count int, token int64, outcome string, err error) {
+	if !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(attribute.String(string(key), name), attribute.String(OwnerKey, owner),
+		Waited(time.Since(start)), attribute.Int(CountKey, count))
+	if outcome == Acquired && count == 1 {
+		span.SetAttributes(attribute.Int64(TokenKey, token))
+	}
+	End(span, outcome, err)
+}
+
+// EndComplete ends span, of a completion by owner of count leases.
+func EndComplete(span trace.Span, owner string, count int, err error) {
+	if !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(attribute.String(OwnerKey, owner), attribute.Int(CountKey, count))
+	End(span, done, err)
+}
+
+// EndKeepalive ends span, of a keep-alive by owner of session id carrying
+// count leases, that found the session alive or not, or failed with err.
+func EndKeepalive(span trace.Span, owner string, id int64, count int, isAlive bool, err error) {
+	if !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(attribute.String(OwnerKey, owner), attribute.Int64(SessionKey, id), attribute.Int(CountKey, count))
+	outcome := alive
+	switch {
+	case err != nil:
+		outcome = Error
+	case !isAlive:
+		outcome = expired
+	}
+	End(span, outcome, err)
+}
