@@ -10,6 +10,7 @@ import (
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/inflight"
+	"github.com/pgbaton/pgbaton/internal/leasestate"
 	"github.com/pgbaton/pgbaton/internal/pgerr"
 	"github.com/pgbaton/pgbaton/internal/session"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
@@ -75,7 +76,7 @@ func (c *Client) track(group string, rows []db.LeaseClaimRow, s *session.Session
 	}
 	if !c.k.add(leases) {
 		for _, l := range leases {
-			l.transition(leaseReleased, fmt.Errorf("%w: %q token %d: client closed", ErrReleased, l.name, l.token), "")
+			l.transition(leasestate.Released, fmt.Errorf("%w: %q token %d: client closed", ErrReleased, l.name, l.token), "")
 		}
 		// Best effort, as Close gives back what it holds: the session ends
 		// with the client, so what fails here expires at its TTL.

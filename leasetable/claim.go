@@ -12,6 +12,7 @@ import (
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/inflight"
+	"github.com/pgbaton/pgbaton/internal/leasestate"
 	"github.com/pgbaton/pgbaton/internal/pgerr"
 	"github.com/pgbaton/pgbaton/internal/session"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
@@ -340,7 +341,7 @@ func (c *Client) CompleteTx(ctx context.Context, tx pgbaton.Tx, leases ...*Lease
 	var unheld []string
 	for i, l := range leases {
 		p.Names[i] = l.name
-		if _, proceed := l.beginFinish(finishedCompleteTx); proceed {
+		if _, proceed := l.beginFinish(leasestate.CompleteTx); proceed {
 			p.Tokens[i] = l.token
 			handed = append(handed, l)
 		} else {
@@ -413,18 +414,18 @@ func (c *Client) startCompletion(leases []*Lease) (*completion, error) {
 	}
 	cb := &completion{leases: make([]*Lease, 0, len(leases))}
 	for _, l := range leases {
-		first, proceed := l.beginFinish(finishedComplete)
+		first, proceed := l.beginFinish(leasestate.Complete)
 		switch {
 		case proceed:
 			cb.leases = append(cb.leases, l)
 		case first: // lost before
 			cb.unheld = append(cb.unheld, l.name)
 		default:
-			st := l.status()
-			as, err := st.finishedAs, st.releaseErr
+			st := l.st.Load()
+			as, err := st.FinishedAs, st.ReleaseErr
 			// Released, or a completion that did not take (lost, taken
 			// over, a CompleteTx that failed or rolled back).
-			if as == finishedRelease || errors.Is(err, ErrNotHeld) {
+			if as == leasestate.Release || errors.Is(err, ErrNotHeld) {
 				cb.unheld = append(cb.unheld, l.name)
 			}
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/leasestate"
 	"github.com/pgbaton/pgbaton/internal/listener"
 	"github.com/pgbaton/pgbaton/internal/schema"
 	"github.com/pgbaton/pgbaton/internal/serverkind"
@@ -157,7 +158,7 @@ func (c *Client) Close(ctx context.Context) error {
 	var errs []error
 	var stopped []*Lease
 	for _, l := range left.held {
-		if _, proceed := l.beginFinish(finishedRelease); proceed {
+		if _, proceed := l.beginFinish(leasestate.Release); proceed {
 			stopped = append(stopped, l)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pgbaton/pgbaton/internal/combine"
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/leasestate"
 	"github.com/pgbaton/pgbaton/internal/mailbox"
 	"github.com/pgbaton/pgbaton/internal/session"
 )
@@ -125,15 +126,15 @@ func (k *keeper) tick(now time.Time) {
 		}
 	}
 	for l := range k.loose {
-		st := l.status()
+		st := l.st.Load()
 		switch {
-		case st.state.ended():
+		case st.State.Ended():
 			delete(k.loose, l)
-		case st.state == leaseHeld && !now.Before(st.own):
+		case st.State == leasestate.Held && !now.Before(st.Own):
 			l.deadlinePassed(now, l.sess.Trouble())
 			delete(k.loose, l)
-		case st.state == leaseHeld:
-			next = earliest(next, st.own)
+		case st.State == leasestate.Held:
+			next = earliest(next, st.Own)
 		}
 	}
 	if len(k.settling) > 0 && !k.asking {
@@ -195,7 +196,7 @@ func (k *keeper) live() []*Lease {
 // prune drops the ended leases from held.
 func (k *keeper) prune() {
 	for l := range k.held {
-		if l.status().state.ended() {
+		if l.st.Load().State.Ended() {
 			delete(k.held, l)
 		}
 	}
@@ -286,7 +287,7 @@ func (k *keeper) settleLater(leases []*Lease) {
 			k.settleAt = time.Now().Add(k.settleIn)
 		}
 		for _, l := range leases {
-			if l.status().state == leaseHandedOff {
+			if l.st.Load().State == leasestate.HandedOff {
 				k.settling[l] = struct{}{}
 			}
 		}
@@ -311,7 +312,7 @@ func (k *keeper) settle() {
 		k.Post(func(k *keeper) {
 			k.asking = false
 			for _, l := range pending {
-				if l.status().state.ended() {
+				if l.st.Load().State.Ended() {
 					delete(k.settling, l)
 				}
 			}
@@ -365,7 +366,7 @@ func (c *Client) settle(pending []*Lease) bool {
 
 // endHandedOff ends a lease completed in a transaction, as released.
 func (l *Lease) endHandedOff(how string) {
-	l.transition(leaseReleased, fmt.Errorf("%w: %q token %d: completed in a transaction (%s)", ErrReleased, l.name, l.token, how), "")
+	l.transition(leasestate.Released, fmt.Errorf("%w: %q token %d: completed in a transaction (%s)", ErrReleased, l.name, l.token, how), "")
 }
 
 // leftover is what Close takes from the keeper: the leases still held or
@@ -385,10 +386,10 @@ func (c *Client) closeKeeper() (left leftover, ok bool) {
 		var left leftover
 		for _, set := range []map[*Lease]struct{}{k.held, k.loose} {
 			for l := range set {
-				switch l.status().state {
-				case leaseHeld:
+				switch l.st.Load().State {
+				case leasestate.Held:
 					left.held = append(left.held, l)
-				case leaseHandedOff:
+				case leasestate.HandedOff:
 					left.handed = append(left.handed, l)
 				}
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/leasestate"
 	"github.com/pgbaton/pgbaton/internal/session"
 )
 
@@ -18,8 +19,8 @@ import (
 // renew interval for all its leases — until Release, Complete,
 // Client.Close or loss. Its methods are safe for concurrent use.
 //
-// A Lease has no lock: what changes is one immutable leaseStatus behind an
-// atomic pointer, replaced whole (update).
+// A Lease has no lock: what changes is one immutable leasestate.Status,
+// replaced whole in st.
 type Lease struct {
 	c         *Client
 	name      string
@@ -31,123 +32,31 @@ type Lease struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	st         atomic.Pointer[leaseStatus]
+	st         leasestate.Cell
 	afterRenew atomic.Pointer[func(context.Context)] // set by OnRenew
 }
 
-// leaseStatus is a lease's state at one instant. It is never changed in
-// place: update stores a changed copy.
-type leaseStatus struct {
-	state leaseState
-	err   error // why it ended
-	// expiresAt and own are the grant's own expiry (database clock) and
-	// local deadline (monotonic clock), moved only by Renew.
-	expiresAt, own time.Time
-	// finishedAs is the first of Release, Complete and CompleteTx, set
-	// once (beginFinish); releaseErr is what the database answered it.
-	finishedAs finishKind
-	releaseErr error
-	recorded   bool // its end was recorded in the metrics
-}
-
-// update stores f's change to a copy of l's status, unless f returns
-// false; if the status changed meanwhile, f runs again. It returns the
-// status f last saw and whether it stored one.
-func (l *Lease) update(f func(s *leaseStatus) bool) (old leaseStatus, changed bool) {
-	for {
-		cur := l.st.Load()
-		next := *cur
-		if !f(&next) {
-			return *cur, false
-		}
-		if l.st.CompareAndSwap(cur, &next) {
-			return *cur, true
-		}
-	}
-}
-
-// status is l's status now.
-func (l *Lease) status() *leaseStatus { return l.st.Load() }
-
-// leaseState is where a lease is in its life. It moves only forward, along
-// leaseTransitions.
-type leaseState uint8
-
-const (
-	// leaseHeld: granted and kept alive. Done is open.
-	leaseHeld leaseState = iota
-	// leaseHandedOff: being completed in a caller's transaction
-	// (CompleteTx). Done stays open so the transaction can commit under
-	// Context; neither its deadline nor Close releases it: the keeper ends
-	// it when it learns how the transaction ended (settle), or Close does.
-	leaseHandedOff
-	// leaseReleased and leaseLost are final: Done is closed, with cause
-	// ErrReleased or ErrLeaseLost (a loss is counted in the metrics).
-	leaseReleased
-	leaseLost
-
-	leaseStates = iota // how many states there are
-)
-
-// leaseTransitions[from][to] are the allowed moves.
-var leaseTransitions = [leaseStates][leaseStates]bool{
-	leaseHeld:      {leaseHandedOff: true, leaseReleased: true, leaseLost: true},
-	leaseHandedOff: {leaseReleased: true, leaseLost: true},
-}
-
-func (s leaseState) String() string {
-	switch s {
-	case leaseHeld:
-		return "held"
-	case leaseHandedOff:
-		return "handed off"
-	case leaseReleased:
-		return "released"
-	case leaseLost:
-		return "lost"
-	}
-	return fmt.Sprintf("leaseState(%d)", uint8(s))
-}
-
-// ended reports whether s is final: Done is closed.
-func (s leaseState) ended() bool { return s == leaseReleased || s == leaseLost }
-
-// transition moves l to state to if leaseTransitions allows it, and does
+// transition moves l to state to if leasestate allows it, and does
 // what entering it entails (entered).
-func (l *Lease) transition(to leaseState, cause error, lostCause string) {
-	if old, ok := l.update(func(s *leaseStatus) bool { return s.move(to, cause) }); ok {
+func (l *Lease) transition(to leasestate.State, cause error, lostCause string) {
+	if old, ok := l.st.Update(func(s *leasestate.Status) bool { return s.Move(to, cause) }); ok {
 		l.entered(to, old, cause, lostCause)
 	}
-}
-
-// move moves s to state to, if leaseTransitions allows it.
-func (s *leaseStatus) move(to leaseState, cause error) bool {
-	if !leaseTransitions[s.state][to] {
-		return false
-	}
-	s.state = to
-	if to.ended() {
-		s.err = cause
-	}
-	if to == leaseLost {
-		s.recorded = true
-	}
-	return true
 }
 
 // entered does what entering to entails, once stored (old is the status
 // before): an end closes Done with cause; a loss is first recorded with
 // lostCause (so whoever wakes on Done sees it in the metrics), then logged,
 // and the grant goes to the keeper to be given back.
-func (l *Lease) entered(to leaseState, old leaseStatus, cause error, lostCause string) {
-	if !to.ended() {
+func (l *Lease) entered(to leasestate.State, old leasestate.Status, cause error, lostCause string) {
+	if !to.Ended() {
 		return
 	}
-	if to == leaseLost && !old.recorded {
+	if to == leasestate.Lost && !old.Recorded {
 		l.c.tel.Ended(context.Background(), l.metricName(), time.Since(l.grantedAt), lostCause)
 	}
 	l.cancel(cause)
-	if to == leaseLost {
+	if to == leasestate.Lost {
 		l.c.log.Warn("pgbaton: lease lost", "lease", l.name, "token", l.token, "cause", lostCause, "error", cause)
 		// Superseded: the database no longer has this grant, so there is
 		// nothing to give back.
@@ -157,20 +66,10 @@ func (l *Lease) entered(to leaseState, old leaseStatus, cause error, lostCause s
 	}
 }
 
-// finishKind is how a lease was given back: the first call decides.
-type finishKind int8
-
-const (
-	notFinished finishKind = iota
-	finishedRelease
-	finishedComplete
-	finishedCompleteTx
-)
-
 func newLease(c *Client, name, group string, token int64, s *session.Session, expires, start time.Time) *Lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	l := &Lease{c: c, name: name, group: group, token: token, sess: s, grantedAt: start, ctx: ctx, cancel: cancel}
-	l.st.Store(&leaseStatus{expiresAt: expires, own: start.Add(c.cfg.TTL - c.cfg.SafetyMargin)})
+	l.st.Store(&leasestate.Status{ExpiresAt: expires, Own: start.Add(c.cfg.TTL - c.cfg.SafetyMargin)})
 	return l
 }
 
@@ -188,7 +87,7 @@ func (l *Lease) Token() int64 { return l.token }
 // ExpiresAt is when the grant expires by the database clock unless kept
 // alive further, as of the last successful acquire, renew or keep-alive.
 func (l *Lease) ExpiresAt() time.Time {
-	exp := l.status().expiresAt
+	exp := l.st.Load().ExpiresAt
 	if s := l.sess; s.Carries(time.Now()) {
 		if se := s.Expires(); se.After(exp) {
 			exp = se
@@ -200,12 +99,12 @@ func (l *Lease) ExpiresAt() time.Time {
 // Deadline is the local instant (monotonic clock) at which the holder
 // counts the lease lost unless a keep-alive or renewal succeeds first;
 // always before the database's expiry.
-func (l *Lease) Deadline() time.Time { return l.deadline(l.status(), time.Now()) }
+func (l *Lease) Deadline() time.Time { return l.deadline(l.st.Load(), time.Now()) }
 
 // deadline is the later of st's own deadline and, while it carries the
 // lease, its session's.
-func (l *Lease) deadline(st *leaseStatus, now time.Time) time.Time {
-	d := st.own
+func (l *Lease) deadline(st *leasestate.Status, now time.Time) time.Time {
+	d := st.Own
 	if s := l.sess; s.Carries(now) {
 		if sd := s.Until(); sd.After(d) {
 			d = sd
@@ -270,7 +169,7 @@ func (c leaseContext) Err() error {
 // expireIfPast ends the lease now if its local deadline has passed,
 // without waiting for the keeper to notice.
 func (l *Lease) expireIfPast() {
-	if st, now := l.status(), time.Now(); !st.state.ended() && !now.Before(l.deadline(st, now)) {
+	if st, now := l.st.Load(), time.Now(); !st.State.Ended() && !now.Before(l.deadline(st, now)) {
 		l.deadlinePassed(now, l.sess.Trouble())
 	}
 }
@@ -278,28 +177,28 @@ func (l *Lease) expireIfPast() {
 // lose ends the lease as lost with cause (wrapping ErrLeaseLost), unless
 // it ended already.
 func (l *Lease) lose(cause error, lostCause string) {
-	l.transition(leaseLost, cause, lostCause)
+	l.transition(leasestate.Lost, cause, lostCause)
 }
 
 // deadlinePassed ends a lease whose local deadline has passed; trouble
 // tells keep-alives that were failing or hanging.
 func (l *Lease) deadlinePassed(now time.Time, trouble bool) {
-	st := l.status()
-	if st.state != leaseHeld {
+	st := l.st.Load()
+	if st.State != leasestate.Held {
 		// Completed in a transaction: its end is settled there.
 		return
 	}
 	// Failing or hung keep-alives make it a renewal failure, unless it was
 	// noticed so late that the process must have been paused.
 	lostCause := CauseExpired
-	passed := st.own
+	passed := st.Own
 	if s := l.sess; s.Until().After(passed) {
 		passed = s.Until() // the session's last deadline, ended or not
 	}
 	if trouble && now.Sub(passed) < max(l.c.cfg.SafetyMargin, lateNotice) {
 		lostCause = CauseRenew
 	}
-	l.transition(leaseLost, fmt.Errorf("%w: %q token %d: no successful keep-alive or renewal before the local deadline", ErrLeaseLost, l.name, l.token), lostCause)
+	l.transition(leasestate.Lost, fmt.Errorf("%w: %q token %d: no successful keep-alive or renewal before the local deadline", ErrLeaseLost, l.name, l.token), lostCause)
 }
 
 // lateNotice is how late after a deadline a loss noticed while keep-alives
@@ -312,11 +211,11 @@ const lateNotice = 50 * time.Millisecond
 // ErrNotHeld, and the lease ends as lost, when the database no longer has
 // this grant; a lease that already ended returns its Err.
 func (l *Lease) Renew(ctx context.Context) error {
-	st := l.status()
-	if st.state.ended() {
-		return st.err
+	st := l.st.Load()
+	if st.State.Ended() {
+		return st.Err
 	}
-	if st.state == leaseHandedOff {
+	if st.State == leasestate.HandedOff {
 		return fmt.Errorf("%w: %q token %d: completed in a transaction", ErrReleased, l.name, l.token)
 	}
 	ctx, cancel := context.WithDeadline(ctx, l.deadline(st, time.Now()))
@@ -341,11 +240,11 @@ func (l *Lease) Renew(ctx context.Context) error {
 	}
 	// Renewals may overlap; keep the latest.
 	d := start.Add(l.c.cfg.TTL - l.c.cfg.SafetyMargin)
-	l.update(func(s *leaseStatus) bool {
-		if s.state.ended() || !d.After(s.own) {
+	l.st.Update(func(s *leasestate.Status) bool {
+		if s.State.Ended() || !d.After(s.Own) {
 			return false
 		}
-		s.own, s.expiresAt = d, exp
+		s.Own, s.ExpiresAt = d, exp
 		return true
 	})
 	return nil
@@ -366,7 +265,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 // After CompleteTx, Release gives the item back if the transaction did not
 // commit, and returns nil either way; call it after the transaction ended.
 func (l *Lease) Release(ctx context.Context) error {
-	return l.finish(ctx, finishedRelease)
+	return l.finish(ctx, leasestate.Release)
 }
 
 // Complete ends the lease and deletes its row: the shard or work item is
@@ -378,24 +277,24 @@ func (l *Lease) Release(ctx context.Context) error {
 // then claimed again. After a CompleteTx whose transaction committed or is
 // still open it returns nil. Calling it again returns the first result.
 func (l *Lease) Complete(ctx context.Context) error {
-	return l.finish(ctx, finishedComplete)
+	return l.finish(ctx, leasestate.Complete)
 }
 
-func (l *Lease) finish(ctx context.Context, kind finishKind) error {
+func (l *Lease) finish(ctx context.Context, kind leasestate.Finish) error {
 	first, proceed := l.beginFinish(kind)
 	switch {
-	case proceed && kind == finishedComplete:
-		_ = l.c.complete(ctx, &completion{leases: []*Lease{l}}) // its result is l's releaseErr
+	case proceed && kind == leasestate.Complete:
+		_ = l.c.complete(ctx, &completion{leases: []*Lease{l}}) // its result is l's ReleaseErr
 	case proceed:
 		l.giveBack(ctx)
 	}
-	st := l.status()
-	as, err := st.finishedAs, st.releaseErr
+	st := l.st.Load()
+	as, err := st.FinishedAs, st.ReleaseErr
 	switch {
 	case first:
-	case kind == finishedComplete && as == finishedRelease:
+	case kind == leasestate.Complete && as == leasestate.Release:
 		return fmt.Errorf("%w: %q token %d was released before completion; the item was not completed", ErrNotHeld, l.name, l.token)
-	case kind == finishedRelease && as == finishedCompleteTx:
+	case kind == leasestate.Release && as == leasestate.CompleteTx:
 		return l.releaseAfterTx(ctx)
 	}
 	return err
@@ -405,28 +304,28 @@ func (l *Lease) finish(ctx context.Context, kind finishKind) error {
 // moves it on (handed off for CompleteTx, else released). first says this
 // call decided; proceed that the caller should now give l back: not for a
 // completion of a lost lease, whose release error says so.
-func (l *Lease) beginFinish(kind finishKind) (first, proceed bool) {
-	to, cause := leaseReleased, error(&releasedError{l.name, l.token})
-	if kind == finishedCompleteTx {
-		to, cause = leaseHandedOff, nil
+func (l *Lease) beginFinish(kind leasestate.Finish) (first, proceed bool) {
+	to, cause := leasestate.Released, error(&releasedError{l.name, l.token})
+	if kind == leasestate.CompleteTx {
+		to, cause = leasestate.HandedOff, nil
 	}
 	var moved bool
-	old, ok := l.update(func(s *leaseStatus) bool {
-		if s.finishedAs != notFinished {
+	old, ok := l.st.Update(func(s *leasestate.Status) bool {
+		if s.FinishedAs != leasestate.NotFinished {
 			return false
 		}
-		s.finishedAs = kind
-		if s.state == leaseLost && kind != finishedRelease {
-			s.releaseErr = fmt.Errorf("%w: %q token %d was lost before completion; the item was not completed: %w", ErrNotHeld, l.name, l.token, s.err)
+		s.FinishedAs = kind
+		if s.State == leasestate.Lost && kind != leasestate.Release {
+			s.ReleaseErr = fmt.Errorf("%w: %q token %d was lost before completion; the item was not completed: %w", ErrNotHeld, l.name, l.token, s.Err)
 			return true
 		}
-		moved = s.move(to, cause)
+		moved = s.Move(to, cause)
 		return true
 	})
 	switch {
 	case !ok:
 		return false, false
-	case old.state == leaseLost && kind != finishedRelease:
+	case old.State == leasestate.Lost && kind != leasestate.Release:
 		return true, false
 	case moved:
 		l.entered(to, old, cause, "")
@@ -477,7 +376,7 @@ func (l *Lease) releaseAfterTx(ctx context.Context) error {
 // release gives back this grant and reports whether the database still
 // had it; safe to repeat after a broken connection (retry).
 func (l *Lease) release(ctx context.Context) (ok bool, err error) {
-	if l.status().state == leaseLost {
+	if l.st.Load().State == leasestate.Lost {
 		freed, err := l.c.releaseMany(ctx, []string{l.name}, []int64{l.token}, []string{l.name})
 		return len(freed) == 1, err
 	}
@@ -493,5 +392,5 @@ func (l *Lease) release(ctx context.Context) (ok bool, err error) {
 }
 
 func (l *Lease) setReleaseErr(err error) {
-	l.update(func(s *leaseStatus) bool { s.releaseErr = err; return true })
+	l.st.Update(func(s *leasestate.Status) bool { s.ReleaseErr = err; return true })
 }

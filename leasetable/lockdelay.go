@@ -1,6 +1,10 @@
 package leasetable
 
-import "time"
+import (
+	"time"
+
+	"github.com/pgbaton/pgbaton/internal/leasestate"
+)
 
 // MaxLockDelay is the longest Config.LockDelay: 60s, Consul's bound too.
 // The database refuses a longer one (pgbaton.lock_delay_max_ms).
@@ -26,7 +30,7 @@ func (c Config) lockDelayMs() int64 {
 func lostNames(leases []*Lease) []string {
 	var out []string
 	for _, l := range leases {
-		if l.status().state == leaseLost {
+		if l.st.Load().State == leasestate.Lost {
 			out = append(out, l.name)
 		}
 	}

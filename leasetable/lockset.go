@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/leasestate"
 	"github.com/pgbaton/pgbaton/internal/lockset"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
 )
@@ -64,7 +65,7 @@ func (s *LeaseSet) Release(ctx context.Context) error {
 	}
 	var errs []error
 	for _, l := range s.leases {
-		errs = append(errs, l.status().releaseErr)
+		errs = append(errs, l.st.Load().ReleaseErr)
 	}
 	return errors.Join(errs...)
 }
@@ -80,7 +81,7 @@ func (c *Client) newLeaseSet(leases []*Lease) *LeaseSet {
 func (c *Client) releaseSet(ctx context.Context, leases []*Lease) error {
 	var stopped []*Lease
 	for _, l := range leases {
-		if _, proceed := l.beginFinish(finishedRelease); proceed {
+		if _, proceed := l.beginFinish(leasestate.Release); proceed {
 			stopped = append(stopped, l)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/leasestate"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
 )
 
@@ -55,16 +56,16 @@ func (c *Client) attemptFailed(ctx context.Context, name string, err error, star
 
 // recordReleased records, once, the end of a lease given back; taken over
 // counts as superseded. Without a MeterProvider it returns at once: the
-// recorded flag is the metrics' own.
+// Recorded flag is the metrics' own.
 func (l *Lease) recordReleased(takenOver bool) {
 	if l.c.tel == nil {
 		return
 	}
-	if _, first := l.update(func(s *leaseStatus) bool {
-		if s.recorded {
+	if _, first := l.st.Update(func(s *leasestate.Status) bool {
+		if s.Recorded {
 			return false
 		}
-		s.recorded = true
+		s.Recorded = true
 		return true
 	}); !first {
 		return

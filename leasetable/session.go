@@ -8,6 +8,7 @@ import (
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/inflight"
+	"github.com/pgbaton/pgbaton/internal/leasestate"
 	"github.com/pgbaton/pgbaton/internal/session"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
 )
@@ -296,7 +297,7 @@ func (k *keeper) clockStepped(s *session.Session, alive bool, step time.Duration
 	var affected []*Lease
 	for _, set := range []map[*Lease]struct{}{k.held, k.loose} {
 		for l := range set {
-			if l.status().state == leaseHeld && (!alive || l.sess != s) {
+			if l.st.Load().State == leasestate.Held && (!alive || l.sess != s) {
 				affected = append(affected, l)
 			}
 		}
@@ -310,8 +311,10 @@ func (k *keeper) clockStepped(s *session.Session, alive bool, step time.Duration
 		cause := fmt.Errorf("%w: %w: %q token %d: %s", ErrLeaseLost, ErrClockStep, l.name, l.token, why)
 		// Only a lease still held: one released or handed off meanwhile
 		// stays so.
-		if old, ok := l.update(func(st *leaseStatus) bool { return st.state == leaseHeld && st.move(leaseLost, cause) }); ok {
-			l.entered(leaseLost, old, cause, CauseClockStep)
+		if old, ok := l.st.Update(func(st *leasestate.Status) bool {
+			return st.State == leasestate.Held && st.Move(leasestate.Lost, cause)
+		}); ok {
+			l.entered(leasestate.Lost, old, cause, CauseClockStep)
 		}
 	}
 }
@@ -342,7 +345,7 @@ func (k *keeper) end(s *session.Session, to uint32, why string) {
 	}
 	now := time.Now()
 	for _, l := range leases {
-		if st := l.status(); st.state == leaseHeld && !now.Before(st.own) {
+		if st := l.st.Load(); st.State == leasestate.Held && !now.Before(st.Own) {
 			l.deadlinePassed(now, trouble)
 		} else {
 			k.loose[l] = struct{}{}
