@@ -11,6 +11,7 @@ import (
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/inflight"
 	"github.com/pgbaton/pgbaton/internal/leasestate"
+	"github.com/pgbaton/pgbaton/internal/listener"
 	"github.com/pgbaton/pgbaton/internal/pgerr"
 	"github.com/pgbaton/pgbaton/internal/session"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
@@ -36,7 +37,7 @@ func (c *Client) TryAcquire(ctx context.Context, name string) (*Lease, error) {
 // attempt tries once to take name, as waiter w of its queue (nil: behind
 // every waiter). waitStart is when the caller began asking, for the
 // wait-duration metric of a grant.
-func (c *Client) attempt(ctx context.Context, name string, metadata []byte, waitStart time.Time, w *waiting) ([]*Lease, error) {
+func (c *Client) attempt(ctx context.Context, name string, metadata []byte, waitStart time.Time, w *listener.Waiter) ([]*Lease, error) {
 	// The local deadline counts from before the request is sent: the
 	// database's expiry can only be later.
 	start := time.Now()
@@ -47,8 +48,8 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte, wait
 	defer c.k.unuse()
 	// The request id makes the attempt safe to send again after a broken
 	// connection: a repeat finds the grant the first one made.
-	p := db.LeaseAttemptParams{Name: name, Owner: c.cfg.Owner, TtlMs: c.ttlMs, Metadata: metadata, Session: s.Param(), Ref: newRef(), Waiter: w.param(), LockDelayMs: c.cfg.lockDelayMs(),
-		Rank: w.rankParam(), Polls: w.polls()}
+	p := db.LeaseAttemptParams{Name: name, Owner: c.cfg.Owner, TtlMs: c.ttlMs, Metadata: metadata, Session: s.Param(), Ref: newRef(), Waiter: w.Param(), LockDelayMs: c.cfg.lockDelayMs(),
+		Rank: w.RankParam(), Polls: w.Polls()}
 	row, err := grant(c, ctx, s, p.Ref, w, "acquire "+name, func(ctx context.Context) (db.LeaseAttemptRow, error) {
 		return c.q.LeaseAttempt(ctx, c.pool, p)
 	}, func(row db.LeaseAttemptRow) bool { return row.Acquired })
@@ -124,7 +125,7 @@ func inFlight[T any](c *Client, ctx context.Context, send func(context.Context) 
 // waiter that is not queued at the end of the queue (requeue), so one that
 // comes back after its caller gave up may have queued the waiter again
 // after the caller's stop removed it: it is removed once more then.
-func grant[T any](c *Client, ctx context.Context, s *session.Session, ref pgtype.UUID, w *waiting, op string, send func(context.Context) (T, error), granted func(T) bool) (T, error) {
+func grant[T any](c *Client, ctx context.Context, s *session.Session, ref pgtype.UUID, w *listener.Waiter, op string, send func(context.Context) (T, error), granted func(T) bool) (T, error) {
 	c.k.using.Add(1)
 	v, gaveUp, err := inflight.Send(ctx, c.k, c.cfg.TTL, c.cfg.ReleaseTimeout, func(ctx context.Context) (v T, err error) {
 		err = c.retry(ctx, true, func(ctx context.Context) (err error) {
@@ -137,7 +138,7 @@ func grant[T any](c *Client, ctx context.Context, s *session.Session, ref pgtype
 			c.k.giveBackRef(s, ref)
 		}
 		if w != nil {
-			c.ln.Leave(w.name, w.id)
+			c.ln.Leave(w.Name, w.ID)
 		}
 		c.k.unuse()
 	})
@@ -190,7 +191,7 @@ func (c *Client) acquire(ctx context.Context, name string, metadata []byte, rank
 		return nil, err
 	}
 	start := time.Now()
-	return first(c.waitCall(ctx, spanAcquire, telemetry.NameKey, start, want{kind: "lease", name: name, rank: rank, look: func(ctx context.Context, w *waiting) ([]*Lease, error) {
+	return first(c.waitCall(ctx, spanAcquire, telemetry.NameKey, start, want{kind: "lease", name: name, rank: rank, look: func(ctx context.Context, w *listener.Waiter) ([]*Lease, error) {
 		return c.attempt(ctx, name, metadata, start, w)
 	}}))
 }

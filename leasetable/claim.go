@@ -13,6 +13,7 @@ import (
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/inflight"
 	"github.com/pgbaton/pgbaton/internal/leasestate"
+	"github.com/pgbaton/pgbaton/internal/listener"
 	"github.com/pgbaton/pgbaton/internal/pgerr"
 	"github.com/pgbaton/pgbaton/internal/session"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
@@ -99,7 +100,7 @@ func (c *Client) claimWaiting(ctx context.Context, group string, n int, drain bo
 		return nil, err
 	}
 	start := time.Now()
-	return c.waitCall(ctx, spanClaim, telemetry.GroupKey, start, want{kind: "group", name: group, drain: drain, look: func(ctx context.Context, w *waiting) ([]*Lease, error) {
+	return c.waitCall(ctx, spanClaim, telemetry.GroupKey, start, want{kind: "group", name: group, drain: drain, look: func(ctx context.Context, w *listener.Waiter) ([]*Lease, error) {
 		return c.claim(ctx, group, n, start, w, false)
 	}})
 }
@@ -119,7 +120,7 @@ func (c *Client) checkClaim(group string, n int) error {
 // acquired attempt that began at waitStart. w is the caller's place in the
 // group's wait queue, if it waits; with fair, the group's free leases go
 // to the waiters ahead of it first (semaphores).
-func (c *Client) claim(ctx context.Context, group string, n int, waitStart time.Time, w *waiting, fair bool) ([]*Lease, error) {
+func (c *Client) claim(ctx context.Context, group string, n int, waitStart time.Time, w *listener.Waiter, fair bool) ([]*Lease, error) {
 	start := time.Now()
 	s, err := c.sessionFor(ctx)
 	if err != nil {
@@ -129,7 +130,7 @@ func (c *Client) claim(ctx context.Context, group string, n int, waitStart time.
 	// Sent again after a broken connection with Retry set, the claim
 	// returns what the first one granted instead of claiming more.
 	p := db.LeaseClaimParams{LeaseGroup: group, Owner: c.cfg.Owner, N: int32(n), TtlMs: c.ttlMs, Session: s.Param(), Ref: newRef(),
-		Waiter: w.param(), Fair: fair}
+		Waiter: w.Param(), Fair: fair}
 	rows, err := grant(c, ctx, s, p.Ref, w, "claim from "+group, func(ctx context.Context) ([]db.LeaseClaimRow, error) {
 		rows, err := c.q.LeaseClaim(ctx, c.pool, p)
 		p.Retry = true

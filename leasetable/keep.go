@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/listener"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
 )
 
@@ -47,7 +48,7 @@ func (c *Client) Keep(ctx context.Context, cfg KeepConfig) error {
 	defer wg.Wait()
 	var held atomic.Int64           // leases whose Work runs
 	ended := make(chan struct{}, 1) // one of them ended: claim again
-	q := want{kind: "group", name: cfg.Group, woken: ended, look: func(_ context.Context, w *waiting) ([]*Lease, error) {
+	q := want{kind: "group", name: cfg.Group, woken: ended, look: func(_ context.Context, w *listener.Waiter) ([]*Lease, error) {
 		return c.once(ctx, spanClaim, telemetry.GroupKey, cfg.Group, func(ctx context.Context, start time.Time) ([]*Lease, error) {
 			return c.claim(ctx, cfg.Group, cfg.Max-int(held.Load()), start, w, false)
 		})
@@ -93,7 +94,7 @@ func (c *Client) Keep(ctx context.Context, cfg KeepConfig) error {
 		// Not a connection failure (waitLoop waits those out) nor one
 		// that retrying cannot fix.
 		c.log.Warn("pgbaton: keep: claim failed; retrying", "group", cfg.Group, "error", err)
-		if err := c.wait(ctx, ended, nil, c.cfg.RenewInterval); err != nil {
+		if err := c.ln.Wait(ctx, ended, nil, c.cfg.RenewInterval); err != nil {
 			return err
 		}
 	}

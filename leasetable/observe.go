@@ -8,6 +8,7 @@ import (
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/backoff"
+	"github.com/pgbaton/pgbaton/internal/listener"
 )
 
 // Observe streams the leaders of election name as they change, to any
@@ -41,7 +42,7 @@ func (c *Client) Observe(ctx context.Context, name string) (<-chan Leader, error
 	}
 	ch := make(chan Leader)
 	if !c.k.Spawn(func() { c.observe(ctx, w, ch) }) {
-		w.stop()
+		c.stopWaiting(w)
 		return nil, pgbaton.ErrClosed
 	}
 	return ch, nil
@@ -49,13 +50,13 @@ func (c *Client) Observe(ctx context.Context, name string) (<-chan Leader, error
 
 // observe is Observe's goroutine: it sends each leader it reads with a
 // term larger than the last one sent.
-func (c *Client) observe(ctx context.Context, w *waiting, ch chan<- Leader) {
+func (c *Client) observe(ctx context.Context, w *listener.Waiter, ch chan<- Leader) {
 	defer close(ch)
-	defer w.stop()
+	defer c.stopWaiting(w)
 	var last int64
 	outage := backoff.Outage()
 	for {
-		ld, err := c.Leader(ctx, w.name)
+		ld, err := c.Leader(ctx, w.Name)
 		// Until its expiry, the leader read is the leader: nothing new
 		// without a notification. With nobody leading, the next term
 		// notifies; looking again every TTL covers a notification lost
@@ -81,10 +82,10 @@ func (c *Client) observe(ctx context.Context, w *waiting, ch chan<- Leader) {
 			if ctx.Err() != nil {
 				return
 			}
-			c.log.Debug("pgbaton: observing an election: reading its leader failed", "election", w.name, "error", err)
+			c.log.Debug("pgbaton: observing an election: reading its leader failed", "election", w.Name, "error", err)
 			next = outage.Next()
 		}
-		if w.wait(ctx, next, nil) != nil {
+		if w.Wait(ctx, next, nil) != nil {
 			return
 		}
 	}

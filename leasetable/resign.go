@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/listener"
 )
 
 // RequestResign asks the leader of election name to step down, for
@@ -53,10 +54,10 @@ func (c *Client) newLeadership(l *Lease) *Leadership {
 func (ld *Leadership) watchResign(ask context.CancelCauseFunc) {
 	l := ld.lease
 	c, ctx := l.c, l.Context()
-	var w *waiting
+	var w *listener.Waiter
 	defer func() {
 		if w != nil {
-			w.stop()
+			c.stopWaiting(w)
 		}
 	}()
 	for ctx.Err() == nil {
@@ -64,7 +65,7 @@ func (ld *Leadership) watchResign(ask context.CancelCauseFunc) {
 		if w == nil {
 			if w, err = c.joinQueue(ctx, l.name, false, false, pgtype.Int4{}); err != nil {
 				c.log.Debug("pgbaton: leader cannot watch for requests to resign; trying again", "election", l.name, "error", err)
-				if c.wait(ctx, nil, nil, c.cfg.RenewInterval) != nil {
+				if c.ln.Wait(ctx, nil, nil, c.cfg.RenewInterval) != nil {
 					return
 				}
 				continue
@@ -79,7 +80,7 @@ func (ld *Leadership) watchResign(ask context.CancelCauseFunc) {
 		if err != nil && ctx.Err() == nil {
 			c.log.Debug("pgbaton: reading requests to resign failed", "election", l.name, "error", err)
 		}
-		if w.wait(ctx, c.cfg.TTL, nil) != nil {
+		if w.Wait(ctx, c.cfg.TTL, nil) != nil {
 			return
 		}
 	}

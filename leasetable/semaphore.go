@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/pgbaton/pgbaton/internal/listener"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
 )
 
@@ -28,7 +29,7 @@ func (c *Client) Semaphore(ctx context.Context, name string, slots int) (*Lease,
 		return nil, err
 	}
 	start := time.Now()
-	return first(c.waitCall(ctx, spanAcquire, telemetry.GroupKey, start, want{kind: "semaphore", name: name, look: func(ctx context.Context, w *waiting) ([]*Lease, error) {
+	return first(c.waitCall(ctx, spanAcquire, telemetry.GroupKey, start, want{kind: "semaphore", name: name, look: func(ctx context.Context, w *listener.Waiter) ([]*Lease, error) {
 		if err := c.registerSemaphore(ctx, name, names); err != nil {
 			return nil, err
 		}

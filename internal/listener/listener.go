@@ -3,7 +3,8 @@
 // sends the waiter's id), makes the waiters' registrations again on a new
 // connection, and removes the registrations of waiters that left. When it
 // listens is leasetable's contract (its package doc, "Waiting"); its
-// errors reach users through leasetable and say so.
+// errors reach users through leasetable and say so. A Waiter (Join) is
+// one waiter's side of it: subscribed, then paced between its looks.
 //
 // Its state has one owner, the client's keeper goroutine (Config.Owner):
 // subscribers and the connection's goroutine read and change it in
@@ -147,7 +148,7 @@ var (
 type Registration = db.LeaseWaitForParams
 
 // listenReg is a registration the listener makes again on a new
-// connection, and remade as it was when it was recorded (Granted).
+// connection, and remade as it was when it was recorded (granted).
 type listenReg struct {
 	r  Registration
 	at int64
@@ -176,7 +177,7 @@ type Mode int
 
 const (
 	// Listening: the LISTEN connection is active, so no release after
-	// Subscribe returned can be missed once the waiter is registered.
+	// Join returned can be missed once the waiter is registered.
 	Listening Mode = iota
 	// Polling: every PollInterval, by configuration (NoListen) or because
 	// the connection does not deliver (a transaction pooler).
@@ -193,10 +194,10 @@ const (
 // waits failed "waiting for the LISTEN connection" after 5 s).
 const listenReadyWait = 250 * time.Millisecond
 
-// Subscribe has notifications to waiter id signal wake (buffered, 1) until
+// subscribe has notifications to waiter id signal wake (buffered, 1) until
 // unregister, and returns once the connection listens, so no release
 // after it can be missed, or once it is clear the waiter must poll.
-func (ln *Listener) Subscribe(ctx context.Context, id string, wake chan struct{}) (Mode, error) {
+func (ln *Listener) subscribe(ctx context.Context, id string, wake chan struct{}) (Mode, error) {
 	if ln.cfg.NoListen {
 		return Polling, ln.cfg.CheckOpen()
 	}
@@ -268,9 +269,9 @@ func (ln *Listener) kickRun() {
 	}
 }
 
-// polling reports whether waiters poll rather than wait for notifications
+// polls reports whether waiters poll rather than wait for notifications
 // now (see mode).
-func (ln *Listener) Polls() bool { return ln.mode() != Listening }
+func (ln *Listener) polls() bool { return ln.mode() != Listening }
 
 // mode is how a waiter subscribing now learns of releases. A connection
 // not listening now (connecting, reconnecting, idle) counts as polling, so
@@ -414,7 +415,7 @@ func (ln *Listener) ended(err error) (first bool) {
 	switch {
 	case errors.Is(err, errUndelivered):
 		// Waiters poll until a wait ln.reprove later proves a new
-		// connection (Subscribe); ready stays closed so that none waits
+		// connection (subscribe); ready stays closed so that none waits
 		// for one meanwhile.
 		first = ln.undelivered == nil
 		ln.undelivered, ln.undeliveredAt = err, time.Now()
@@ -733,12 +734,12 @@ func (ln *Listener) Leave(name, id string) {
 	ln.cfg.Owner.Post(func() { ln.queueLeave(name, id) })
 }
 
-// Granted forgets waiter id, whose grant removed its registration in the
+// granted forgets waiter id, whose grant removed its registration in the
 // grant's transaction: no statement is sent (one per contended Acquire
 // woken by NOTIFY, deleting nothing), unless a new connection made the
 // registrations again since it was recorded (reregister), which may have
 // come after the grant.
-func (ln *Listener) Granted(name, id string) {
+func (ln *Listener) granted(name, id string) {
 	ln.cfg.Owner.Post(func() {
 		if lr, ok := ln.regs[id]; ok && lr.at != ln.remade {
 			ln.queueLeave(name, id)

@@ -1,0 +1,147 @@
+package listener
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/backoff"
+)
+
+// Waiter is a waiter in the wait queue of a lease or group
+// (pgbaton.lease_waiter): it looks again when notified by its id, which
+// notify_waiters sends when its turn comes, or at a known expiry. Its
+// registration is the caller's, made once Join returned, so that the
+// waiter listens before a release can see it.
+type Waiter struct {
+	ln       *Listener
+	Name, ID string
+	wake     chan struct{} // signalled by the listener (buffered, 1)
+	// poll paces a waiter whose client holds no listen slot
+	// (Config.ListenSlots) or whose LISTEN connection was not up in time:
+	// nil for the others. lastToken is the grant it
+	// last found in its way.
+	poll      *backoff.Backoff
+	lastToken int64
+	// rank is the waiter's place among candidates (Join), for a look
+	// that queues it again after the database lost its registration.
+	rank int32
+	// lazy: a waiter for a lease whose client polls is registered by its
+	// looks (lease_attempt with p_listens false), not by wait_for: no
+	// release is to be ordered against a registration nobody notifies.
+	lazy bool
+	// Taken: a look granted it the lease, which removed its registration.
+	Taken bool
+}
+
+// Join subscribes a new waiter of the queue of lease name, or of group
+// name when group is set, to notifications for its id, and decides from
+// mode how it is paced and whether its looks register it. rank is the
+// one it registers with (NULL: an observer).
+func (ln *Listener) Join(ctx context.Context, name string, group bool, rank pgtype.Int4) (*Waiter, Mode, error) {
+	w := &Waiter{ln: ln, Name: name, ID: ln.cfg.NewID(""), wake: make(chan struct{}, 1), rank: rank.Int32}
+	mode, err := ln.subscribe(ctx, w.ID, w.wake)
+	if err != nil {
+		return nil, 0, err
+	}
+	switch {
+	case mode == PollingBackoff:
+		w.poll = &backoff.Backoff{Min: backoff.SlotlessPoll, Max: ln.cfg.PollInterval}
+	case mode == Polling && !ln.cfg.NoListen:
+		// Its connection did not deliver: it polls even once a new one
+		// does, as nothing would notify its registration.
+		w.poll = &backoff.Backoff{Min: ln.cfg.PollInterval, Max: ln.cfg.PollInterval}
+	}
+	// Its next look registers it (Polls). Not an observer (never served)
+	// or a preferred candidate (wait_for asks a leader it outranks to
+	// resign).
+	w.lazy = !group && mode != Listening && rank.Valid && rank.Int32 == 0
+	return w, mode, nil
+}
+
+// Param is the waiter's id for a look (lease_attempt, claim): nil for no
+// waiter, which comes after every waiter of the queue.
+func (w *Waiter) Param() pgtype.Text {
+	if w == nil {
+		return pgtype.Text{}
+	}
+	return pgtype.Text{String: w.ID, Valid: true}
+}
+
+// Polls tells a look that the waiter polls and registers by its looks.
+func (w *Waiter) Polls() bool { return w != nil && w.lazy }
+
+// RankParam is the waiter's rank for a look: 0 for no waiter.
+func (w *Waiter) RankParam() int32 {
+	if w == nil {
+		return 0
+	}
+	return w.rank
+}
+
+// Stop unsubscribes and has the registration removed (Leave), not on the
+// caller's goroutine, which goes on at once. The waiter's id is unique,
+// so no later registration can be removed by it.
+func (w *Waiter) Stop() {
+	if w.Taken {
+		w.ln.granted(w.Name, w.ID)
+		return
+	}
+	w.ln.Leave(w.Name, w.ID)
+}
+
+// Wait is Listener.Wait for this waiter (and woken, if not nil) for d,
+// the time to a known expiry, at most its next poll when its client holds
+// no listen slot.
+func (w *Waiter) Wait(ctx context.Context, d time.Duration, woken <-chan struct{}) error {
+	if w.poll != nil {
+		d = min(d, w.poll.Next())
+	}
+	return w.ln.Wait(ctx, w.wake, woken, d)
+}
+
+// AtHead is how long a waiter for a lease held for remaining, with ahead
+// waiters before it, waits before it looks again: to the holder's expiry,
+// but when nothing will wake it (it polls) and no failover grace or
+// lock-delay holds the lease (blocked), at its place in the queue's pace
+// (backoff.QueuePoll).
+func (w *Waiter) AtHead(remaining time.Duration, ahead int, blocked bool) time.Duration {
+	if !blocked && (w.poll != nil || w.ln.polls()) {
+		return backoff.QueuePoll(remaining, ahead, w.ln.cfg.PollInterval)
+	}
+	return remaining
+}
+
+// HeldBy tells a waiter for a lease which grant it found in its way: a
+// lease that changed hands since the last look is passed around quickly,
+// so a waiter without a listen slot looks again soon rather than at its
+// backed-off pace, which would leave it behind the waiters that are woken
+// or look more often.
+func (w *Waiter) HeldBy(token int64) {
+	if w.poll != nil && token != w.lastToken {
+		w.poll.Reset()
+	}
+	w.lastToken = token
+}
+
+// Wait blocks until a wake-up (on wake or woken), until the known expiry
+// (d from now, or PollInterval when notifications are not used) plus
+// jitter (backoff.WaitFor), or until ctx or the client ends.
+func (ln *Listener) Wait(ctx context.Context, wake, woken <-chan struct{}, d time.Duration) error {
+	t := time.NewTimer(backoff.WaitFor(d, ln.polls(), ln.cfg.PollInterval, ln.cfg.TTL))
+	defer t.Stop()
+	select {
+	case <-wake:
+		return nil
+	case <-woken:
+		return nil
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-ln.cfg.Context.Done():
+		return pgbaton.ErrClosed
+	}
+}
