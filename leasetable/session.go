@@ -148,17 +148,12 @@ func (c *Client) openSession(ctx context.Context) (*session.Session, error) {
 func (k *keeper) keepalive(s *session.Session, now time.Time) {
 	c := k.c
 	n := len(k.live())
-	switch {
-	case n > 0 || k.inUse():
-		s.IdleSince = time.Time{}
-	case s.IdleSince.IsZero():
-		s.IdleSince = now
-	case now.Sub(s.IdleSince) >= c.cfg.TTL:
-		// Unused for a TTL: let it go rather than write for nothing. The
-		// next grant opens a new session. Closing first, then the uses:
-		// a grant counts its use first, then reads closing (sessionFor),
-		// so one of the two sees the other (atomics are sequentially
-		// consistent) and no grant takes a session closed under it.
+	if s.Idle(n > 0 || k.inUse(), now, c.cfg.TTL) {
+		// Let it go rather than write for nothing; the next grant opens a
+		// new session. Closing first, then the uses: a grant counts its
+		// use first, then reads Closing (sessionFor), so one of the two
+		// sees the other (atomics are sequentially consistent) and no
+		// grant takes a session closed under it.
 		s.Closing.Store(true)
 		if !k.inUse() {
 			k.end(s, session.Closed, "idle")
@@ -172,7 +167,7 @@ func (k *keeper) keepalive(s *session.Session, now time.Time) {
 	s.Inflight.Store(true)
 	if !k.Spawn(func() {
 		defer cancel()
-		c.awaitIdle(ctx, min(c.cfg.RenewInterval, time.Until(s.Until()))/idleWaitShare)
+		session.AwaitIdleConn(ctx, c.pool, c.cfg.RenewInterval, s.Until())
 		start := time.Now()
 		ctx, span := c.tr.Start(ctx, spanKeepalive, "lease")
 		var row db.SessionKeepaliveRow
@@ -256,35 +251,9 @@ func (k *keeper) keptAlive(s *session.Session, n int, start, replied time.Time, 
 	}
 }
 
-// awaitIdle waits, up to d, until one of the pool's connections is idle
-// (or none is open), so that the keep-alive takes that one: sent while
-// every connection was busy, it made the pool open one more for good (500
-// clients with pools of 2 on 2 cores: 0.9 connections opened per client in
-// 10 s). It only reads the pool's counts: AcquireAllIdle would skip the
-// pool's stale-connection checks and keep connections from ageing out.
-func (c *Client) awaitIdle(ctx context.Context, d time.Duration) {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	t := time.NewTicker(idlePoll)
-	defer t.Stop()
-	for st := c.pool.Stat(); st.IdleConns() == 0 && st.TotalConns() > 0; st = c.pool.Stat() {
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return
-		}
-	}
-}
-
-const (
-	idlePoll = 5 * time.Millisecond // how often awaitIdle looks
-	// idleWaitShare: awaitIdle waits at most this share of RenewInterval
-	// or of what is left to the deadline; keepaliveRetries: a failing
-	// keep-alive is retried this many times per RenewInterval, so several
-	// tries fit before the deadline.
-	idleWaitShare    = 4
-	keepaliveRetries = 5
-)
+// keepaliveRetries: a failing keep-alive is retried this many times per
+// RenewInterval, so several tries fit before the deadline.
+const keepaliveRetries = 5
 
 // clockStepped handles a forward step of the database's clock by more
 // than the safety margin, seen by a keep-alive of s: every lease held is

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // A session is alive until its owner ends it, once: dead (its local
@@ -123,3 +124,44 @@ func (s *Session) ClockStep(sent, replied, dbNow time.Time) time.Duration {
 	s.sentAt, s.dbAt = sent, dbNow
 	return step
 }
+
+// Idle reports whether the session has been unused for ttl at now, and
+// should be closed rather than kept alive for nothing; busy says it
+// carries leases or is in use without one (waiters, grants on their way).
+func (s *Session) Idle(busy bool, now time.Time, ttl time.Duration) bool {
+	switch {
+	case busy:
+		s.IdleSince = time.Time{}
+	case s.IdleSince.IsZero():
+		s.IdleSince = now
+	default:
+		return now.Sub(s.IdleSince) >= ttl
+	}
+	return false
+}
+
+// AwaitIdleConn waits until one of pool's connections is idle (or none is
+// open), for at most a quarter of renew or of what is left to until, so
+// that the keep-alive sent next takes that one: sent while every
+// connection was busy, it made the pool open one more for good (500
+// clients with pools of 2 on 2 cores: 0.9 connections opened per client
+// in 10 s). It only reads the pool's counts: AcquireAllIdle would skip the
+// pool's stale-connection checks and keep connections from ageing out.
+func AwaitIdleConn(ctx context.Context, pool *pgxpool.Pool, renew time.Duration, until time.Time) {
+	ctx, cancel := context.WithTimeout(ctx, min(renew, time.Until(until))/idleWaitShare)
+	defer cancel()
+	t := time.NewTicker(idlePoll)
+	defer t.Stop()
+	for st := pool.Stat(); st.IdleConns() == 0 && st.TotalConns() > 0; st = pool.Stat() {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+const (
+	idlePoll      = 5 * time.Millisecond // how often AwaitIdleConn looks
+	idleWaitShare = 4
+)
