@@ -3,8 +3,6 @@ package leasetable
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -12,6 +10,7 @@ import (
 
 	"github.com/pgbaton/pgbaton/internal/combine"
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/giveback"
 	"github.com/pgbaton/pgbaton/internal/leasestate"
 	"github.com/pgbaton/pgbaton/internal/mailbox"
 	"github.com/pgbaton/pgbaton/internal/session"
@@ -21,9 +20,9 @@ import (
 // Session and River's elector own theirs: one goroutine (run) owns the
 // lease session (internal/session, opened and kept alive in session.go),
 // the leases held (carried by the session, or loose: held by their own
-// deadline once it ended) with one timer for
-// every deadline, the queue of things to give back, the CompleteTx
-// completions whose transaction's end it has yet to learn (settle), the
+// deadline once it ended) with one timer for every deadline, the queue
+// of things to give back and the CompleteTx completions whose
+// transaction's end it has yet to learn (internal/giveback), the
 // CompleteAndClaim calls queued per group (combine.go), and the LISTEN
 // connection's state (internal/listener, through listenOwner). Others
 // talk to it through its mailbox (internal/mailbox; Post: a message is a
@@ -59,16 +58,11 @@ type keeper struct {
 	// Owned by the keeper's goroutine.
 	sess     *session.Session
 	opening  *opening
-	held     map[*Lease]struct{}   // carried by sess
-	loose    map[*Lease]struct{}   // held by their own deadline: their session ended
-	back     map[*Lease]struct{}   // to give back by token (released, never completed)
-	refs     map[grantRef]struct{} // to give back by request id
-	sending  bool                  // a give-back is on its way
-	settling map[*Lease]struct{}   // handed off, their complete_tx sent
-	settleAt time.Time
-	settleIn time.Duration
-	asking   bool // a settle is on its way
-	pruneAt  int  // len(held) at which add prunes it next
+	held     map[*Lease]struct{}              // carried by sess
+	loose    map[*Lease]struct{}              // held by their own deadline: their session ended
+	back     giveback.Queue[*Lease, grantRef] // by token (released, never completed) and by request id
+	settling giveback.Schedule[*Lease]        // handed off, their complete_tx sent
+	pruneAt  int                              // len(held) at which add prunes it next
 	cc       combine.Queue[*combined]
 	timer    *time.Timer
 	stopped  bool
@@ -83,8 +77,7 @@ type grantRef struct {
 
 func newKeeper(c *Client) *keeper {
 	return &keeper{Mailbox: mailbox.New[*keeper](&c.background), c: c,
-		held: map[*Lease]struct{}{}, loose: map[*Lease]struct{}{}, back: map[*Lease]struct{}{}, refs: map[grantRef]struct{}{},
-		settling: map[*Lease]struct{}{}}
+		held: map[*Lease]struct{}{}, loose: map[*Lease]struct{}{}}
 }
 
 // run is the keeper's goroutine: messages first, then what is due.
@@ -137,9 +130,9 @@ func (k *keeper) tick(now time.Time) {
 			next = earliest(next, st.Own)
 		}
 	}
-	if len(k.settling) > 0 && !k.asking {
-		if now.Before(k.settleAt) {
-			next = earliest(next, k.settleAt)
+	if at, ok := k.settling.Next(); ok {
+		if now.Before(at) {
+			next = earliest(next, at)
 		} else {
 			k.settle()
 		}
@@ -208,9 +201,7 @@ func (k *keeper) prune() {
 // must leave the item to be claimed again).
 func (k *keeper) giveBack(leases []*Lease) {
 	k.Post(func(k *keeper) {
-		for _, l := range leases {
-			k.back[l] = struct{}{}
-		}
+		k.back.Add(leases...)
 		k.sendBack()
 	})
 }
@@ -219,7 +210,7 @@ func (k *keeper) giveBack(leases []*Lease) {
 // unless a give-back is on its way (then when it is back).
 func (k *keeper) giveBackRef(s *session.Session, ref pgtype.UUID) {
 	if k.Post(func(k *keeper) {
-		k.refs[grantRef{s, ref}] = struct{}{}
+		k.back.AddRef(grantRef{s, ref})
 		k.sendBack()
 	}) {
 		return
@@ -231,13 +222,12 @@ func (k *keeper) giveBackRef(s *session.Session, ref pgtype.UUID) {
 // queued until the next keep-alive succeeds, and Close takes what is left
 // (what is on its way too: giving back twice is harmless).
 func (k *keeper) sendBack() {
-	if k.sending || len(k.back) == 0 && len(k.refs) == 0 {
+	leases, refs, ok := k.back.Send()
+	if !ok {
 		return
 	}
 	c := k.c
-	leases, refs := slices.Collect(maps.Keys(k.back)), slices.Collect(maps.Keys(k.refs))
-	k.sending = true
-	ok := k.Spawn(func() {
+	ok = k.Spawn(func() {
 		ctx, cancel := context.WithTimeout(c.bg, c.cfg.ReleaseTimeout)
 		defer cancel()
 		var gone []grantRef
@@ -255,22 +245,13 @@ func (k *keeper) sendBack() {
 			c.log.Debug("pgbaton: giving back grants failed; trying again after the next keep-alive", "leases", len(leases), "requests", len(refs)-len(gone), "error", err)
 		}
 		k.Post(func(k *keeper) {
-			k.sending = false
-			for _, r := range gone {
-				delete(k.refs, r)
-			}
-			if err == nil {
-				for _, l := range leases {
-					delete(k.back, l)
-				}
-				if len(gone) == len(refs) {
-					k.sendBack() // what was queued meanwhile
-				}
+			if k.back.Sent(leases, err == nil, refs, gone) {
+				k.sendBack() // what was queued meanwhile
 			}
 		})
 	})
 	if !ok {
-		k.sending = false
+		k.back.Unsent()
 	}
 }
 
@@ -282,22 +263,15 @@ func (k *keeper) settleLater(leases []*Lease) {
 		return
 	}
 	k.Post(func(k *keeper) {
-		if len(k.settling) == 0 {
-			k.settleIn = settleFirst
-			k.settleAt = time.Now().Add(k.settleIn)
-		}
+		var handed []*Lease
 		for _, l := range leases {
 			if l.st.Load().State == leasestate.HandedOff {
-				k.settling[l] = struct{}{}
+				handed = append(handed, l)
 			}
 		}
+		k.settling.Add(time.Now(), handed...)
 	})
 }
-
-// settleFirst is how soon the keeper first asks how a CompleteTx
-// transaction ended; it asks less and less often while they stay open, up
-// to once per RenewInterval.
-const settleFirst = 10 * time.Millisecond
 
 // settle asks, in one statement for all of them, how the transactions of
 // the handed-off leases ended: a committed completion's lease ends; a
@@ -305,27 +279,16 @@ const settleFirst = 10 * time.Millisecond
 // again without waiting for the session to end.
 func (k *keeper) settle() {
 	c := k.c
-	pending := slices.Collect(maps.Keys(k.settling))
-	k.asking = true
+	pending := k.settling.Ask()
 	ok := k.Spawn(func() {
 		settled := c.settle(pending)
 		k.Post(func(k *keeper) {
-			k.asking = false
-			for _, l := range pending {
-				if l.st.Load().State.Ended() {
-					delete(k.settling, l)
-				}
-			}
-			if settled {
-				k.settleIn = settleFirst
-			} else {
-				k.settleIn = min(2*k.settleIn, c.cfg.RenewInterval)
-			}
-			k.settleAt = time.Now().Add(k.settleIn)
+			ended := func(l *Lease) bool { return l.st.Load().State.Ended() }
+			k.settling.Answered(time.Now(), pending, ended, settled, c.cfg.RenewInterval)
 		})
 	})
 	if !ok {
-		k.asking = false
+		k.settling.Unasked()
 	}
 }
 
@@ -394,7 +357,8 @@ func (c *Client) closeKeeper() (left leftover, ok bool) {
 				}
 			}
 		}
-		left.back, left.refs, left.sess = slices.Collect(maps.Keys(k.back)), slices.Collect(maps.Keys(k.refs)), k.sess
+		left.back, left.refs = k.back.All()
+		left.sess = k.sess
 		left.calls = k.cc.All()
 		k.cur.Store(nil)
 		k.stopped = true

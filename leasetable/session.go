@@ -195,7 +195,7 @@ func (k *keeper) keepalive(s *session.Session, now time.Time) {
 // is queued on it, a grant is on its way (sessionFor), or grants are to be
 // given back by request id, which finds them by their session.
 func (k *keeper) inUse() bool {
-	return k.using.Load() > 0 || len(k.refs) > 0 || k.sending
+	return k.using.Load() > 0 || k.back.RefsPending()
 }
 
 // keptAlive handles the reply to s's keep-alive, sent at start for n
