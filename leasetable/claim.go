@@ -6,16 +6,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
-
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/inflight"
 	"github.com/pgbaton/pgbaton/internal/leasestate"
 	"github.com/pgbaton/pgbaton/internal/listener"
 	"github.com/pgbaton/pgbaton/internal/pgerr"
-	"github.com/pgbaton/pgbaton/internal/session"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
 )
 
@@ -254,47 +250,6 @@ func (c *Client) CompleteAndClaim(ctx context.Context, group string, n int, done
 		c.tel.AttemptSince(ctx, group, telemetry.Held, start)
 	}
 	return leases, doneErr
-}
-
-// completeAndClaimReply is what CompleteAndClaim's round trip returns.
-type completeAndClaimReply struct {
-	deleted []string
-	claimed []db.LeaseClaimRow
-}
-
-// completeAndClaim sends complete_many and claim in one batch: one round
-// trip, one implicit transaction up to the batch's Sync, so a failed claim
-// undoes the completions.
-func (c *Client) completeAndClaim(ctx context.Context, p db.LeaseCompleteManyParams, group string, n int, s *session.Session, ref pgtype.UUID) (completeAndClaimReply, error) {
-	var r completeAndClaimReply
-	b := &pgx.Batch{}
-	b.Queue(db.LeaseCompleteManySQL, p.Names, p.Tokens, p.Owner).Query(func(rows pgx.Rows) error {
-		var err error
-		r.deleted, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		return err
-	})
-	b.Queue(db.LeaseClaimSQL, group, c.cfg.Owner, int32(n), c.ttlMs, s.Param(), ref, false, pgtype.Text{}, false).Query(func(rows pgx.Rows) error {
-		var err error
-		r.claimed, err = scanClaimed(rows, n)
-		return err
-	})
-	return r, c.pool.SendBatch(ctx, b).Close()
-}
-
-// scanClaimed reads the rows of pgbaton.claim as the generated LeaseClaim
-// does. Not pgx.RowToStructByPos: its reflection per row took about a
-// tenth of the client's CPU at batch 100 (bench profile, claim scenario).
-func scanClaimed(rows pgx.Rows, n int) ([]db.LeaseClaimRow, error) {
-	defer rows.Close()
-	out := make([]db.LeaseClaimRow, 0, min(n, 256))
-	for rows.Next() {
-		var r db.LeaseClaimRow
-		if err := rows.Scan(&r.Name, &r.Token, &r.ExpiresAt); err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
 }
 
 // CompleteTx completes leases inside tx, the caller's transaction that

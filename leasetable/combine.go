@@ -96,17 +96,18 @@ func (c *Client) sendCalls(group string, calls []*combined) {
 		p.Names, p.Tokens = append(p.Names, names...), append(p.Tokens, tokens...)
 		n += call.n
 	}
-	ref := newRef()
-	var r completeAndClaimReply
+	claim := db.LeaseClaimParams{LeaseGroup: group, Owner: c.cfg.Owner, N: int32(n), TtlMs: c.ttlMs, Session: s.Param(), Ref: newRef()}
+	var deleted []string
+	var claimed []db.LeaseClaimRow
 	err = c.retry(ctx, false, func(ctx context.Context) (err error) {
-		r, err = c.completeAndClaim(ctx, p, group, n, s, ref)
+		deleted, claimed, err = c.q.LeaseCompleteAndClaim(ctx, c.pool, p, claim)
 		return err
 	})
 	if err != nil {
 		if f, _ := pgerr.Classify(context.Background(), err); f == pgerr.Ambiguous || ctx.Err() != nil {
 			// The claim may have landed (a broken connection, the TTL's
 			// timeout): give back by its request id whatever it granted.
-			c.k.giveBackRef(s, ref)
+			c.k.giveBackRef(s, claim.Ref)
 		}
 		err = c.dbError("complete and claim from "+group, err)
 		for _, call := range calls {
@@ -114,7 +115,7 @@ func (c *Client) sendCalls(group string, calls []*combined) {
 		}
 		return
 	}
-	rows := r.claimed
+	rows := claimed
 	for _, call := range calls {
 		share := rows[:min(call.n, len(rows)):min(call.n, len(rows))]
 		rows = rows[len(share):]
@@ -123,7 +124,7 @@ func (c *Client) sendCalls(group string, calls []*combined) {
 			// share (CompleteAndClaim) or gives it back (settleAbandoned).
 			c.k.using.Add(1)
 		}
-		call.done <- combinedReply{s: s, deleted: r.deleted, claimed: share}
+		call.done <- combinedReply{s: s, deleted: deleted, claimed: share}
 	}
 }
 

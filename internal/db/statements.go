@@ -14,10 +14,3 @@ const (
 	// Pipelined after it on a direct connection.
 	AdvisoryFastPathFunctionsSQL = advisoryFastPathFunctions
 )
-
-// The text of the statements leasetable's CompleteAndClaim sends in one
-// pgx batch (one round trip, one transaction).
-const (
-	LeaseCompleteManySQL = leaseCompleteMany
-	LeaseClaimSQL        = leaseClaim
-)
