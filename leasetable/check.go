@@ -47,7 +47,7 @@ func (c *Client) Check(ctx context.Context) error {
 			break
 		}
 		// Logged, not failed: see ReplicationStatus.Err.
-		c.repl.observe(ctx, c)
+		c.repl.Observe(ctx, c.pool, c.log, ErrNoSyncStandby)
 		// A ping that failed would fail the notification too: say it once.
 		if err := c.ln.Check(ctx, c.newID("check/")); err != nil {
 			errs = append(errs, err)

@@ -17,6 +17,7 @@ import (
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/leasestate"
 	"github.com/pgbaton/pgbaton/internal/listener"
+	"github.com/pgbaton/pgbaton/internal/replication"
 	"github.com/pgbaton/pgbaton/internal/schema"
 	"github.com/pgbaton/pgbaton/internal/serverkind"
 	"github.com/pgbaton/pgbaton/internal/session"
@@ -34,7 +35,7 @@ type Client struct {
 	ln    *listener.Listener
 	tel   *telemetry.Instruments // nil without a MeterProvider
 	tr    telemetry.Tracer
-	repl  replicationLog
+	repl  replication.Log
 
 	bg         context.Context // parents background work; cancelled by Close
 	bgCancel   context.CancelFunc
@@ -109,7 +110,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Client, error) {
 				return c.q.LeaseListenSlotFree(ctx, pool, int32(cfg.ListenSlots))
 			}, nil)
 		}})
-	c.repl.observe(ctx, c)
+	c.repl.Observe(ctx, c.pool, c.log, ErrNoSyncStandby)
 	if !cfg.Retention.Disabled {
 		c.goBackground(c.pruneLoop)
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgbaton/pgbaton"
-	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/replication"
 )
 
 // FailoverGrace is a database's failover grace (see the package doc,
@@ -39,47 +39,18 @@ type FailoverGrace struct {
 }
 
 // String says it in one line, for status output.
-func (g FailoverGrace) String() string {
-	onOff := "on"
-	if !g.Enabled {
-		onOff = "off"
-	}
-	switch {
-	case g.Active && g.StartedAt.IsZero():
-		return fmt.Sprintf("%s; holding every grant back: timeline %d -> %d not stored yet, then %s (longest TTL in use)",
-			onOff, g.FromTimeline, g.ToTimeline, g.LongestTTL)
-	case g.Active:
-		return fmt.Sprintf("%s; holding every grant back for %s more, until %s (timeline %d -> %d at %s, longest TTL in use %s)",
-			onOff, g.Remaining.Round(time.Millisecond), g.Until.Format(time.RFC3339), g.FromTimeline, g.ToTimeline,
-			g.StartedAt.Format(time.RFC3339), g.LongestTTL)
-	case g.Until.IsZero():
-		return fmt.Sprintf("%s; none imposed (longest TTL in use %s)", onOff, g.LongestTTL)
-	}
-	return fmt.Sprintf("%s; last ended %s (timeline %d -> %d, longest TTL in use %s)",
-		onOff, g.Until.Format(time.RFC3339), g.FromTimeline, g.ToTimeline, g.LongestTTL)
-}
+func (g FailoverGrace) String() string { return replication.Grace(g).String() }
 
 // FailoverGraceOf reads the failover grace of the database behind pool.
 func FailoverGraceOf(ctx context.Context, pool *pgxpool.Pool) (FailoverGrace, error) {
 	if pool == nil {
 		return FailoverGrace{}, fmt.Errorf("%w: nil pool", pgbaton.ErrInvalidArgument)
 	}
-	row, err := db.New().FailoverGrace(ctx, pool)
+	g, err := replication.ReadGrace(ctx, pool)
 	if err != nil {
 		return FailoverGrace{}, mapDBError("read the failover grace", err)
 	}
-	g := FailoverGrace{Enabled: row.Enabled, Active: row.Active, FromTimeline: row.FromTimeline.Int64,
-		ToTimeline: row.ToTimeline.Int64, LongestTTL: time.Duration(row.TtlInUseMs) * time.Millisecond}
-	if row.GraceUntil != nil {
-		g.Until = *row.GraceUntil
-	}
-	if row.StartedAt != nil {
-		g.StartedAt = *row.StartedAt
-	}
-	if g.Active {
-		g.Remaining = max(g.Until.Sub(row.DbNow), 0)
-	}
-	return g, nil
+	return FailoverGrace(g), nil
 }
 
 // FailoverGrace reads the failover grace of the client's database.

@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgbaton/pgbaton"
-	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/replication"
 )
 
 // ErrNoSyncStandby means the primary has standbys but commits do not wait
@@ -44,33 +43,18 @@ type ReplicationStatus struct {
 // (replication is the database's property, not the client's: a readiness
 // probe failing for it would take every replica of a service out at once);
 // wrap it in a health.Checker to make it one.
-func (r ReplicationStatus) Err() error {
-	switch {
-	case r.Standbys == 0:
-		return nil
-	case r.SyncStandbys == 0, r.SyncStandbys < 0 && r.SynchronousStandbyNames == "":
-		return fmt.Errorf("%w (%d standby(s), synchronous_standby_names %q)", ErrNoSyncStandby, r.Standbys, r.SynchronousStandbyNames)
-	case r.SynchronousCommit == "off" || r.SynchronousCommit == "local":
-		return fmt.Errorf("%w: synchronous_commit is %s, so commits do not wait for the synchronous standby", ErrNoSyncStandby, r.SynchronousCommit)
-	}
-	return nil
-}
+func (r ReplicationStatus) Err() error { return replication.Status(r).Err(ErrNoSyncStandby) }
 
 // ReplicationOf reads the replication status of the primary behind pool.
 func ReplicationOf(ctx context.Context, pool *pgxpool.Pool) (ReplicationStatus, error) {
 	if pool == nil {
 		return ReplicationStatus{}, fmt.Errorf("%w: nil pool", pgbaton.ErrInvalidArgument)
 	}
-	row, err := db.New().ReplicationInfo(ctx, pool)
+	r, err := replication.Read(ctx, pool)
 	if err != nil {
 		return ReplicationStatus{}, fmt.Errorf("leasetable: read replication status: %w", err)
 	}
-	r := ReplicationStatus{Standbys: int(row.Standbys), SyncStandbys: int(row.SyncStandbys),
-		SynchronousStandbyNames: row.SynchronousStandbyNames, SynchronousCommit: row.SynchronousCommit}
-	if row.UnknownState > 0 && r.SyncStandbys == 0 {
-		r.SyncStandbys = -1
-	}
-	return r, nil
+	return ReplicationStatus(r), nil
 }
 
 // Replication reads the replication status of the client's database.
@@ -79,32 +63,4 @@ func (c *Client) Replication(ctx context.Context) (ReplicationStatus, error) {
 		return ReplicationStatus{}, err
 	}
 	return ReplicationOf(ctx, c.pool)
-}
-
-// replicationLog logs the replication warning when it appears, changes or
-// goes away, not on every Check.
-type replicationLog struct{ last atomic.Value } // the last warning, "" for none
-
-// observe reads the replication status and logs a change: a warning when
-// grants can be lost in a failover. Errors reading it are left to the
-// caller's other checks.
-func (rl *replicationLog) observe(ctx context.Context, c *Client) {
-	r, err := ReplicationOf(ctx, c.pool)
-	if err != nil {
-		return
-	}
-	msg := ""
-	if err := r.Err(); err != nil {
-		msg = err.Error()
-	}
-	last, _ := rl.last.Swap(msg).(string)
-	changed := msg != last
-	switch {
-	case !changed:
-	case msg != "":
-		c.log.Warn("pgbaton: acknowledged grants can be lost in a failover; use synchronous replication",
-			"standbys", r.Standbys, "sync_standbys", r.SyncStandbys, "error", msg)
-	default:
-		c.log.Info("pgbaton: a synchronous standby protects acknowledged grants again", "standbys", r.Standbys)
-	}
 }

@@ -87,18 +87,8 @@ func (r Retention) prune(ctx context.Context, pool *pgxpool.Pool) (Pruned, error
 // pruneLoop is a Client's background pruning: every Interval it tries to
 // take RetentionLease and, if it gets it, prunes under it.
 func (c *Client) pruneLoop(ctx context.Context) {
-	_ = prune.Loop(ctx, c.cfg.Retention.Interval, func(ctx context.Context) error {
-		l, err := c.TryAcquire(ctx, RetentionLease)
-		switch {
-		case errors.Is(err, ErrHeld), errors.Is(err, pgbaton.ErrClosed), ctx.Err() != nil:
-			return nil
-		case err != nil:
-			c.log.Debug("pgbaton: retention lease not taken", "error", err)
-			return nil
-		}
-		prune.Under(l, c.log, func(ctx context.Context) (map[string]int, error) {
-			return c.cfg.Retention.prune(ctx, c.pool)
-		})
-		return nil
-	})
+	prune.Leased(ctx, c.cfg.Retention.Interval, c.log,
+		func(ctx context.Context) (prune.Lease, error) { return c.TryAcquire(ctx, RetentionLease) },
+		func(err error) bool { return errors.Is(err, ErrHeld) || errors.Is(err, pgbaton.ErrClosed) },
+		func(ctx context.Context) (map[string]int, error) { return c.cfg.Retention.prune(ctx, c.pool) })
 }

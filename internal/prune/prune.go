@@ -121,3 +121,25 @@ func Under(l Lease, log *slog.Logger, prune func(ctx context.Context) (map[strin
 		log.Info("pgbaton: pruned old rows", "deleted", got, "took", time.Since(start).Round(time.Millisecond))
 	}
 }
+
+// Leased runs Loop with passes that each try to take the lease with take
+// and, if they get it, prune with prune under it (Under), until ctx ends.
+// A pass that does not get the lease does nothing more: quietly when
+// quiet(err) (the lease is held elsewhere, say) or ctx has ended, else
+// after a Debug line.
+func Leased(ctx context.Context, interval time.Duration, log *slog.Logger, take func(ctx context.Context) (Lease, error),
+	quiet func(err error) bool, prune func(ctx context.Context) (map[string]int, error)) {
+	_ = Loop(ctx, interval, func(ctx context.Context) error {
+		l, err := take(ctx)
+		switch {
+		case err == nil:
+		case quiet(err), ctx.Err() != nil:
+			return nil
+		default:
+			log.Debug("pgbaton: retention lease not taken", "error", err)
+			return nil
+		}
+		Under(l, log, prune)
+		return nil
+	})
+}
