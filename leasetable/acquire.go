@@ -71,10 +71,7 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte, wait
 // them. If the client closed while they were in flight, they are given
 // back at once and it returns pgbaton.ErrClosed.
 func (c *Client) track(group string, rows []db.LeaseClaimRow, s *session.Session, start, waitStart time.Time) ([]*Lease, error) {
-	leases := make([]*Lease, len(rows))
-	for i, r := range rows {
-		leases[i] = newLease(c, r.Name, group, r.Token, s, r.ExpiresAt, start)
-	}
+	leases := newLeases(c, group, rows, s, start)
 	if !c.k.add(leases) {
 		for _, l := range leases {
 			l.transition(leasestate.Released, fmt.Errorf("%w: %q token %d: client closed", ErrReleased, l.name, l.token), "")

@@ -73,7 +73,7 @@ func (s *LeaseSet) Release(ctx context.Context) error {
 func (c *Client) newLeaseSet(leases []*Lease) *LeaseSet {
 	// A lease's own context ends when the keeper sees it lost, or at its
 	// release; Err looks at the deadlines in between.
-	return &LeaseSet{c: c, leases: leases, ends: lockset.Watch(leases, func(l *Lease) context.Context { return l.ctx })}
+	return &LeaseSet{c: c, leases: leases, ends: lockset.Watch(leases, func(l *Lease) context.Context { return l.context() })}
 }
 
 // releaseSet gives back leases in one round trip; what cannot be given
