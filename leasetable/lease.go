@@ -22,6 +22,7 @@ import (
 // A Lease has no lock: what changes is one immutable leasestate.Status,
 // replaced whole in st.
 type Lease struct {
+	_         [0]func() // not comparable, as when it held its cancel function
 	c         *Client
 	name      string
 	group     string
