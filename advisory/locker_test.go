@@ -152,10 +152,17 @@ func TestGoroutineExclusion(t *testing.T) {
 func TestPipelining(t *testing.T) {
 	d := env.DB(t)
 	l := newLocker(t, d.Pool(t), advisory.Config{MaxSessionsUnderLoad: 1})
-	tryUnlockLoop(t, l, 8, 50)
-	st := l.Stats()
+	// A batch goes out while another is on the wire only when a caller
+	// comes in that moment: on a loaded machine 800 requests can all miss
+	// it (one CI run: 123 batches, none overlapped). A pipeline that never
+	// overlaps misses it in every round.
+	var st advisory.Stats
+	for round := 1; round <= 20 && st.Pipelined == 0; round++ {
+		tryUnlockLoop(t, l, 8, 50)
+		st = l.Stats()
+		require.GreaterOrEqual(t, st.Requests, int64(800*round))
+	}
 	require.Equal(t, 1, st.Sessions, "all on one session")
-	require.GreaterOrEqual(t, st.Requests, int64(800))
 	require.Less(t, st.Batches, st.Requests, "no two requests shared a batch: %+v", st)
 	require.Positive(t, st.Pipelined, "no batch was sent while another was on the wire: %+v", st)
 	t.Logf("%+v: %.2f requests per batch, %.0f%% of batches overlapped another", st,
