@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/prune"
 )
 
@@ -87,8 +86,8 @@ func (r Retention) prune(ctx context.Context, pool *pgxpool.Pool) (Pruned, error
 // pruneLoop is a Client's background pruning: every Interval it tries to
 // take RetentionLease and, if it gets it, prunes under it.
 func (c *Client) pruneLoop(ctx context.Context) {
-	prune.Leased(ctx, c.cfg.Retention.Interval, c.log,
+	_ = prune.Leased(ctx, c.cfg.Retention.Interval, c.log,
 		func(ctx context.Context) (prune.Lease, error) { return c.TryAcquire(ctx, RetentionLease) },
-		func(err error) bool { return errors.Is(err, ErrHeld) || errors.Is(err, pgbaton.ErrClosed) },
+		func(err error) bool { return errors.Is(err, ErrHeld) },
 		func(ctx context.Context) (map[string]int, error) { return c.cfg.Retention.prune(ctx, c.pool) })
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 
-	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/prune"
 	"github.com/pgbaton/pgbaton/leasetable"
 )
@@ -30,21 +29,8 @@ func Run(ctx context.Context, c *leasetable.Client, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	log := c.Config().Logger
-	return prune.Loop(ctx, cfg.Interval, func(ctx context.Context) error {
-		l, err := c.TryAcquire(ctx, leasetable.RetentionLease)
-		switch {
-		case errors.Is(err, pgbaton.ErrClosed):
-			return err
-		case errors.Is(err, leasetable.ErrHeld), ctx.Err() != nil:
-			return nil
-		case err != nil:
-			log.Debug("pgbaton: retention lease not taken", "error", err)
-			return nil
-		}
-		prune.Under(l, log, func(ctx context.Context) (map[string]int, error) {
-			return cfg.prune(ctx, pool)
-		})
-		return nil
-	})
+	return prune.Leased(ctx, cfg.Interval, c.Config().Logger,
+		func(ctx context.Context) (prune.Lease, error) { return c.TryAcquire(ctx, leasetable.RetentionLease) },
+		func(err error) bool { return errors.Is(err, leasetable.ErrHeld) },
+		func(ctx context.Context) (map[string]int, error) { return cfg.prune(ctx, pool) })
 }

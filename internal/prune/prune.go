@@ -6,6 +6,7 @@ package prune
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/db"
 )
 
@@ -123,17 +125,20 @@ func Under(l Lease, log *slog.Logger, prune func(ctx context.Context) (map[strin
 }
 
 // Leased runs Loop with passes that each try to take the lease with take
-// and, if they get it, prune with prune under it (Under), until ctx ends.
-// A pass that does not get the lease does nothing more: quietly when
-// quiet(err) (the lease is held elsewhere, say) or ctx has ended, else
+// and, if they get it, prune with prune under it (Under), until ctx ends
+// or take fails with pgbaton.ErrClosed (its client closed), which it
+// returns. A pass that does not get the lease does nothing more: quietly
+// when held(err) (the lease is held elsewhere) or ctx has ended, else
 // after a Debug line.
 func Leased(ctx context.Context, interval time.Duration, log *slog.Logger, take func(ctx context.Context) (Lease, error),
-	quiet func(err error) bool, prune func(ctx context.Context) (map[string]int, error)) {
-	_ = Loop(ctx, interval, func(ctx context.Context) error {
+	held func(err error) bool, prune func(ctx context.Context) (map[string]int, error)) error {
+	return Loop(ctx, interval, func(ctx context.Context) error {
 		l, err := take(ctx)
 		switch {
 		case err == nil:
-		case quiet(err), ctx.Err() != nil:
+		case errors.Is(err, pgbaton.ErrClosed):
+			return err
+		case held(err), ctx.Err() != nil:
 			return nil
 		default:
 			log.Debug("pgbaton: retention lease not taken", "error", err)
