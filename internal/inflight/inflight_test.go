@@ -8,49 +8,32 @@ import (
 	"time"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/mailbox"
 )
 
-// runner counts work as an owner would, refusing it once closed.
+// runner counts work as an owner's mailbox does, refusing it once
+// closed.
 type runner struct {
-	mu     sync.Mutex
-	closed bool
-	wg     sync.WaitGroup
+	*mailbox.Mailbox[struct{}]
+	wg sync.WaitGroup
 }
 
-func (r *runner) Enter() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return false
-	}
-	r.wg.Add(1)
-	return true
+func newRunner() *runner {
+	r := &runner{}
+	r.Mailbox = mailbox.New[struct{}](&r.wg)
+	return r
 }
 
-func (r *runner) Exit() { r.wg.Done() }
-
-func (r *runner) Spawn(fn func()) bool {
-	if !r.Enter() {
-		return false
-	}
-	go func() {
-		defer r.Exit()
-		fn()
-	}()
-	return true
-}
-
+// close closes the mailbox and waits for the work it counted.
 func (r *runner) close() {
-	r.mu.Lock()
-	r.closed = true
-	r.mu.Unlock()
+	r.Close(func(struct{}) {})
 	r.wg.Wait()
 }
 
 // A ctx that cannot end runs the statement on the caller's goroutine; one
 // that can, on a goroutine of its own. Either way the reply is the caller's.
 func TestReplyGoesToCaller(t *testing.T) {
-	r := &runner{}
+	r := newRunner()
 	defer r.close()
 	for _, ctx := range []context.Context{context.Background(), t.Context()} {
 		v, gaveUp, err := Send(ctx, r, time.Minute, time.Minute, func(context.Context) (int, error) {
@@ -63,7 +46,7 @@ func TestReplyGoesToCaller(t *testing.T) {
 }
 
 func TestGivenUpReplyGoesToAbandoned(t *testing.T) {
-	r := &runner{}
+	r := newRunner()
 	ctx, cancel := context.WithCancelCause(context.Background())
 	cause := errors.New("caller left")
 	release := make(chan struct{})
@@ -97,7 +80,7 @@ func TestGivenUpReplyGoesToAbandoned(t *testing.T) {
 }
 
 func TestGivenUpWithoutAbandoned(t *testing.T) {
-	r := &runner{}
+	r := newRunner()
 	ctx, cancel := context.WithCancel(context.Background())
 	release := make(chan struct{})
 	_, gaveUp, err := Send(ctx, r, time.Minute, time.Minute, func(context.Context) (int, error) {
@@ -113,7 +96,7 @@ func TestGivenUpWithoutAbandoned(t *testing.T) {
 }
 
 func TestClosedRunner(t *testing.T) {
-	r := &runner{}
+	r := newRunner()
 	r.close()
 	for _, ctx := range []context.Context{context.Background(), t.Context()} {
 		_, _, err := Send(ctx, r, time.Minute, time.Minute, func(context.Context) (int, error) {
@@ -129,7 +112,7 @@ func TestClosedRunner(t *testing.T) {
 func TestEndedBeforeSend(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, _, err := Send(ctx, &runner{}, time.Minute, time.Minute, func(context.Context) (int, error) {
+	_, _, err := Send(ctx, newRunner(), time.Minute, time.Minute, func(context.Context) (int, error) {
 		t.Error("sent on an ended context")
 		return 0, nil
 	}, nil)
