@@ -224,3 +224,32 @@ func TestGrantsInFlightLockNoSessionRow(t *testing.T) {
 	_, err = pool.Exec(short, "SELECT * FROM pgbaton.session_keepalive($1, 60000)", session)
 	require.NoError(t, err, "a keep-alive waited for the grants in flight")
 }
+
+// TestPruningLocksOnlyDeadSessions: prune_sessions took its try-lock of a
+// session (session_lock_key, exclusive) before it looked at the session's
+// expiry, so the planner evaluated it on every row: a prune locked every
+// live session of the database until it committed, and every grant
+// binding to one of them (session_hold, shared) waited for it. A fleet
+// opens a session per client, and each opening prunes: with 500 clients
+// that was 500 lock acquisitions per opening, and grants stalled behind
+// them. A prune now locks the dead sessions it deletes and nothing else.
+func TestPruningLocksOnlyDeadSessions(t *testing.T) {
+	ctx := pgtest.Context(t, time.Minute)
+	pool := env.DB(t).Pool(t)
+	var live int64
+	require.NoError(t, pool.QueryRow(ctx, "SELECT id FROM pgbaton.session_open('live', 60000)").Scan(&live))
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, "SELECT pgbaton.prune_sessions('0 s', 100)")
+	require.NoError(t, err)
+	var held int
+	require.NoError(t, tx.QueryRow(ctx, `
+		SELECT count(*) FROM pg_locks
+		 WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND classid::bigint = pgbaton.reserved_pair_hi() + 3`).Scan(&held))
+	require.Zero(t, held, "an open prune holds %d session locks, with no session dead", held)
+	// A grant binding to the live session does not wait for the prune.
+	var ok bool
+	require.NoError(t, pool.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock_shared(pgbaton.reserved_pair_hi() + 3, pgbaton.session_lock_key($1))", live).Scan(&ok))
+	require.True(t, ok, "a grant binding to a live session would wait for an open prune")
+}

@@ -845,13 +845,25 @@ LANGUAGE plpgsql
 SET enable_seqscan = off
 AS $$
 DECLARE
-    dead bigint[];
+    dead   bigint[] := '{}';
+    cutoff timestamptz := clock_timestamp() - p_after;
+    d      bigint;
 BEGIN
-    dead := ARRAY(
-        SELECT s.id FROM pgbaton.lease_session s
-         WHERE s.expires_at < clock_timestamp() - p_after
-           AND pg_try_advisory_xact_lock(pgbaton.reserved_pair_hi() + 3, pgbaton.session_lock_key(s.id))
-         ORDER BY s.expires_at LIMIT p_limit FOR UPDATE SKIP LOCKED);
+    -- One dead session at a time, its try-lock only once it is known
+    -- dead: with both tests in one WHERE the planner tested the lock first,
+    -- on every row, so a prune locked every live session until it
+    -- committed and held up every grant binding to one (session_hold).
+    -- The cutoff is a value, not clock_timestamp(), so that it bounds the
+    -- index scan to the dead.
+    FOR d IN SELECT s.id FROM pgbaton.lease_session s WHERE s.expires_at < cutoff ORDER BY s.expires_at LOOP
+        EXIT WHEN cardinality(dead) >= p_limit;
+        IF pg_try_advisory_xact_lock(pgbaton.reserved_pair_hi() + 3, pgbaton.session_lock_key(d)) THEN
+            PERFORM 1 FROM pgbaton.lease_session s WHERE s.id = d FOR UPDATE SKIP LOCKED;
+            IF FOUND THEN
+                dead := dead || d;
+            END IF;
+        END IF;
+    END LOOP;
     IF cardinality(dead) = 0 THEN
         RETURN 0;
     END IF;
