@@ -73,7 +73,7 @@ func (c *Client) overdue() (n int, out []string) {
 		if since <= limit {
 			return
 		}
-		leases := k.live()
+		leases := k.leases.Live()
 		for _, l := range leases[:min(len(leases), 5)] {
 			out = append(out, fmt.Sprintf("%q token %d (last kept alive %s ago, lost in %s)", l.name, l.token,
 				since.Round(time.Millisecond), max(time.Until(l.Deadline()), 0).Round(time.Millisecond)))

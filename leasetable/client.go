@@ -31,6 +31,7 @@ type Client struct {
 	cfg   Config
 	ttlMs int64
 	q     *db.Queries
+	sdb   session.DB // the lease sessions' statements
 	log   *slog.Logger
 	ln    *listener.Listener
 	tel   *telemetry.Instruments // nil without a MeterProvider
@@ -93,6 +94,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		pool: pool, cfg: cfg, ttlMs: cfg.ttlMs(), q: q, log: cfg.Logger,
 		bg: bg, bgCancel: cancel, tr: telemetry.NewTracer(cfg.TracerProvider),
 	}
+	c.sdb = session.DB{Queries: q, Pool: pool, Retry: c.retry, Owner: cfg.Owner, TTLms: c.ttlMs, Local: cfg.TTL - cfg.SafetyMargin}
 	c.k = newKeeper(c)
 	c.sessionTaken = sessionTaken
 	c.background.Add(1)

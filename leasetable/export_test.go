@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/pgbaton/pgbaton/internal/backoff"
+	"github.com/pgbaton/pgbaton/internal/leaseset"
 	"github.com/pgbaton/pgbaton/internal/listener"
 )
 
@@ -82,10 +83,10 @@ func CombinedQueued(c *Client, group string) (n int) {
 // KeeperHeld counts the leases c's keeper keeps for its session, ended
 // ones it has not dropped yet included.
 func KeeperHeld(c *Client) (n int) {
-	c.k.Ask(func(k *keeper) { n = len(k.held) })
+	c.k.Ask(func(k *keeper) { n = k.leases.Carried() })
 	return n
 }
 
 // KeeperPruneMin is how many leases the keeper keeps, ended ones
 // included, before it drops the ended ones.
-const KeeperPruneMin = pruneMin
+const KeeperPruneMin = leaseset.PruneMin

@@ -11,6 +11,7 @@ import (
 	"github.com/pgbaton/pgbaton/internal/combine"
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/giveback"
+	"github.com/pgbaton/pgbaton/internal/leaseset"
 	"github.com/pgbaton/pgbaton/internal/leasestate"
 	"github.com/pgbaton/pgbaton/internal/mailbox"
 	"github.com/pgbaton/pgbaton/internal/session"
@@ -19,12 +20,13 @@ import (
 // keeper is a client's one owner of what its goroutines share, as etcd's
 // Session and River's elector own theirs: one goroutine (run) owns the
 // lease session (internal/session, opened and kept alive in session.go),
-// the leases held (carried by the session, or loose: held by their own
-// deadline once it ended) with one timer for every deadline, the queue
-// of things to give back and the CompleteTx completions whose
-// transaction's end it has yet to learn (internal/giveback), the
-// CompleteAndClaim calls queued per group (combine.go), and the LISTEN
-// connection's state (internal/listener, through listenOwner). Others
+// the leases held (internal/leaseset: carried by the session, or loose:
+// held by their own deadline once it ended) with one timer for every
+// deadline, the queue of things to give back and the CompleteTx
+// completions whose transaction's end it has yet to learn
+// (internal/giveback), the CompleteAndClaim calls queued per group
+// (combine.go), and the LISTEN connection's state (internal/listener,
+// through listenOwner). Others
 // talk to it through its mailbox (internal/mailbox; Post: a message is a
 // function it runs); its round trips run on goroutines of their own
 // (Spawn) that report back by message, so it never waits on the database.
@@ -57,12 +59,10 @@ type keeper struct {
 
 	// Owned by the keeper's goroutine.
 	sess     *session.Session
-	opening  *opening
-	held     map[*Lease]struct{}              // carried by sess
-	loose    map[*Lease]struct{}              // held by their own deadline: their session ended
+	opening  *session.Opening
+	leases   *leaseset.Set[*Lease]            // carried by sess, or loose
 	back     giveback.Queue[*Lease, grantRef] // by token (released, never completed) and by request id
 	settling giveback.Schedule[*Lease]        // handed off, their complete_tx sent
-	pruneAt  int                              // len(held) at which add prunes it next
 	cc       combine.Queue[*combined]
 	timer    *time.Timer
 	stopped  bool
@@ -77,7 +77,7 @@ type grantRef struct {
 
 func newKeeper(c *Client) *keeper {
 	return &keeper{Mailbox: mailbox.New[*keeper](&c.background), c: c,
-		held: map[*Lease]struct{}{}, loose: map[*Lease]struct{}{}}
+		leases: leaseset.New(func(l *Lease) *leasestate.Status { return l.st.Load() })}
 }
 
 // run is the keeper's goroutine: messages first, then what is due.
@@ -105,30 +105,18 @@ func (k *keeper) run() {
 func (k *keeper) tick(now time.Time) {
 	next := now.Add(time.Hour)
 	if s := k.sess; s != nil {
-		switch {
-		case !now.Before(s.Until()):
+		switch end, keep := s.Due(now); {
+		case end:
 			k.end(s, session.Dead, "no successful keep-alive before the local deadline")
-		case !s.Keeping && !now.Before(s.KeepAt):
+		case keep:
 			k.keepalive(s, now)
 		}
 	}
 	if s := k.sess; s != nil {
-		next = earliest(next, s.Until())
-		if !s.Keeping {
-			next = earliest(next, s.KeepAt)
-		}
+		next = earliest(next, s.Next())
 	}
-	for l := range k.loose {
-		st := l.st.Load()
-		switch {
-		case st.State.Ended():
-			delete(k.loose, l)
-		case st.State == leasestate.Held && !now.Before(st.Own):
-			l.deadlinePassed(now, l.sess.Trouble())
-			delete(k.loose, l)
-		case st.State == leasestate.Held:
-			next = earliest(next, st.Own)
-		}
+	if own, ok := k.leases.Due(now, func(l *Lease) { l.deadlinePassed(now, l.sess.Trouble()) }); ok {
+		next = earliest(next, own)
 	}
 	if at, ok := k.settling.Next(); ok {
 		if now.Before(at) {
@@ -152,47 +140,8 @@ func earliest(a, b time.Time) time.Time {
 func (k *keeper) add(leases []*Lease) bool {
 	return k.Post(func(k *keeper) {
 		now := time.Now()
-		for _, l := range leases {
-			if l.sess == k.sess && l.sess.Carries(now) {
-				k.held[l] = struct{}{}
-			} else {
-				// Its session ended between the grant and now: it holds by its
-				// own deadline, as in the database.
-				k.loose[l] = struct{}{}
-			}
-		}
-		if len(k.held) >= max(k.pruneAt, pruneMin) {
-			k.prune()
-			k.pruneAt = 2 * len(k.held)
-		}
+		k.leases.Add(func(l *Lease) bool { return l.sess == k.sess && l.sess.Carries(now) }, leases...)
 	})
-}
-
-// pruneMin is how many leases held grows to before add drops the ended
-// ones; past it, add drops them each time held has doubled since, so that
-// held stays within about twice what is live at a cost per grant that
-// does not grow with it. Dropped only at keep-alives (every TTL/3), a
-// worker completing 80k items/s grew held to ~400k entries that each
-// grant added to and the garbage collector scanned.
-const pruneMin = 1024
-
-// live drops the ended leases from held and returns those left.
-func (k *keeper) live() []*Lease {
-	k.prune()
-	out := make([]*Lease, 0, len(k.held))
-	for l := range k.held {
-		out = append(out, l)
-	}
-	return out
-}
-
-// prune drops the ended leases from held.
-func (k *keeper) prune() {
-	for l := range k.held {
-		if l.st.Load().State.Ended() {
-			delete(k.held, l)
-		}
-	}
 }
 
 // giveBack queues grants to be given back by token: lost ones, and those
@@ -347,14 +296,12 @@ func (c *Client) closeKeeper() (left leftover, ok bool) {
 	reply := make(chan leftover, 1)
 	if !c.k.Close(func(k *keeper) {
 		var left leftover
-		for _, set := range []map[*Lease]struct{}{k.held, k.loose} {
-			for l := range set {
-				switch l.st.Load().State {
-				case leasestate.Held:
-					left.held = append(left.held, l)
-				case leasestate.HandedOff:
-					left.handed = append(left.handed, l)
-				}
+		for l := range k.leases.All() {
+			switch l.st.Load().State {
+			case leasestate.Held:
+				left.held = append(left.held, l)
+			case leasestate.HandedOff:
+				left.handed = append(left.handed, l)
 			}
 		}
 		left.back, left.refs = k.back.All()

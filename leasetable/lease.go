@@ -107,13 +107,7 @@ func (l *Lease) Token() int64 { return l.token }
 // ExpiresAt is when the grant expires by the database clock unless kept
 // alive further, as of the last successful acquire, renew or keep-alive.
 func (l *Lease) ExpiresAt() time.Time {
-	exp := l.st.Load().ExpiresAt
-	if s := l.sess; s.Carries(time.Now()) {
-		if se := s.Expires(); se.After(exp) {
-			exp = se
-		}
-	}
-	return exp
+	return l.sess.ExpiresAt(l.st.Load().ExpiresAt, time.Now())
 }
 
 // Deadline is the local instant (monotonic clock) at which the holder
@@ -124,13 +118,7 @@ func (l *Lease) Deadline() time.Time { return l.deadline(l.st.Load(), time.Now()
 // deadline is the later of st's own deadline and, while it carries the
 // lease, its session's.
 func (l *Lease) deadline(st *leasestate.Status, now time.Time) time.Time {
-	d := st.Own
-	if s := l.sess; s.Carries(now) {
-		if sd := s.Until(); sd.After(d) {
-			d = sd
-		}
-	}
-	return d
+	return l.sess.Deadline(st.Own, now)
 }
 
 // Done is closed when the lease ends: lost, released or completed. Once
@@ -233,23 +221,12 @@ func (l *Lease) deadlinePassed(now time.Time, trouble bool) {
 		// Completed in a transaction: its end is settled there.
 		return
 	}
-	// Failing or hung keep-alives make it a renewal failure, unless it was
-	// noticed so late that the process must have been paused.
 	lostCause := CauseExpired
-	passed := st.Own
-	if s := l.sess; s.Until().After(passed) {
-		passed = s.Until() // the session's last deadline, ended or not
-	}
-	if trouble && now.Sub(passed) < max(l.c.cfg.SafetyMargin, lateNotice) {
+	if l.sess.RenewFailure(st.Own, trouble, now, l.c.cfg.SafetyMargin) {
 		lostCause = CauseRenew
 	}
 	l.transition(leasestate.Lost, fmt.Errorf("%w: %q token %d: no successful keep-alive or renewal before the local deadline", ErrLeaseLost, l.name, l.token), lostCause)
 }
-
-// lateNotice is how late after a deadline a loss noticed while keep-alives
-// fail still counts as a renewal failure, when the safety margin is
-// shorter: later than that, the process must have been paused.
-const lateNotice = 50 * time.Millisecond
 
 // Renew extends this grant's own expiry now, in addition to the session's
 // keep-alives, in a statement of its own. It returns an error wrapping

@@ -6,19 +6,11 @@ import (
 	"time"
 
 	"github.com/pgbaton/pgbaton"
-	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/inflight"
 	"github.com/pgbaton/pgbaton/internal/leasestate"
 	"github.com/pgbaton/pgbaton/internal/session"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
 )
-
-// opening is a session being opened; done closes when s or err is set.
-type opening struct {
-	done chan struct{}
-	s    *session.Session
-	err  error
-}
 
 // sessionFor returns the session new grants bind to, having the keeper
 // open one if needed, and counts the caller as a user of it until the
@@ -58,14 +50,14 @@ func (c *Client) takeSession(ctx context.Context) (*session.Session, error) {
 	if s := c.k.cur.Load(); s != nil && s.Carries(time.Now()) && !s.Closing.Load() {
 		return s, nil
 	}
-	got := make(chan *opening, 1)
+	got := make(chan *session.Opening, 1)
 	if !c.k.Post(func(k *keeper) { got <- k.open() }) {
 		return nil, pgbaton.ErrClosed
 	}
 	op := <-got
 	select {
-	case <-op.done:
-		return op.s, op.err
+	case <-op.Done():
+		return op.Result()
 	case <-ctx.Done():
 		return nil, inflight.CtxErr(ctx)
 	}
@@ -73,12 +65,10 @@ func (c *Client) takeSession(ctx context.Context) (*session.Session, error) {
 
 // open returns the current session if it carries leases, else the one
 // being opened, opening one if none is.
-func (k *keeper) open() *opening {
+func (k *keeper) open() *session.Opening {
 	now := time.Now()
 	if s := k.sess; s != nil && s.Carries(now) {
-		op := &opening{done: make(chan struct{}), s: s}
-		close(op.done)
-		return op
+		return session.Opened(s)
 	}
 	if s := k.sess; s != nil {
 		k.end(s, session.Dead, "no successful keep-alive before the local deadline")
@@ -87,7 +77,7 @@ func (k *keeper) open() *opening {
 		return k.opening
 	}
 	c := k.c
-	op := &opening{done: make(chan struct{})}
+	op := session.NewOpening()
 	k.opening = op
 	if k.Spawn(func() {
 		// Bounded by the TTL: a later reply is of no use.
@@ -101,21 +91,19 @@ func (k *keeper) open() *opening {
 			c.closeSessionRow(context.Background(), s)
 			err = errClosedDuringOpen
 		}
-		op.err = err
-		close(op.done)
+		op.Finish(nil, err)
 	}) {
 		return op
 	}
 	k.opening = nil
-	op.err = pgbaton.ErrClosed
-	close(op.done)
+	op.Finish(nil, pgbaton.ErrClosed)
 	return op
 }
 
 var errClosedDuringOpen = fmt.Errorf("%w: the client closed while a lease session was opened", pgbaton.ErrClosed)
 
 // opened makes s, just opened, the session new grants bind to.
-func (k *keeper) opened(op *opening, s *session.Session, err error) {
+func (k *keeper) opened(op *session.Opening, s *session.Session, err error) {
 	k.opening = nil
 	if err == nil {
 		k.sess = s
@@ -123,71 +111,41 @@ func (k *keeper) opened(op *opening, s *session.Session, err error) {
 		s.KeepAt = s.RenewedAt.Add(k.c.cfg.RenewInterval)
 		k.c.log.Debug("pgbaton: lease session opened", "session", s.ID)
 	}
-	op.s, op.err = s, err
-	close(op.done)
+	op.Finish(s, err)
 }
 
 // openSession opens a lease session.
 func (c *Client) openSession(ctx context.Context) (*session.Session, error) {
-	start := time.Now()
-	// A repeat after a broken connection may leave a session unused until
-	// its TTL.
-	var row db.SessionOpenRow
-	err := c.retry(ctx, true, func(ctx context.Context) (err error) {
-		row, err = c.q.SessionOpen(ctx, c.pool, db.SessionOpenParams{Owner: c.cfg.Owner, TtlMs: c.ttlMs})
-		return err
-	})
+	s, err := c.sdb.Open(ctx)
 	if err != nil {
 		return nil, c.dbError("open lease session", err)
 	}
-	return session.New(row.ID, row.Epoch, start, row.ExpiresAt, time.Duration(c.ttlMs)*time.Millisecond, c.cfg.TTL-c.cfg.SafetyMargin), nil
+	return s, nil
 }
 
 // keepalive sends s's keep-alive, or closes s when it has carried no lease
 // and had no waiter for a TTL.
 func (k *keeper) keepalive(s *session.Session, now time.Time) {
 	c := k.c
-	n := len(k.live())
-	if s.Idle(n > 0 || k.inUse(), now, c.cfg.TTL) {
-		// Let it go rather than write for nothing; the next grant opens a
-		// new session. Closing first, then the uses: a grant counts its
-		// use first, then reads Closing (sessionFor), so one of the two
-		// sees the other (atomics are sequentially consistent) and no
-		// grant takes a session closed under it.
-		s.Closing.Store(true)
-		if !k.inUse() {
-			k.end(s, session.Closed, "idle")
-			return
-		}
-		s.Closing.Store(false)
-		s.IdleSince = time.Time{}
+	n := len(k.leases.Live())
+	// A grant counts its use (sessionFor) before it reads Closing.
+	if s.CloseIdle(n > 0, k.inUse, now, c.cfg.TTL) {
+		k.end(s, session.Closed, "idle")
+		return
 	}
 	ctx, cancel := context.WithDeadline(c.bg, s.Until())
-	s.Keeping, s.StopKeep = true, cancel
-	s.Inflight.Store(true)
+	s.Sending(cancel)
 	if !k.Spawn(func() {
 		defer cancel()
 		session.AwaitIdleConn(ctx, c.pool, c.cfg.RenewInterval, s.Until())
-		start := time.Now()
 		ctx, span := c.tr.Start(ctx, spanKeepalive, "lease")
-		var row db.SessionKeepaliveRow
-		err := c.retry(ctx, true, func(ctx context.Context) (err error) {
-			row, err = c.q.SessionKeepalive(ctx, c.pool, db.SessionKeepaliveParams{ID: s.ID, TtlMs: c.ttlMs})
-			return err
-		})
-		replied := time.Now()
-		telemetry.EndKeepalive(span, c.cfg.Owner, s.ID, n, row.Alive, err)
-		if err != nil {
-			s.Failing.Store(true) // before Inflight clears: Trouble() never blinks
-		} else if row.Alive {
-			s.Extend(start, row.ExpiresAt, c.cfg.TTL-c.cfg.SafetyMargin)
-		}
-		s.Inflight.Store(false)
-		k.Post(func(k *keeper) { k.keptAlive(s, n, start, replied, row, err) })
+		r := c.sdb.Keepalive(ctx, s)
+		telemetry.EndKeepalive(span, c.cfg.Owner, s.ID, n, r.Alive, r.Err)
+		s.Answered(r, c.sdb.Local)
+		k.Post(func(k *keeper) { k.keptAlive(s, n, r) })
 	}) {
 		cancel()
-		s.Keeping, s.StopKeep = false, nil
-		s.Inflight.Store(false)
+		s.Unsent()
 	}
 }
 
@@ -198,62 +156,39 @@ func (k *keeper) inUse() bool {
 	return k.using.Load() > 0 || k.back.RefsPending()
 }
 
-// keptAlive handles the reply to s's keep-alive, sent at start for n
-// leases and answered at replied.
-func (k *keeper) keptAlive(s *session.Session, n int, start, replied time.Time, row db.SessionKeepaliveRow, err error) {
+// keptAlive handles the reply r to s's keep-alive, sent for n leases.
+func (k *keeper) keptAlive(s *session.Session, n int, r session.Reply) {
 	c := k.c
-	s.Keeping, s.StopKeep = false, nil
-	if err != nil && s.State.Load() != session.Closed {
-		// Failed, or hung until the deadline; not stopped by Close.
-		c.tel.RenewFailed(context.Background(), "", err)
+	v := s.Read(r, time.Now(), c.cfg.RenewInterval, c.cfg.SafetyMargin)
+	if v.Failed {
+		c.tel.RenewFailed(context.Background(), "", r.Err)
 	}
-	if s.State.Load() != session.Alive {
-		return
-	}
-	var step time.Duration
-	if err == nil {
-		step = s.ClockStep(start, replied, row.ServerNow)
-	}
-	switch {
-	case err == nil && row.Alive:
-		if s.Failing.Swap(false) {
+	switch v.Outcome {
+	case session.Kept:
+		if v.Recovered {
 			c.log.Info("pgbaton: lease keep-alive succeeded again", "session", s.ID)
 		}
-		if start.After(s.RenewedAt) {
-			s.RenewedAt = start
+		if v.Step > 0 {
+			k.clockStepped(s, true, v.Step)
 		}
-		look, failedOver := s.Kept(row.Revoked, row.Epoch)
-		s.KeepAt = time.Now().Add(c.cfg.RenewInterval)
-		if step > c.cfg.SafetyMargin {
-			k.clockStepped(s, true, step)
-		}
-		if look {
-			k.findLost(s, failedOver)
+		if v.Look {
+			k.findLost(s, v.FailedOver)
 		}
 		k.sendBack()
 		k.c.ln.RetryLeaving()
 		k.afterKeepalive()
-	case err == nil:
-		// The database no longer has the session (it expired there first,
-		// or a failover lost it): its leases are valid by their own expiry
-		// only — and not even that when the database's clock stepped past
-		// it.
-		if step > c.cfg.SafetyMargin {
-			k.clockStepped(s, false, step)
+	case session.Gone:
+		// Its leases are valid by their own expiry only — and not even
+		// that when the database's clock stepped past it.
+		if v.Step > 0 {
+			k.clockStepped(s, false, v.Step)
 		}
 		k.end(s, session.Dead, "the database no longer has the lease session")
-	default:
-		s.Failing.Store(true)
-		retry := max(c.cfg.RenewInterval/keepaliveRetries, time.Millisecond)
+	case session.Retry:
 		c.log.Warn("pgbaton: lease keep-alive failed; retrying", "session", s.ID, "leases", n,
-			"retry_in", retry, "until", time.Until(s.Until()), "error", err)
-		s.KeepAt = time.Now().Add(retry)
+			"retry_in", v.RetryIn, "until", time.Until(s.Until()), "error", r.Err)
 	}
 }
-
-// keepaliveRetries: a failing keep-alive is retried this many times per
-// RenewInterval, so several tries fit before the deadline.
-const keepaliveRetries = 5
 
 // clockStepped handles a forward step of the database's clock by more
 // than the safety margin, seen by a keep-alive of s: every lease held is
@@ -261,14 +196,11 @@ const keepaliveRetries = 5
 // alive (the keep-alive found s unexpired and extended it).
 func (k *keeper) clockStepped(s *session.Session, alive bool, step time.Duration) {
 	c := k.c
-	why := fmt.Sprintf("the database's clock moved %s further than this client's since the previous keep-alive, more than the safety margin %s",
-		step.Round(time.Millisecond), c.cfg.SafetyMargin)
+	why := session.StepWhy(step, c.cfg.SafetyMargin)
 	var affected []*Lease
-	for _, set := range []map[*Lease]struct{}{k.held, k.loose} {
-		for l := range set {
-			if l.st.Load().State == leasestate.Held && (!alive || l.sess != s) {
-				affected = append(affected, l)
-			}
+	for l := range k.leases.All() {
+		if l.st.Load().State == leasestate.Held && (!alive || l.sess != s) {
+			affected = append(affected, l)
 		}
 	}
 	// Logged and counted before any holder is told, so that whoever wakes
@@ -292,33 +224,25 @@ func (k *keeper) clockStepped(s *session.Session, alive bool, step time.Duration
 // every lease it carried is held by its own deadline from now, and lost at
 // once if that passed.
 func (k *keeper) end(s *session.Session, to uint32, why string) {
-	// Read before a keep-alive in flight is cancelled.
-	trouble := s.Trouble() && to == session.Dead
-	if !s.State.CompareAndSwap(session.Alive, to) {
+	trouble, ok := s.End(to)
+	if !ok {
 		return
 	}
-	if s.StopKeep != nil {
-		s.StopKeep()
-	}
-	var leases []*Lease
+	now := time.Now()
+	var n int
+	var passed []*Lease
 	if k.sess == s {
 		k.sess = nil
 		k.cur.CompareAndSwap(s, nil)
-		leases = k.live()
-		clear(k.held)
+		n, passed = k.leases.Loosen(now)
 	}
 	if to == session.Dead {
-		k.c.log.Warn("pgbaton: lease session lost", "session", s.ID, "leases", len(leases), "reason", why)
+		k.c.log.Warn("pgbaton: lease session lost", "session", s.ID, "leases", n, "reason", why)
 	} else {
 		k.Spawn(func() { k.c.closeSessionRow(k.c.bg, s) })
 	}
-	now := time.Now()
-	for _, l := range leases {
-		if st := l.st.Load(); st.State == leasestate.Held && !now.Before(st.Own) {
-			l.deadlinePassed(now, trouble)
-		} else {
-			k.loose[l] = struct{}{}
-		}
+	for _, l := range passed {
+		l.deadlinePassed(now, trouble)
 	}
 }
 
@@ -338,7 +262,7 @@ func (c *Client) closeSessionRow(ctx context.Context, s *session.Session) error 
 // force-released, or lost with the old primary (failedOver).
 func (k *keeper) findLost(s *session.Session, failedOver bool) {
 	c := k.c
-	leases := k.live()
+	leases := k.leases.Live()
 	if len(leases) == 0 {
 		return
 	}
@@ -346,20 +270,13 @@ func (k *keeper) findLost(s *session.Session, failedOver bool) {
 	k.Spawn(func() {
 		ctx, cancel := context.WithTimeout(c.bg, c.cfg.TTL)
 		defer cancel()
-		lost, err := c.q.SessionLost(ctx, c.pool, db.SessionLostParams{Session: s.ID, Names: names, Tokens: tokens, Owner: c.cfg.Owner})
+		gone, err := c.sdb.Lost(ctx, s, names, tokens)
 		if err != nil {
 			c.log.Warn("pgbaton: checking for leases the database no longer has failed", "session", s.ID, "error", err)
 			k.Post(func(k *keeper) { s.Recheck = true })
 			return
 		}
-		gone := make(map[string]bool, len(lost))
-		for _, n := range lost {
-			gone[n] = true
-		}
-		why := "was released by an operator"
-		if failedOver {
-			why = "is not in the database after a timeline change (a failover lost its grant), or was released by an operator"
-		}
+		why := session.LostWhy(failedOver)
 		for _, l := range leases {
 			if gone[l.name] {
 				l.lose(fmt.Errorf("%w: %w: %q token %d %s", ErrLeaseLost, ErrNotHeld, l.name, l.token, why), CauseSuperseded)
@@ -372,7 +289,7 @@ func (k *keeper) findLost(s *session.Session, failedOver bool) {
 // successful keep-alive (job run heartbeats), in the background.
 func (k *keeper) afterKeepalive() {
 	c := k.c
-	for _, l := range k.live() {
+	for _, l := range k.leases.Live() {
 		if h := l.afterRenew.Load(); h != nil {
 			k.Spawn(func() {
 				ctx, cancel := context.WithTimeout(c.bg, c.cfg.RenewInterval)
