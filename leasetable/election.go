@@ -2,7 +2,6 @@ package leasetable
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -16,44 +15,29 @@ import (
 // leader, so a leader's writes can be fenced with it.
 type Leadership struct {
 	lease *Lease
-	// asked ends when leadership ends, or, with the request as its
-	// cause, when someone asks this leader to resign (watchResign).
-	asked     context.Context
-	askedDone chan struct{} // closed on a request only
+	asked *election.Asked // a request to resign, watched by watchResign
 }
 
 // CampaignOption sets how a client stands in an election: Preference,
 // Ineligible.
 type CampaignOption func(*candidacy)
 
-type candidacy struct {
-	rank       int32
-	ineligible bool
-}
+// candidacy is an alias, so CampaignOption reads as it always did while
+// the candidacy's rules live in internal/election.
+type candidacy = election.Candidacy
 
 // Preference ranks this candidate (default 0): when a term ends, the
 // waiting candidate of the highest rank gets the next one (among equals,
 // the one that waited longest), and a candidate that starts waiting while
 // a leader of a lower rank leads asks that leader to resign. Rank a newer
 // version, or the preferred zone, higher.
-func Preference(rank int32) CampaignOption { return func(c *candidacy) { c.rank = rank } }
+func Preference(rank int32) CampaignOption { return func(c *candidacy) { c.Rank = rank } }
 
 // Ineligible has CampaignWith stand without ever leading, for a replica that
 // runs the candidates' code but must not lead: it returns when its
 // context ends and calls no callback. ElectWith refuses it; Observe follows
 // the leaders.
-func Ineligible() CampaignOption { return func(c *candidacy) { c.ineligible = true } }
-
-func candidacyOf(opts []CampaignOption) (candidacy, error) {
-	var c candidacy
-	for _, o := range opts {
-		if o == nil {
-			return c, invalid("nil CampaignOption")
-		}
-		o(&c)
-	}
-	return c, nil
-}
+func Ineligible() CampaignOption { return func(c *candidacy) { c.Ineligible = true } }
 
 // Elect blocks until this client is the leader of election name (holds its
 // lease) or ctx ends. value is published with the leadership for Leader to
@@ -69,31 +53,18 @@ func (c *Client) ElectWith(ctx context.Context, name, value string, opts ...Camp
 	if err := checkName("election name", name); err != nil {
 		return nil, err
 	}
-	cand, err := candidacyOf(opts)
+	cand, err := election.CandidacyOf(opts)
 	if err != nil {
 		return nil, err
 	}
-	if cand.ineligible {
+	if cand.Ineligible {
 		return nil, invalid("Elect of %q: an Ineligible client never leads (Observe follows the leaders)", name)
 	}
-	// The rank in the metadata makes the lease an election for the
-	// database: its grants wake observers, and a candidate of a higher
-	// rank asks its leader to resign (0102_leasetable, "Elections").
-	meta, err := json.Marshal(electionMeta{Value: value, Rank: cand.rank})
-	if err != nil {
-		return nil, invalid("election value: %v", err)
-	}
-	l, err := c.acquire(ctx, name, meta, cand.rank)
+	l, err := c.acquire(ctx, name, election.Metadata(value, cand.Rank), cand.Rank)
 	if err != nil {
 		return nil, err
 	}
 	return c.newLeadership(l), nil
-}
-
-// electionMeta is an election lease's metadata.
-type electionMeta struct {
-	Value string `json:"value"`
-	Rank  int32  `json:"rank"`
 }
 
 // Term is the leadership's fencing token.
@@ -121,18 +92,11 @@ func (ld *Leadership) Resign(ctx context.Context) error { return ld.lease.Releas
 // Preference that started waiting). Leadership goes on until Resign (or a
 // loss): finish the term's work cleanly, then Resign. Campaign does that
 // for its callback: the term's context ends, with ResignReason as cause.
-func (ld *Leadership) ResignRequested() <-chan struct{} { return ld.askedDone }
+func (ld *Leadership) ResignRequested() <-chan struct{} { return ld.asked.Requested() }
 
 // ResignReason is nil until ResignRequested is closed, then an error
 // wrapping ErrResignRequested that says who asked and why.
-func (ld *Leadership) ResignReason() error {
-	select {
-	case <-ld.askedDone:
-		return context.Cause(ld.asked)
-	default:
-		return nil
-	}
-}
+func (ld *Leadership) ResignReason() error { return ld.asked.Reason() }
 
 // Check is a readiness check for the leader, as client-go's
 // HealthzAdaptor is: nil while this client leads and its keep-alives are
@@ -178,9 +142,7 @@ func (c *Client) Leader(ctx context.Context, name string) (Leader, error) {
 	if !in.Held {
 		return Leader{}, ErrNoLeader
 	}
-	var meta electionMeta
-	_ = json.Unmarshal(in.Metadata, &meta) // metadata written by other tools may differ
-	return Leader{Owner: in.Owner, Value: meta.Value, Term: in.Token, Remaining: in.Remaining}, nil
+	return Leader{Owner: in.Owner, Value: election.ValueOf(in.Metadata), Term: in.Token, Remaining: in.Remaining}, nil
 }
 
 // Callbacks are Campaign's hooks, the same for both lock layers: term is
@@ -214,14 +176,14 @@ func (c *Client) CampaignWith(ctx context.Context, name, value string, cb Callba
 	if err := checkName("election name", name); err != nil {
 		return err
 	}
-	cand, err := candidacyOf(opts)
+	cand, err := election.CandidacyOf(opts)
 	if err != nil {
 		return err
 	}
 	if err := c.checkOpen(); err != nil {
 		return err
 	}
-	if cand.ineligible {
+	if cand.Ineligible {
 		select {
 		case <-ctx.Done():
 			return context.Cause(ctx)
@@ -255,7 +217,7 @@ func (t term) Number() int64 { return t.Term() }
 
 // Context ends the term's work when leadership ends or the leader is asked
 // to resign.
-func (t term) Context() context.Context { return t.asked }
+func (t term) Context() context.Context { return t.asked.Context() }
 
 func permanent(err error) bool {
 	for _, e := range []error{pgbaton.ErrInvalidArgument, pgbaton.ErrClosed, pgbaton.ErrNotMigrated,

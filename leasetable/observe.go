@@ -3,11 +3,12 @@ package leasetable
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgbaton/pgbaton"
-	"github.com/pgbaton/pgbaton/internal/backoff"
+	"github.com/pgbaton/pgbaton/internal/election"
 	"github.com/pgbaton/pgbaton/internal/listener"
 )
 
@@ -48,45 +49,19 @@ func (c *Client) Observe(ctx context.Context, name string) (<-chan Leader, error
 	return ch, nil
 }
 
-// observe is Observe's goroutine: it sends each leader it reads with a
-// term larger than the last one sent.
+// observe is Observe's goroutine: it follows the leaders
+// (election.Follow) until ctx ends or the client closes.
 func (c *Client) observe(ctx context.Context, w *listener.Waiter, ch chan<- Leader) {
 	defer close(ch)
 	defer c.stopWaiting(w)
-	var last int64
-	outage := backoff.Outage()
-	for {
-		ld, err := c.Leader(ctx, w.Name)
-		// Until its expiry, the leader read is the leader: nothing new
-		// without a notification. With nobody leading, the next term
-		// notifies; looking again every TTL covers a notification lost
-		// with a LISTEN connection.
-		next := c.cfg.TTL
-		switch {
-		case err == nil:
-			outage.Reset()
-			next = min(next, ld.Remaining)
-			if ld.Term > last {
-				select {
-				case ch <- ld:
-					last = ld.Term
-				case <-ctx.Done():
-					return
-				case <-c.bg.Done():
-					return
-				}
+	election.Follow(ctx, w, ch, election.Follower[Leader]{
+		Read: func(ctx context.Context) (Leader, int64, time.Duration, bool, error) {
+			ld, err := c.Leader(ctx, w.Name)
+			if errors.Is(err, ErrNoLeader) {
+				return ld, 0, 0, false, nil
 			}
-		case errors.Is(err, ErrNoLeader):
-			outage.Reset()
-		default:
-			if ctx.Err() != nil {
-				return
-			}
-			c.log.Debug("pgbaton: observing an election: reading its leader failed", "election", w.Name, "error", err)
-			next = outage.Next()
-		}
-		if w.Wait(ctx, next, nil) != nil {
-			return
-		}
-	}
+			return ld, ld.Term, ld.Remaining, err == nil, err
+		},
+		TTL: c.cfg.TTL, Closed: c.bg.Done(), Logger: c.log.With("election", w.Name),
+	})
 }

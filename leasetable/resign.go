@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/election"
 	"github.com/pgbaton/pgbaton/internal/listener"
 )
 
@@ -39,49 +40,28 @@ func (c *Client) RequestResign(ctx context.Context, name, reason string) (int64,
 // newLeadership is the leadership of election lease l, watching for
 // requests to resign until it ends.
 func (c *Client) newLeadership(l *Lease) *Leadership {
-	asked, ask := context.WithCancelCause(l.Context())
-	ld := &Leadership{lease: l, asked: asked, askedDone: make(chan struct{})}
-	c.k.Spawn(func() { ld.watchResign(ask) }) // false: the client closed, and the lease ends with it
+	ld := &Leadership{lease: l, asked: election.NewAsked(l.Context())}
+	c.k.Spawn(func() { c.watchResign(l, ld.asked) }) // false: the client closed, and the lease ends with it
 	return ld
 }
 
-// watchResign waits for a request that this term resign, as an observer
-// of its own election (woken by request_resign's notification, or at its
-// poll when the client holds no listen slot; every TTL regardless, in case
-// a notification was lost with a LISTEN connection), until leadership
-// ends or the client closes. The request's first look comes after the
-// registration, so a request made before it is seen too.
-func (ld *Leadership) watchResign(ask context.CancelCauseFunc) {
-	l := ld.lease
-	c, ctx := l.c, l.Context()
-	var w *listener.Waiter
-	defer func() {
-		if w != nil {
-			c.stopWaiting(w)
-		}
-	}()
-	for ctx.Err() == nil {
-		var err error
-		if w == nil {
-			if w, err = c.joinQueue(ctx, l.name, false, false, pgtype.Int4{}); err != nil {
-				c.log.Debug("pgbaton: leader cannot watch for requests to resign; trying again", "election", l.name, "error", err)
-				if c.ln.Wait(ctx, nil, nil, c.cfg.RenewInterval) != nil {
-					return
-				}
-				continue
+// watchResign waits for a request that the term of l resign
+// (election.Watch), until leadership ends or the client closes.
+func (c *Client) watchResign(l *Lease, asked *election.Asked) {
+	election.Watch(l.Context(), asked, election.ResignWatch[*listener.Waiter]{
+		Join: func(ctx context.Context) (*listener.Waiter, error) {
+			return c.joinQueue(ctx, l.name, false, false, pgtype.Int4{})
+		},
+		Leave: c.stopWaiting,
+		Look: func(ctx context.Context) (error, error) {
+			rows, err := c.q.LeaseResignRequest(ctx, c.pool, db.LeaseResignRequestParams{Name: l.name, Token: l.token})
+			if err != nil || len(rows) == 0 {
+				return nil, err
 			}
-		}
-		rows, err := c.q.LeaseResignRequest(ctx, c.pool, db.LeaseResignRequestParams{Name: l.name, Token: l.token})
-		if err == nil && len(rows) > 0 {
-			ask(fmt.Errorf("%w: leader of %q (term %d) asked by %s: %s", ErrResignRequested, l.name, l.token, rows[0].RequestedBy, rows[0].Reason))
-			close(ld.askedDone)
-			return
-		}
-		if err != nil && ctx.Err() == nil {
-			c.log.Debug("pgbaton: reading requests to resign failed", "election", l.name, "error", err)
-		}
-		if w.Wait(ctx, c.cfg.TTL, nil) != nil {
-			return
-		}
-	}
+			return fmt.Errorf("%w: leader of %q (term %d) asked by %s: %s", ErrResignRequested, l.name, l.token, rows[0].RequestedBy, rows[0].Reason), nil
+		},
+		Pause:  func(ctx context.Context) error { return c.ln.Wait(ctx, nil, nil, c.cfg.RenewInterval) },
+		TTL:    c.cfg.TTL,
+		Logger: c.log.With("election", l.name),
+	})
 }

@@ -2,6 +2,11 @@
 // advisory.Locker.Campaign and leasetable.Client.Campaign are this loop
 // over their own Elect, so terms, callbacks, retries and what happens on
 // loss are the same in both.
+//
+// The rest is the machinery of leasetable's elections, which are leases:
+// a candidacy (rank, or never leading) and the lease metadata it is
+// published in, following the leaders of an election (Follow), and a
+// leader's request to resign (Asked, Watch).
 package election
 
 import (
