@@ -93,25 +93,9 @@ func (c *Client) releaseSet(ctx context.Context, leases []*Lease) error {
 }
 
 // setNames checks the names of a lease set and returns them in byte
-// order (Go's string order, which is PostgreSQL's COLLATE "C"): the one
-// order every set is taken in.
+// order (lockset.Names).
 func setNames(names []string) ([]string, error) {
-	if len(names) == 0 || len(names) > MaxSetNames {
-		return nil, invalid("a lease set must have 1 to %d names, got %d", MaxSetNames, len(names))
-	}
-	sorted := slices.Clone(names)
-	for _, n := range sorted {
-		if err := checkName("lease name", n); err != nil {
-			return nil, err
-		}
-	}
-	slices.Sort(sorted)
-	for i := 1; i < len(sorted); i++ {
-		if sorted[i] == sorted[i-1] {
-			return nil, invalid("lease %q is named twice in a lease set", sorted[i])
-		}
-	}
-	return sorted, nil
+	return lockset.Names(names, MaxSetNames, func(n string) error { return checkName("lease name", n) })
 }
 
 // TryAcquireAll takes every lease named, or none, in one statement
@@ -165,36 +149,16 @@ func (c *Client) AcquireAll(ctx context.Context, names ...string) (*LeaseSet, er
 		return nil, err
 	}
 	start := time.Now()
-	leases := make([]*Lease, 0, len(sorted))
-	fail := func(err error) (*LeaseSet, error) {
+	leases, err := lockset.Take(sorted, func(rest []string) ([]*Lease, string, error) {
+		got, held, err := c.trySet(ctx, rest, true, start)
+		if held == nil {
+			return got, "", err
+		}
+		return got, held.Name, err
+	}, func(name string) (*Lease, error) { return c.acquire(ctx, name, nil, 0) })
+	if err != nil {
 		_ = c.releaseSet(ctx, leases)
 		return nil, fmt.Errorf("leasetable: acquire lease set %s: %w", quoteNames(sorted, 10), err)
-	}
-	for rest := sorted; len(rest) > 0; {
-		got, held, err := c.trySet(ctx, rest, true, start)
-		leases = append(leases, got...)
-		if err != nil {
-			return fail(err)
-		}
-		if held == nil {
-			break
-		}
-		// Wait in the queue of the name in the way, holding those before it.
-		l, err := c.acquire(ctx, held.Name, nil, 0)
-		if err != nil {
-			return fail(err)
-		}
-		leases = append(leases, l)
-		i := slices.Index(rest, held.Name)
-		if i < 0 {
-			return fail(fmt.Errorf("the database refused %q, which the set does not name", held.Name))
-		}
-		rest = rest[i+1:]
-	}
-	for _, l := range leases {
-		if err := l.Err(); err != nil {
-			return fail(err) // lost while the rest were waited for
-		}
 	}
 	return c.newLeaseSet(leases), nil
 }

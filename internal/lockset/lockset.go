@@ -1,6 +1,7 @@
 // Package lockset is what a set of locks taken together (leasetable's
 // LeaseSet, advisory's LockSet) has beside its members: one context that
-// ends when the first member ends, with that member's error as its cause.
+// ends when the first member ends, with that member's error as its cause;
+// and how leasetable's sets are named and taken (Names, Take).
 package lockset
 
 import (
