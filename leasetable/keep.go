@@ -2,11 +2,9 @@ package leasetable
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/keep"
 	"github.com/pgbaton/pgbaton/internal/listener"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
 )
@@ -44,58 +42,28 @@ func (c *Client) Keep(ctx context.Context, cfg KeepConfig) error {
 	if err := c.checkOpen(); err != nil {
 		return err
 	}
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	var held atomic.Int64           // leases whose Work runs
-	ended := make(chan struct{}, 1) // one of them ended: claim again
-	q := want{kind: "group", name: cfg.Group, woken: ended, look: func(_ context.Context, w *listener.Waiter) ([]*Lease, error) {
-		return c.once(ctx, spanClaim, telemetry.GroupKey, cfg.Group, func(ctx context.Context, start time.Time) ([]*Lease, error) {
-			return c.claim(ctx, cfg.Group, cfg.Max-int(held.Load()), start, w, false)
-		})
-	}}
-	for {
-		// At Max only one of its own ending matters. It waits for that out
-		// of the group's queue (waitLoop left it with the grant), so that a
-		// release's wake-up goes to a waiter that can use it.
-		for held.Load() == int64(cfg.Max) {
-			select {
-			case <-ended:
-			case <-ctx.Done():
-				return context.Cause(ctx)
-			case <-c.bg.Done():
-				return pgbaton.ErrClosed
-			}
-		}
-		got, _, err := c.waitLoop(ctx, q)
-		for _, l := range got {
-			held.Add(1)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_ = l.Do(ctx, func(ctx context.Context) error {
-					cfg.Work(ctx, l)
-					return nil
+	return keep.Run(ctx, keep.Config[*Lease]{
+		Max: cfg.Max,
+		Claim: func(room func() int, woken <-chan struct{}) func() ([]*Lease, error) {
+			q := want{kind: "group", name: cfg.Group, woken: woken, look: func(_ context.Context, w *listener.Waiter) ([]*Lease, error) {
+				return c.once(ctx, spanClaim, telemetry.GroupKey, cfg.Group, func(ctx context.Context, start time.Time) ([]*Lease, error) {
+					return c.claim(ctx, cfg.Group, room(), start, w, false)
 				})
-				held.Add(-1)
-				select {
-				case ended <- struct{}{}:
-				default:
-				}
-			}()
-		}
-		switch {
-		case err == nil:
-			continue
-		case ctx.Err() != nil:
-			return context.Cause(ctx)
-		case permanent(err):
-			return err
-		}
-		// Not a connection failure (waitLoop waits those out) nor one
-		// that retrying cannot fix.
-		c.log.Warn("pgbaton: keep: claim failed; retrying", "group", cfg.Group, "error", err)
-		if err := c.ln.Wait(ctx, ended, nil, c.cfg.RenewInterval); err != nil {
-			return err
-		}
-	}
+			}}
+			return func() ([]*Lease, error) {
+				got, _, err := c.waitLoop(ctx, q)
+				return got, err
+			}
+		},
+		Work: func(l *Lease) {
+			_ = l.Do(ctx, func(ctx context.Context) error {
+				cfg.Work(ctx, l)
+				return nil
+			})
+		},
+		Closed:    c.bg.Done(),
+		Permanent: permanent,
+		Pause:     func(woken <-chan struct{}) error { return c.ln.Wait(ctx, woken, nil, c.cfg.RenewInterval) },
+		Logger:    c.log.With("group", cfg.Group),
+	})
 }
