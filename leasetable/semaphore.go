@@ -3,10 +3,10 @@ package leasetable
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/pgbaton/pgbaton/internal/listener"
+	"github.com/pgbaton/pgbaton/internal/semaphore"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
 )
 
@@ -63,18 +63,12 @@ func (c *Client) semaphoreNames(name string, slots int) ([]string, error) {
 	if err := checkName("semaphore name", name); err != nil {
 		return nil, err
 	}
-	if slots <= 0 || slots > MaxSlots {
-		return nil, invalid("semaphore slots must be in 1..%d, got %d", MaxSlots, slots)
-	}
-	if len(name)+1+len(strconv.Itoa(slots-1)) > MaxNameLen {
-		return nil, invalid("semaphore name %q too long for its slot names", name)
+	names, err := semaphore.Permits(name, slots, MaxSlots, MaxNameLen)
+	if err != nil {
+		return nil, err
 	}
 	if err := c.checkOpen(); err != nil {
 		return nil, err
-	}
-	names := make([]string, slots)
-	for i := range names {
-		names[i] = name + "#" + strconv.Itoa(i)
 	}
 	return names, nil
 }
@@ -106,8 +100,8 @@ func (c *Client) registerSemaphore(ctx context.Context, name string, names []str
 	if err != nil {
 		return err
 	}
-	if int(n) != len(names) {
-		return invalid("semaphore %q has %d slots, not %d: every caller must pass the same count", name, n, len(names))
+	if err := semaphore.CheckCount(name, int(n), len(names)); err != nil {
+		return err
 	}
 	c.sems.Store(name, len(names))
 	return nil
