@@ -201,24 +201,52 @@ func TestClaimWaitWakesOnRelease(t *testing.T) {
 
 // A waiting ClaimWait takes over the item of a worker that stopped
 // renewing at the item's expiry: no event announces it, the waiter knows
-// when it is due.
+// when it is due. On a loaded machine the item can expire before the
+// waiter's first look, which then claims it without waiting: the round is
+// run again with a lease twice as long, until the waiter waited.
 func TestClaimWaitWakesOnExpiry(t *testing.T) {
 	d := env.DB(t)
 	pool := d.Pool(t)
-	ctx := pgtest.Context(t, time.Minute)
+	ctx := pgtest.Context(t, 2*time.Minute)
 	worker, waiting := claimWaiter(t, pool, leasetable.Config{Owner: "worker", TTL: neverPoll, PollInterval: neverPoll})
-	_, err := worker.Register(ctx, "q", "orphan")
-	require.NoError(t, err)
-	// A worker that claims the item for a second, then dies.
-	require.Equal(t, 1, pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.claim('q', 'dead-worker', 1, 1000)"))
-	start := time.Now()
-	got := goClaimWait(ctx, worker, "q", 1)
-	require.Equal(t, "q", <-waiting)
-	g := awaitClaim(t, got, "ClaimWait not woken at the item's expiry")
-	require.NoError(t, g.err)
-	require.Len(t, g.leases, 1)
-	assert.Equal(t, "orphan", g.leases[0].Name())
-	t.Logf("taken over %s after the claim of a 1s lease", g.at.Sub(start))
+	for ttl := time.Second; ; ttl *= 2 {
+		require.LessOrEqual(t, ttl, 16*time.Second, "the waiter never looked before the item expired")
+		item := fmt.Sprintf("orphan-%s", ttl)
+		_, err := worker.Register(ctx, "q", item)
+		require.NoError(t, err)
+		// A worker that claims the item for ttl, then dies.
+		require.Equal(t, 1, pgtest.Count(t, pool, "SELECT count(*) FROM pgbaton.claim('q', 'dead-worker', 1, $1)", ttl.Milliseconds()))
+		select { // a line of the round before, logged as its wait ended
+		case <-waiting:
+		default:
+		}
+		start := time.Now()
+		got := goClaimWait(ctx, worker, "q", 1)
+		var waited bool
+		select {
+		case <-waiting:
+			waited = true
+		case g := <-got:
+			got = replay(g)
+		}
+		g := awaitClaim(t, got, "ClaimWait not woken at the item's expiry")
+		require.NoError(t, g.err)
+		require.Len(t, g.leases, 1)
+		assert.Equal(t, item, g.leases[0].Name())
+		require.NoError(t, g.leases[0].Complete(ctx))
+		if waited {
+			t.Logf("taken over %s after the claim of a %s lease", g.at.Sub(start), ttl)
+			return
+		}
+		t.Logf("the %s lease expired before the waiter's first look: again with a longer one", ttl)
+	}
+}
+
+// replay delivers g again.
+func replay(g claimed) <-chan claimed {
+	ch := make(chan claimed, 1)
+	ch <- g
+	return ch
 }
 
 // With NoListen a waiting ClaimWait polls every PollInterval: it still
