@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/completion"
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/inflight"
 	"github.com/pgbaton/pgbaton/internal/leasestate"
@@ -157,23 +158,25 @@ func (c *Client) Complete(ctx context.Context, leases ...*Lease) (err error) {
 // complete deletes the rows of cb's leases in one round trip, sent like a
 // release when ctx has ended, and records the outcome (Complete and
 // Lease.Complete).
-func (c *Client) complete(ctx context.Context, cb *completion) error {
-	if len(cb.leases) == 0 {
-		return cb.finish(nil, nil)
+func (c *Client) complete(ctx context.Context, cb *completion.Batch[*Lease]) error {
+	if len(cb.Sent) == 0 {
+		return finish(cb, nil, nil)
 	}
 	ctx, cancel := c.cleanupContext(ctx)
 	defer cancel()
 	// Not repeated after a broken connection: a second answer would call
 	// the items the first one completed taken over.
+	names, tokens := grants(cb.Sent)
+	p := db.LeaseCompleteManyParams{Names: names, Tokens: tokens, Owner: c.cfg.Owner}
 	var deleted []string
 	err := c.retry(ctx, false, func(ctx context.Context) (err error) {
-		deleted, err = c.q.LeaseCompleteMany(ctx, c.pool, cb.params(c))
+		deleted, err = c.q.LeaseCompleteMany(ctx, c.pool, p)
 		return err
 	})
 	if err != nil {
 		err = c.dbError("complete", err)
 	}
-	return cb.finish(deleted, err)
+	return finish(cb, deleted, err)
 }
 
 // CompleteAndClaim completes done (as Complete) and claims up to n leases
@@ -208,14 +211,14 @@ func (c *Client) CompleteAndClaim(ctx context.Context, group string, n int, done
 	if err != nil {
 		return nil, err
 	}
-	if len(cb.leases) == 0 {
-		doneErr := cb.finish(nil, nil)
+	if len(cb.Sent) == 0 {
+		doneErr := finish(cb, nil, nil)
 		leases, err := c.Claim(ctx, group, n)
 		return leases, errors.Join(doneErr, err)
 	}
 	if ctx.Err() != nil {
 		// Nothing is sent: done stay uncompleted.
-		return nil, cb.finish(nil, inflight.CtxErr(ctx))
+		return nil, finish(cb, nil, inflight.CtxErr(ctx))
 	}
 	start = time.Now()
 	// Sent together with the calls of the client's other workers on group
@@ -236,9 +239,9 @@ func (c *Client) CompleteAndClaim(ctx context.Context, group string, n int, done
 	}
 	if r.err != nil {
 		c.attemptFailed(ctx, group, r.err, start)
-		return nil, cb.finish(nil, r.err)
+		return nil, finish(cb, nil, r.err)
 	}
-	doneErr := cb.finish(r.deleted, nil)
+	doneErr := finish(cb, r.deleted, nil)
 	if len(r.claimed) > 0 {
 		defer c.k.unuse() // counted by sendCalls
 	}
@@ -334,16 +337,11 @@ func (c *Client) CompleteTx(ctx context.Context, tx pgbaton.Tx, leases ...*Lease
 		defer cancel()
 		still, qerr := c.q.LeaseStillHeld(cctx, c.pool, db.LeaseStillHeldParams{Names: names, Tokens: tokens, Owner: c.cfg.Owner})
 		if qerr == nil {
-			held := make(map[string]bool, len(still))
-			for _, n := range still {
-				held[n] = true
-			}
-			for _, l := range handed {
-				if !held[l.name] {
-					unheld = append(unheld, l.name)
+			unheld = completion.Match(handed, still, unheld, func(l *Lease, held bool) {
+				if !held {
 					l.lose(fmt.Errorf("%w: %w: %q token %d was taken over before completion", ErrLeaseLost, ErrNotHeld, l.name, l.token), CauseSuperseded)
 				}
-			}
+			})
 		}
 	}
 	if len(unheld) == 0 {
@@ -353,75 +351,56 @@ func (c *Client) CompleteTx(ctx context.Context, tx pgbaton.Tx, leases ...*Lease
 		ErrNotHeld, quoteNames(unheld, 10))
 }
 
-// completion is a Complete in progress: leases stopped and not yet
-// answered by the database, and those that could not be completed.
-type completion struct {
-	leases []*Lease
-	unheld []string // released, lost or handed to a transaction before
-}
-
 // startCompletion checks leases and stops those not released or completed
 // yet; the caller deletes their rows and calls finish.
-func (c *Client) startCompletion(leases []*Lease) (*completion, error) {
+func (c *Client) startCompletion(leases []*Lease) (*completion.Batch[*Lease], error) {
 	for _, l := range leases {
 		if l == nil || l.c != c {
 			return nil, invalid("Complete needs leases of this client")
 		}
 	}
-	cb := &completion{leases: make([]*Lease, 0, len(leases))}
+	cb := &completion.Batch[*Lease]{Sent: make([]*Lease, 0, len(leases))}
 	for _, l := range leases {
 		first, proceed := l.beginFinish(leasestate.Complete)
 		switch {
 		case proceed:
-			cb.leases = append(cb.leases, l)
+			cb.Sent = append(cb.Sent, l)
 		case first: // lost before
-			cb.unheld = append(cb.unheld, l.name)
+			cb.Unheld = append(cb.Unheld, l.name)
 		default:
 			st := l.st.Load()
 			as, err := st.FinishedAs, st.ReleaseErr
 			// Released, or a completion that did not take (lost, taken
 			// over, a CompleteTx that failed or rolled back).
 			if as == leasestate.Release || errors.Is(err, ErrNotHeld) {
-				cb.unheld = append(cb.unheld, l.name)
+				cb.Unheld = append(cb.Unheld, l.name)
 			}
 		}
 	}
 	return cb, nil
 }
 
-// params are the arguments of pgbaton.complete_many for cb's leases.
-func (cb *completion) params(c *Client) db.LeaseCompleteManyParams {
-	names, tokens := grants(cb.leases)
-	return db.LeaseCompleteManyParams{Names: names, Tokens: tokens, Owner: c.cfg.Owner}
-}
-
-// finish records the outcome: deleted are the names whose rows went, err
-// (already mapped) that the round trip failed.
-func (cb *completion) finish(deleted []string, err error) error {
+// finish records the outcome of cb: deleted are the names whose rows
+// went, err (already mapped) that the round trip failed.
+func finish(cb *completion.Batch[*Lease], deleted []string, err error) error {
 	if err != nil {
-		for _, l := range cb.leases {
+		for _, l := range cb.Sent {
 			l.setReleaseErr(err)
 			l.recordReleased(false)
 		}
 		// Stopped but not completed: given back by the keeper (or by
 		// Close), not kept alive with the session.
-		if len(cb.leases) > 0 {
-			cb.leases[0].c.k.giveBack(cb.leases)
+		if len(cb.Sent) > 0 {
+			cb.Sent[0].c.k.giveBack(cb.Sent)
 		}
 		return err
 	}
-	gone := make(map[string]bool, len(deleted))
-	for _, n := range deleted {
-		gone[n] = true
-	}
-	missing := cb.unheld
-	for _, l := range cb.leases {
-		l.recordReleased(!gone[l.name])
-		if !gone[l.name] {
-			missing = append(missing, l.name)
+	missing := cb.Settle(deleted, func(l *Lease, gone bool) {
+		l.recordReleased(!gone)
+		if !gone {
 			l.setReleaseErr(fmt.Errorf("%w: %q token %d was taken over before completion; the item was not completed", ErrNotHeld, l.name, l.token))
 		}
-	}
+	})
 	if len(missing) == 0 {
 		return nil
 	}

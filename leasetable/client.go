@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/combine"
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/leasestate"
 	"github.com/pgbaton/pgbaton/internal/listener"
@@ -47,8 +48,9 @@ type Client struct {
 	waiterPrefix string
 	waiterSeq    atomic.Int64
 
-	k    *keeper  // the session, the leases, what to give back
-	sems sync.Map // semaphores checked: name -> slots
+	k    *keeper                            // the session, the leases, what to give back
+	cc   combine.Sender[*keeper, *combined] // sends CompleteAndClaim calls together (combine.go)
+	sems sync.Map                           // semaphores checked: name -> slots
 	// sessionTaken is the test hook of that name, read once per client.
 	sessionTaken func()
 }
@@ -96,6 +98,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	}
 	c.sdb = session.DB{Queries: q, Pool: pool, Retry: c.retry, Owner: cfg.Owner, TTLms: c.ttlMs, Local: cfg.TTL - cfg.SafetyMargin}
 	c.k = newKeeper(c)
+	c.cc = combiner(c)
 	c.sessionTaken = sessionTaken
 	c.background.Add(1)
 	go c.k.run()

@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/combine"
+	"github.com/pgbaton/pgbaton/internal/completion"
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/pgerr"
 	"github.com/pgbaton/pgbaton/internal/session"
@@ -11,8 +13,8 @@ import (
 
 // Concurrent CompleteAndClaim calls of one client on one group are sent
 // together, a few round trips of a group in flight at once: the queue
-// that decides which calls go together, and why, is internal/combine's;
-// sending them is this file's.
+// that decides which calls go together, and why, and the senders' loop
+// are internal/combine's; the round trip is this file's (sendCalls).
 //
 // Each call goes through inFlight like any statement that may grant
 // leases: a caller whose context ends returns at once, and when the reply
@@ -21,7 +23,7 @@ import (
 
 // combined is one CompleteAndClaim call waiting for its round trip.
 type combined struct {
-	cb   *completion
+	cb   *completion.Batch[*Lease]
 	n    int
 	done chan combinedReply // buffered: the sender never blocks on it
 }
@@ -34,45 +36,21 @@ type combinedReply struct {
 	err     error
 }
 
+// combiner is the client's combine.Sender: the queues are the keeper's.
+func combiner(c *Client) combine.Sender[*keeper, *combined] {
+	return combine.Sender[*keeper, *combined]{Ask: c.k.Ask, Spawn: c.k.Spawn, Queue: keeperCalls, Send: c.sendCalls}
+}
+
+func keeperCalls(k *keeper) *combine.Queue[*combined] { return &k.cc }
+
 // completeAndClaimCombined queues call for group and returns its part of
-// the reply. When fewer than combine.Senders senders run for group, or
-// the calls queued claim combine.Max leases, it sends a round trip itself
-// (call is among those taken, waits for the next, or went with another
-// sender's), then leaves what is queued to a sender of its own. Calls
+// the reply: sent by this caller or another (combine.Sender.Join). Calls
 // still queued when the client closes get pgbaton.ErrClosed from Close.
 func (c *Client) completeAndClaimCombined(group string, call *combined) combinedReply {
-	var start bool
-	if !c.k.Ask(func(k *keeper) { start = k.cc.Add(group, call, call.n) }) {
+	if !c.cc.Join(group, call, call.n) {
 		return combinedReply{err: pgbaton.ErrClosed}
 	}
-	if start {
-		if calls := c.takeCombined(group); calls != nil {
-			c.sendCalls(group, calls)
-			var more bool
-			c.k.Ask(func(k *keeper) { more = !k.cc.Idle(group) })
-			if more {
-				c.k.Spawn(func() { c.sendCombined(group) })
-			}
-		}
-	}
 	return <-call.done
-}
-
-// takeCombined takes the calls queued for group, the first and then as
-// many as claim combine.Max leases in all, or, when none is left (or the
-// client closed), ends the caller's turn as a sender of group and returns
-// nil.
-func (c *Client) takeCombined(group string) (take []*combined) {
-	c.k.Ask(func(k *keeper) { take = k.cc.Take(group) })
-	return take
-}
-
-// sendCombined sends the queued calls of group, a round trip at a time,
-// until none is left.
-func (c *Client) sendCombined(group string) {
-	for calls := c.takeCombined(group); calls != nil; calls = c.takeCombined(group) {
-		c.sendCalls(group, calls)
-	}
 }
 
 // sendCalls sends calls in one round trip and hands each its share.
@@ -92,8 +70,7 @@ func (c *Client) sendCalls(group string, calls []*combined) {
 	p := db.LeaseCompleteManyParams{Owner: c.cfg.Owner}
 	n := 0
 	for _, call := range calls {
-		names, tokens := grants(call.cb.leases)
-		p.Names, p.Tokens = append(p.Names, names...), append(p.Tokens, tokens...)
+		p.Names, p.Tokens = completion.Grants(p.Names, p.Tokens, call.cb.Sent)
 		n += call.n
 	}
 	claim := db.LeaseClaimParams{LeaseGroup: group, Owner: c.cfg.Owner, N: int32(n), TtlMs: c.ttlMs, Session: s.Param(), Ref: newRef()}
@@ -117,8 +94,8 @@ func (c *Client) sendCalls(group string, calls []*combined) {
 	}
 	rows := claimed
 	for _, call := range calls {
-		share := rows[:min(call.n, len(rows)):min(call.n, len(rows))]
-		rows = rows[len(share):]
+		var share []db.LeaseClaimRow
+		share, rows = combine.Share(rows, call.n)
 		if len(share) > 0 {
 			// A use of s for the reader of the reply, until it keeps its
 			// share (CompleteAndClaim) or gives it back (settleAbandoned).
@@ -131,7 +108,7 @@ func (c *Client) sendCalls(group string, calls []*combined) {
 // settleAbandoned settles the reply of a call whose caller gave up: its
 // finished leases from the reply, its share of the claim given back.
 func (c *Client) settleAbandoned(ctx context.Context, call *combined, r combinedReply) {
-	_ = call.cb.finish(r.deleted, r.err)
+	_ = finish(call.cb, r.deleted, r.err)
 	if len(r.claimed) == 0 {
 		return
 	}

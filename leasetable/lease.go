@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pgbaton/pgbaton/internal/completion"
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/leasestate"
 	"github.com/pgbaton/pgbaton/internal/session"
@@ -306,7 +307,7 @@ func (l *Lease) finish(ctx context.Context, kind leasestate.Finish) error {
 	first, proceed := l.beginFinish(kind)
 	switch {
 	case proceed && kind == leasestate.Complete:
-		_ = l.c.complete(ctx, &completion{leases: []*Lease{l}}) // its result is l's ReleaseErr
+		_ = l.c.complete(ctx, &completion.Batch[*Lease]{Sent: []*Lease{l}}) // its result is l's ReleaseErr
 	case proceed:
 		l.giveBack(ctx)
 	}
@@ -327,22 +328,10 @@ func (l *Lease) finish(ctx context.Context, kind leasestate.Finish) error {
 // call decided; proceed that the caller should now give l back: not for a
 // completion of a lost lease, whose release error says so.
 func (l *Lease) beginFinish(kind leasestate.Finish) (first, proceed bool) {
-	to, cause := leasestate.Released, error(&l.released)
-	if kind == leasestate.CompleteTx {
-		to, cause = leasestate.HandedOff, nil
-	}
 	var moved bool
-	old, ok := l.st.Update(func(s *leasestate.Status) bool {
-		if s.FinishedAs != leasestate.NotFinished {
-			return false
-		}
-		s.FinishedAs = kind
-		if s.State == leasestate.Lost && kind != leasestate.Release {
-			s.ReleaseErr = fmt.Errorf("%w: %q token %d was lost before completion; the item was not completed: %w", ErrNotHeld, l.name, l.token, s.Err)
-			return true
-		}
-		moved = s.Move(to, cause)
-		return true
+	old, ok := l.st.Update(func(s *leasestate.Status) (decided bool) {
+		decided, moved = s.Finish(kind, &l.released, l.lostBeforeCompletion)
+		return decided
 	})
 	switch {
 	case !ok:
@@ -350,9 +339,16 @@ func (l *Lease) beginFinish(kind leasestate.Finish) (first, proceed bool) {
 	case old.State == leasestate.Lost && kind != leasestate.Release:
 		return true, false
 	case moved:
+		to, cause := leasestate.Finishing(kind, &l.released)
 		l.entered(to, old, cause, "")
 	}
 	return true, true
+}
+
+// lostBeforeCompletion is the release error of a completion of l, lost
+// before with cause lost.
+func (l *Lease) lostBeforeCompletion(lost error) error {
+	return fmt.Errorf("%w: %q token %d was lost before completion; the item was not completed: %w", ErrNotHeld, l.name, l.token, lost)
 }
 
 // releasedError is ErrReleased for one lease, formatted only when read

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/pgbaton/pgbaton/internal/completion"
 	"github.com/pgbaton/pgbaton/internal/db"
 )
 
@@ -86,11 +87,7 @@ func (c *Client) notifyWaiters(ctx context.Context, names []string) {
 // grants are the names and tokens of leases, as the batch protocol
 // functions take them.
 func grants(leases []*Lease) (names []string, tokens []int64) {
-	names, tokens = make([]string, len(leases)), make([]int64, len(leases))
-	for i, l := range leases {
-		names[i], tokens[i] = l.name, l.token
-	}
-	return names, tokens
+	return completion.Grants(make([]string, 0, len(leases)), make([]int64, 0, len(leases)), leases)
 }
 
 // byName sorts leases by name, so that two statements giving back some of

@@ -15,9 +15,10 @@
 // core, where raw pgx runs four at once
 // (TestLargeCompleteAndClaimCallsOverlap).
 //
-// The package holds the bookkeeping only: which caller becomes a sender,
-// which calls go together, when a group is forgotten. Sending them is
-// leasetable's.
+// The package holds the bookkeeping (which caller becomes a sender, which
+// calls go together, when a group is forgotten, how the claimed leases are
+// shared out) and the senders' loop (Sender). The round trip itself, and
+// the queue's owner, are leasetable's.
 package combine
 
 // Max is how many leases the calls sent together claim at most: past it,
@@ -115,4 +116,70 @@ func (q *Queue[C]) All() []C {
 		}
 	}
 	return all
+}
+
+// Sender sends the calls of a Queue whose owner is a mailbox's goroutine
+// (K): every change of the queue runs there, by Ask. Made once per
+// client, so that a call costs no more than the Asks it makes.
+type Sender[K, C any] struct {
+	// Ask runs f on the owner and reports whether it ran: false once the
+	// owner stopped (the client closed).
+	Ask func(f func(K)) bool
+	// Spawn runs f on a goroutine of its own, unless the owner stopped.
+	Spawn func(f func()) bool
+	// Queue is the owner's queue.
+	Queue func(K) *Queue[C]
+	// Send sends calls of key in one round trip and hands each its part
+	// of the reply.
+	Send func(key string, calls []C)
+}
+
+// Join queues call for key, weighing weight. When its caller starts a
+// sender's turn (Add), it sends a round trip itself (call is among those
+// taken, waits for the next, or went with another sender's), then leaves
+// what is queued to a sender of its own: a caller waits for one round
+// trip at most. It reports false, and nothing was queued, when the owner
+// stopped; calls queued then are the owner's to fail (All).
+func (s *Sender[K, C]) Join(key string, call C, weight int) bool {
+	var start bool
+	if !s.Ask(func(k K) { start = s.Queue(k).Add(key, call, weight) }) {
+		return false
+	}
+	if !start {
+		return true
+	}
+	if calls := s.take(key); calls != nil {
+		s.Send(key, calls)
+		var more bool
+		s.Ask(func(k K) { more = !s.Queue(k).Idle(key) })
+		if more {
+			s.Spawn(func() { s.sendAll(key) })
+		}
+	}
+	return true
+}
+
+// take takes the calls queued for key (Take), or, when none is left or
+// the owner stopped, ends the caller's turn as a sender of key and
+// returns nil.
+func (s *Sender[K, C]) take(key string) (take []C) {
+	s.Ask(func(k K) { take = s.Queue(k).Take(key) })
+	return take
+}
+
+// sendAll sends the queued calls of key, a round trip at a time, until
+// none is left.
+func (s *Sender[K, C]) sendAll(key string) {
+	for calls := s.take(key); calls != nil; calls = s.take(key) {
+		s.Send(key, calls)
+	}
+}
+
+// Share cuts what one of the calls sent together gets, the first n of
+// rows (fewer when fewer are left), from the rest, in the order the calls
+// were taken. The share's capacity ends at its length, so that a caller
+// appending to it does not write over the next caller's share.
+func Share[R any](rows []R, n int) (share, rest []R) {
+	n = min(n, len(rows))
+	return rows[:n:n], rows[n:]
 }

@@ -111,3 +111,107 @@ func TestQueueIdleKeepsTurnWhileCallsWait(t *testing.T) {
 		t.Fatalf("key kept: %v", q.sending)
 	}
 }
+
+// owner is a Sender's owner run on the test's goroutine: Ask runs f at
+// once, Spawn keeps f to run when the test says.
+type owner struct {
+	q       Queue[string]
+	stopped bool
+	spawned []func()
+	sent    [][]string
+}
+
+func (o *owner) sender() *Sender[*owner, string] {
+	return &Sender[*owner, string]{
+		Ask: func(f func(*owner)) bool {
+			if o.stopped {
+				return false
+			}
+			f(o)
+			return true
+		},
+		Spawn: func(f func()) bool { o.spawned = append(o.spawned, f); return true },
+		Queue: func(o *owner) *Queue[string] { return &o.q },
+		Send:  func(key string, calls []string) { o.sent = append(o.sent, calls) },
+	}
+}
+
+// TestSenderLoneCallSendsAtOnce: a call that finds a sender free is sent
+// by its caller, alone, and the key is forgotten after.
+func TestSenderLoneCallSendsAtOnce(t *testing.T) {
+	o := &owner{}
+	if !o.sender().Join("g", "a", 1) {
+		t.Fatal("Join refused while the owner runs")
+	}
+	if len(o.sent) != 1 || !slices.Equal(o.sent[0], []string{"a"}) || len(o.spawned) != 0 {
+		t.Fatalf("sent %v, spawned %d", o.sent, len(o.spawned))
+	}
+	if len(o.q.pending) != 0 || len(o.q.sending) != 0 {
+		t.Fatalf("key kept: %v %v", o.q.pending, o.q.sending)
+	}
+}
+
+// TestSenderQueuesBehindBusySenders: with Senders round trips in flight a
+// call waits; once Max leases wait, a caller sends a round trip beside
+// them and leaves what is left to a spawned sender.
+func TestSenderQueuesBehindBusySenders(t *testing.T) {
+	o := &owner{}
+	s := o.sender()
+	for range Senders {
+		o.q.Add("g", "busy", 1)
+	}
+	o.q.Take("g") // the busy senders' round trips are in flight
+
+	if !s.Join("g", "x", 1) || len(o.sent) != 0 {
+		t.Fatalf("a call behind busy senders was sent: %v", o.sent)
+	}
+	// x and y weigh more than Max together: y's caller sends x, and
+	// spawns a sender for y.
+	if !s.Join("g", "y", Max) {
+		t.Fatal("Join refused")
+	}
+	if len(o.sent) != 1 || !slices.Equal(o.sent[0], []string{"x"}) || len(o.spawned) != 1 {
+		t.Fatalf("sent %v, spawned %d", o.sent, len(o.spawned))
+	}
+	o.spawned[0]()
+	if len(o.sent) != 2 || !slices.Equal(o.sent[1], []string{"y"}) {
+		t.Fatalf("the spawned sender sent %v", o.sent)
+	}
+	// The busy senders end their turns: the key is forgotten.
+	for range Senders {
+		if !o.q.Idle("g") {
+			t.Fatal("calls left queued")
+		}
+	}
+	if len(o.q.sending) != 0 {
+		t.Fatalf("key kept: %v", o.q.sending)
+	}
+}
+
+// TestSenderOwnerStopped: a call after the owner stopped is neither
+// queued nor sent.
+func TestSenderOwnerStopped(t *testing.T) {
+	o := &owner{stopped: true}
+	if o.sender().Join("g", "a", 1) {
+		t.Fatal("Join accepted a call after the owner stopped")
+	}
+	if len(o.sent) != 0 || o.q.Pending("g") != 0 {
+		t.Fatalf("sent %v, queued %d", o.sent, o.q.Pending("g"))
+	}
+}
+
+// TestShareCutsInOrder: each call gets up to its count, in the order the
+// calls were taken, and cannot append into the next call's share.
+func TestShareCutsInOrder(t *testing.T) {
+	rows := []int{1, 2, 3, 4, 5}
+	a, rest := Share(rows, 2)
+	b, rest := Share(rest, 4)
+	c, rest := Share(rest, 1)
+	if !slices.Equal(a, []int{1, 2}) || !slices.Equal(b, []int{3, 4, 5}) || len(c) != 0 || len(rest) != 0 {
+		t.Fatalf("shares %v %v %v, rest %v", a, b, c, rest)
+	}
+	_ = append(a, 99)
+	if b[0] != 3 {
+		t.Fatal("appending to a share wrote over the next")
+	}
+}

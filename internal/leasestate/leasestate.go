@@ -99,6 +99,35 @@ func (s *Status) Move(to State, cause error) bool {
 	return true
 }
 
+// Finish records that the lease is given back as kind, unless it was
+// before (the first call decides): it reports false then, and changes
+// nothing. A lease not lost moves on (Finishing), released with cause
+// released or handed off for CompleteTx, and moved says whether it did. A
+// lease lost before stays lost: the item of a completion of it was not
+// completed, and notCompleted(its loss) is the completion's ReleaseErr.
+func (s *Status) Finish(kind Finish, released error, notCompleted func(lost error) error) (decided, moved bool) {
+	if s.FinishedAs != NotFinished {
+		return false, false
+	}
+	s.FinishedAs = kind
+	if s.State == Lost && kind != Release {
+		s.ReleaseErr = notCompleted(s.Err)
+		return true, false
+	}
+	to, cause := Finishing(kind, released)
+	return true, s.Move(to, cause)
+}
+
+// Finishing is the state a lease given back as kind moves to, and with
+// what cause: handed off, still open, for CompleteTx; else released with
+// cause released.
+func Finishing(kind Finish, released error) (State, error) {
+	if kind == CompleteTx {
+		return HandedOff, nil
+	}
+	return Released, released
+}
+
 // Cell holds a lease's current Status. Its methods are safe for
 // concurrent use.
 type Cell struct {

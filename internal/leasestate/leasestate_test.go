@@ -115,3 +115,62 @@ func TestUpdateConcurrent(t *testing.T) {
 	wg.Wait()
 	require.Equal(t, time.Duration(goroutines*n), c.Load().Own.Sub(base))
 }
+
+// TestFinishFirstCallDecides: the first Finish decides how a lease is
+// given back and moves it on; later ones change nothing.
+func TestFinishFirstCallDecides(t *testing.T) {
+	released := errors.New("released")
+	notCompleted := func(lost error) error { t.Fatal("a held lease was taken for lost"); return nil }
+	for _, c := range []struct {
+		kind Finish
+		to   State
+		err  error
+	}{{Release, Released, released}, {Complete, Released, released}, {CompleteTx, HandedOff, nil}} {
+		s := Status{}
+		decided, moved := s.Finish(c.kind, released, notCompleted)
+		require.True(t, decided)
+		require.True(t, moved)
+		require.Equal(t, c.to, s.State)
+		require.Equal(t, c.err, s.Err)
+		require.Equal(t, c.kind, s.FinishedAs)
+		to, cause := Finishing(c.kind, released)
+		require.Equal(t, c.to, to)
+		require.Equal(t, c.err, cause)
+
+		before := s
+		decided, moved = s.Finish(Release, released, notCompleted)
+		require.False(t, decided)
+		require.False(t, moved)
+		require.Equal(t, before, s)
+	}
+	// Handed off, then released after the transaction: not moved again.
+	s := Status{State: HandedOff}
+	decided, moved := s.Finish(Release, released, notCompleted)
+	require.True(t, decided)
+	require.True(t, moved)
+	require.Equal(t, Released, s.State)
+}
+
+// TestFinishLostBefore: a lease lost before stays lost; a completion of
+// it gets notCompleted of the loss, a release nothing.
+func TestFinishLostBefore(t *testing.T) {
+	lostErr, notErr := errors.New("lost"), errors.New("not completed")
+	for _, kind := range []Finish{Complete, CompleteTx} {
+		s := Status{State: Lost, Err: lostErr, Recorded: true}
+		var got error
+		decided, moved := s.Finish(kind, nil, func(lost error) error { got = lost; return notErr })
+		require.True(t, decided)
+		require.False(t, moved)
+		require.Equal(t, lostErr, got)
+		require.Equal(t, Lost, s.State)
+		require.Equal(t, lostErr, s.Err)
+		require.Equal(t, notErr, s.ReleaseErr)
+		require.Equal(t, kind, s.FinishedAs)
+	}
+	s := Status{State: Lost, Err: lostErr}
+	decided, moved := s.Finish(Release, nil, func(error) error { t.Fatal("a release was told not completed"); return nil })
+	require.True(t, decided)
+	require.False(t, moved)
+	require.Nil(t, s.ReleaseErr)
+	require.Equal(t, Release, s.FinishedAs)
+}
