@@ -9,22 +9,9 @@ import (
 	"github.com/pgbaton/pgbaton/internal/pgerr"
 )
 
-// retry runs op and, if a fresh connection may cure its failure, once
-// more: always when the server did nothing, after a broken connection only
-// when op is repeatable. After a role flip the pool is reset first, so the
-// retry reaches the new primary of a multi-host DSN.
+// retry is pgerr.Retry on the client's pool.
 func (c *Client) retry(ctx context.Context, repeatable bool, op func(ctx context.Context) error) error {
-	err := op(ctx)
-	f, flip := pgerr.Classify(ctx, err)
-	if f == pgerr.Permanent || (f == pgerr.Ambiguous && !repeatable) {
-		return err
-	}
-	if flip {
-		c.pool.Reset() // connections in use are closed when returned
-		c.log.Info("pgbaton: the server changed role (failover?); dropped the pool's connections", "error", err)
-	}
-	c.log.Debug("pgbaton: retrying on a fresh connection", "error", err)
-	return op(ctx)
+	return pgerr.Retry(ctx, c.pool, c.log, repeatable, op)
 }
 
 // newRef is a fresh request id (a random UUID, version 4) for a grant.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -55,4 +56,22 @@ func Classify(ctx context.Context, err error) (f Failure, roleFlip bool) {
 		return NotApplied, false
 	}
 	return Permanent, false
+}
+
+// Retry runs op and, if a fresh connection may cure its failure, once
+// more: always when the server did nothing, after a broken connection only
+// when op is repeatable. After a role flip pool is reset first, so the
+// retry reaches the new primary of a multi-host DSN.
+func Retry(ctx context.Context, pool interface{ Reset() }, log *slog.Logger, repeatable bool, op func(ctx context.Context) error) error {
+	err := op(ctx)
+	f, flip := Classify(ctx, err)
+	if f == Permanent || (f == Ambiguous && !repeatable) {
+		return err
+	}
+	if flip {
+		pool.Reset() // connections in use are closed when returned
+		log.Info("pgbaton: the server changed role (failover?); dropped the pool's connections", "error", err)
+	}
+	log.Debug("pgbaton: retrying on a fresh connection", "error", err)
+	return op(ctx)
 }

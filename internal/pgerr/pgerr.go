@@ -4,7 +4,8 @@
 // mapped to them here and nowhere else. A layer maps the codes that mean
 // one of its own errors (advisory's full lock table, fencedwrite's stale
 // token) itself, with these constants. Classify tells what a failed
-// statement's error means for sending it again.
+// statement's error means for sending it again, and Retry sends it again
+// once when that may cure it.
 package pgerr
 
 import (
