@@ -48,7 +48,7 @@ func (c *Client) attempt(ctx context.Context, name string, metadata []byte, wait
 	defer c.k.unuse()
 	// The request id makes the attempt safe to send again after a broken
 	// connection: a repeat finds the grant the first one made.
-	p := db.LeaseAttemptParams{Name: name, Owner: c.cfg.Owner, TtlMs: c.ttlMs, Metadata: metadata, Session: s.Param(), Ref: newRef(), Waiter: w.Param(), LockDelayMs: c.cfg.lockDelayMs(),
+	p := db.LeaseAttemptParams{Name: name, Owner: c.cfg.Owner, TtlMs: c.ttlMs, Metadata: metadata, Session: s.Param(), Ref: inflight.NewRef(), Waiter: w.Param(), LockDelayMs: c.cfg.lockDelayMs(),
 		Rank: w.RankParam(), Polls: w.Polls()}
 	row, err := grant(c, ctx, s, p.Ref, w, "acquire "+name, func(ctx context.Context) (db.LeaseAttemptRow, error) {
 		return c.q.LeaseAttempt(ctx, c.pool, p)

@@ -126,7 +126,7 @@ func (c *Client) claim(ctx context.Context, group string, n int, waitStart time.
 	defer c.k.unuse()
 	// Sent again after a broken connection with Retry set, the claim
 	// returns what the first one granted instead of claiming more.
-	p := db.LeaseClaimParams{LeaseGroup: group, Owner: c.cfg.Owner, N: int32(n), TtlMs: c.ttlMs, Session: s.Param(), Ref: newRef(),
+	p := db.LeaseClaimParams{LeaseGroup: group, Owner: c.cfg.Owner, N: int32(n), TtlMs: c.ttlMs, Session: s.Param(), Ref: inflight.NewRef(),
 		Waiter: w.Param(), Fair: fair}
 	rows, err := grant(c, ctx, s, p.Ref, w, "claim from "+group, func(ctx context.Context) ([]db.LeaseClaimRow, error) {
 		rows, err := c.q.LeaseClaim(ctx, c.pool, p)

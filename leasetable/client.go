@@ -18,6 +18,7 @@ import (
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/leasestate"
 	"github.com/pgbaton/pgbaton/internal/listener"
+	"github.com/pgbaton/pgbaton/internal/pgerr"
 	"github.com/pgbaton/pgbaton/internal/replication"
 	"github.com/pgbaton/pgbaton/internal/schema"
 	"github.com/pgbaton/pgbaton/internal/serverkind"
@@ -220,6 +221,11 @@ func (c *Client) cleanupContext(ctx context.Context) (context.Context, context.C
 // goBackground runs fn on a goroutine Close waits for (keeper.Spawn).
 func (c *Client) goBackground(fn func(ctx context.Context)) {
 	c.k.Spawn(func() { fn(c.bg) })
+}
+
+// retry is pgerr.Retry on the client's pool.
+func (c *Client) retry(ctx context.Context, repeatable bool, op func(ctx context.Context) error) error {
+	return pgerr.Retry(ctx, c.pool, c.log, repeatable, op)
 }
 
 func (c *Client) checkOpen() error {

@@ -7,6 +7,7 @@ import (
 	"github.com/pgbaton/pgbaton/internal/combine"
 	"github.com/pgbaton/pgbaton/internal/completion"
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/inflight"
 	"github.com/pgbaton/pgbaton/internal/pgerr"
 	"github.com/pgbaton/pgbaton/internal/session"
 )
@@ -73,7 +74,7 @@ func (c *Client) sendCalls(group string, calls []*combined) {
 		p.Names, p.Tokens = completion.Grants(p.Names, p.Tokens, call.cb.Sent)
 		n += call.n
 	}
-	claim := db.LeaseClaimParams{LeaseGroup: group, Owner: c.cfg.Owner, N: int32(n), TtlMs: c.ttlMs, Session: s.Param(), Ref: newRef()}
+	claim := db.LeaseClaimParams{LeaseGroup: group, Owner: c.cfg.Owner, N: int32(n), TtlMs: c.ttlMs, Session: s.Param(), Ref: inflight.NewRef()}
 	var deleted []string
 	var claimed []db.LeaseClaimRow
 	err = c.retry(ctx, false, func(ctx context.Context) (err error) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/inflight"
 	"github.com/pgbaton/pgbaton/internal/leasestate"
 	"github.com/pgbaton/pgbaton/internal/lockset"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
@@ -196,7 +197,7 @@ func (c *Client) attemptSet(ctx context.Context, names []string, keepPrefix bool
 		return nil, nil, err
 	}
 	defer c.k.unuse()
-	p := db.LeaseAttemptAllParams{Names: names, Owner: c.cfg.Owner, TtlMs: c.ttlMs, Session: s.Param(), Ref: newRef(), KeepPrefix: keepPrefix,
+	p := db.LeaseAttemptAllParams{Names: names, Owner: c.cfg.Owner, TtlMs: c.ttlMs, Session: s.Param(), Ref: inflight.NewRef(), KeepPrefix: keepPrefix,
 		LockDelayMs: c.cfg.lockDelayMs()}
 	rows, err := grant(c, ctx, s, p.Ref, nil, "acquire lease set "+quoteNames(names, 10), func(ctx context.Context) ([]db.LeaseAttemptAllRow, error) {
 		return c.q.LeaseAttemptAll(ctx, c.pool, p)

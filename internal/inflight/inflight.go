@@ -10,13 +10,18 @@
 // work the owner's Runner counts: its owner's Close waits for it, and
 // once the Runner refuses new work Send returns pgbaton.ErrClosed
 // without sending anything.
+//
+// NewRef makes the request id such a statement is sent under.
 package inflight
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgbaton/pgbaton"
 )
@@ -110,4 +115,16 @@ func CtxErr(ctx context.Context) error {
 		return err
 	}
 	return fmt.Errorf("%w: %w", err, cause)
+}
+
+// NewRef is a fresh request id (a random UUID, version 4) for a statement
+// that may grant leases: a repeat after a broken connection finds the
+// grants the first one made, and a caller that gave up has them given
+// back by it.
+func NewRef() pgtype.UUID {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return pgtype.UUID{Bytes: b, Valid: true}
 }

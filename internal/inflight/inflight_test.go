@@ -134,3 +134,13 @@ func TestCtxErr(t *testing.T) {
 		t.Fatalf("CtxErr = %v, want canceled and the cause", err)
 	}
 }
+
+func TestNewRef(t *testing.T) {
+	a, b := NewRef(), NewRef()
+	if !a.Valid || a.Bytes[6]>>4 != 4 || a.Bytes[8]>>6 != 2 {
+		t.Errorf("NewRef = %x, valid %t; want a version 4 UUID", a.Bytes, a.Valid)
+	}
+	if a == b {
+		t.Errorf("two NewRefs are both %x", a.Bytes)
+	}
+}
