@@ -1,11 +1,7 @@
 package leasetable
 
 import (
-	"crypto/rand"
-	"encoding/hex"
-	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -127,7 +123,7 @@ type Config struct {
 
 func (c Config) withDefaults() (Config, error) {
 	if c.Owner == "" {
-		c.Owner = defaultOwner()
+		c.Owner = names.Owner(MaxNameLen)
 	}
 	if err := checkName("owner", c.Owner); err != nil {
 		return c, err
@@ -187,20 +183,6 @@ func orDefault[T comparable](v *T, def T) {
 
 func (c Config) ttlMs() int64 {
 	return int64((c.TTL + time.Millisecond - 1) / time.Millisecond)
-}
-
-func defaultOwner() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "unknown"
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	owner := fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b[:]))
-	if len(owner) > MaxNameLen {
-		owner = owner[len(owner)-MaxNameLen:]
-	}
-	return owner
 }
 
 // checkName rejects what the database would refuse, before anything is

@@ -1,10 +1,13 @@
 // Package names checks the names pgbaton stores (lease names, groups,
 // owners, job names) before anything is sent, the same way for every
-// package that stores one.
+// package that stores one, and makes leasetable's default owner.
 package names
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
+	"os"
 	"strings"
 	"unicode/utf8"
 )
@@ -24,4 +27,20 @@ func Problem(what, s string, max int) string {
 		return what + " is not valid UTF-8"
 	}
 	return ""
+}
+
+// Owner is a default owner, "hostname:pid:random", unique per call: its
+// last max bytes when it is longer.
+func Owner(max int) string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	owner := fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	if len(owner) > max {
+		owner = owner[len(owner)-max:]
+	}
+	return owner
 }
