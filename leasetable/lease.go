@@ -31,11 +31,8 @@ type Lease struct {
 	sess      *session.Session // the session it was granted in (never nil; it may have ended since)
 	grantedAt time.Time        // when the acquire was sent, for metrics
 
-	// ctx is the lease's context, made at the first Done, Err or Context:
-	// most claimed items are completed without anyone asking for it, and
-	// making one per grant was 2 of the 15 allocations a claimed item
-	// cost (CompleteAndClaim, batch 100).
-	ctx atomic.Pointer[leaseCtx]
+	// ctx is the lease's context, made at the first Done, Err or Context.
+	ctx leasestate.Ctx
 
 	st         leasestate.Cell
 	afterRenew atomic.Pointer[func(context.Context)] // set by OnRenew
@@ -66,9 +63,7 @@ func (l *Lease) entered(to leasestate.State, old leasestate.Status, cause error,
 	if to == leasestate.Lost && !old.Recorded {
 		l.c.tel.Ended(context.Background(), l.metricName(), time.Since(l.grantedAt), lostCause)
 	}
-	if lc := l.ctx.Load(); lc != nil {
-		lc.cancel(cause)
-	}
+	l.ctx.End(cause)
 	if to == leasestate.Lost {
 		l.c.log.Warn("pgbaton: lease lost", "lease", l.name, "token", l.token, "cause", lostCause, "error", cause)
 		// Superseded: the database no longer has this grant, so there is
@@ -160,29 +155,8 @@ func (l *Lease) OnRenew(fn func(ctx context.Context)) {
 // the Lease's do.
 func (l *Lease) Context() context.Context { return leaseContext{l.context(), l} }
 
-type leaseCtx struct {
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-}
-
-// context is l's context, made now if it was not: cancelled with the
-// lease's cause at once when the lease ended before (entered found none
-// to cancel: atomics are sequentially consistent, so one of the two sees
-// the other).
-func (l *Lease) context() context.Context {
-	if lc := l.ctx.Load(); lc != nil {
-		return lc.ctx
-	}
-	ctx, cancel := context.WithCancelCause(context.Background())
-	if !l.ctx.CompareAndSwap(nil, &leaseCtx{ctx, cancel}) {
-		cancel(nil)
-		return l.ctx.Load().ctx
-	}
-	if st := l.st.Load(); st.State.Ended() {
-		cancel(st.Err)
-	}
-	return ctx
-}
+// context is l's context (leasestate.Ctx).
+func (l *Lease) context() context.Context { return l.ctx.Get(&l.st) }
 
 // leaseContext's Err and Done end the lease once its deadline passed.
 type leaseContext struct {

@@ -5,8 +5,9 @@
 // Released or Lost, which are final. A Status is a lease's state at one
 // instant and is never changed once stored: a Cell holds the current one
 // behind an atomic pointer, and Update replaces it whole with a changed
-// copy, so that a lease needs no lock. What entering a state entails
-// (closing Done, logging, metrics) is the lease's own business.
+// copy, so that a lease needs no lock; Ctx is its context, made at the
+// first use. What entering a state entails (closing Done, logging,
+// metrics) is the lease's own business.
 package leasestate
 
 import (
