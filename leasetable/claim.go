@@ -322,7 +322,7 @@ func (c *Client) CompleteTx(ctx context.Context, tx pgbaton.Tx, leases ...*Lease
 	// tx cannot commit this completion: a Complete from now on says the
 	// item was not completed.
 	for _, l := range handed {
-		l.setReleaseErr(fmt.Errorf("%w: %q token %d: its completion in a transaction failed; the item was not completed: %w", ErrNotHeld, l.name, l.token, err))
+		l.st.SetReleaseErr(fmt.Errorf("%w: %q token %d: its completion in a transaction failed; the item was not completed: %w", ErrNotHeld, l.name, l.token, err))
 	}
 	if pgerr.Code(err) != pgerr.StaleToken { // complete_tx raises it too
 		// tx cannot commit a completion that failed; the rows expire at
@@ -385,7 +385,7 @@ func (c *Client) startCompletion(leases []*Lease) (*completion.Batch[*Lease], er
 func finish(cb *completion.Batch[*Lease], deleted []string, err error) error {
 	if err != nil {
 		for _, l := range cb.Sent {
-			l.setReleaseErr(err)
+			l.st.SetReleaseErr(err)
 			l.recordReleased(false)
 		}
 		// Stopped but not completed: given back by the keeper (or by
@@ -398,7 +398,7 @@ func finish(cb *completion.Batch[*Lease], deleted []string, err error) error {
 	missing := cb.Settle(deleted, func(l *Lease, gone bool) {
 		l.recordReleased(!gone)
 		if !gone {
-			l.setReleaseErr(fmt.Errorf("%w: %q token %d was taken over before completion; the item was not completed", ErrNotHeld, l.name, l.token))
+			l.st.SetReleaseErr(fmt.Errorf("%w: %q token %d was taken over before completion; the item was not completed", ErrNotHeld, l.name, l.token))
 		}
 	})
 	if len(missing) == 0 {

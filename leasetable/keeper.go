@@ -266,7 +266,7 @@ func (c *Client) settle(pending []*Lease) bool {
 		case "released":
 			// Said before Done closes: a Complete after it must not
 			// report the item completed.
-			l.setReleaseErr(fmt.Errorf("%w: %q token %d: its completion in a transaction rolled back; the item was released, not completed", ErrNotHeld, l.name, l.token))
+			l.st.SetReleaseErr(fmt.Errorf("%w: %q token %d: its completion in a transaction rolled back; the item was released, not completed", ErrNotHeld, l.name, l.token))
 			l.endHandedOff("rolled back; the item was released")
 			released = append(released, l.name)
 			settled = true

@@ -235,15 +235,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 		l.c.tel.RenewFailed(context.Background(), l.metricName(), err)
 		return l.c.dbError("renew "+l.name, err)
 	}
-	// Renewals may overlap; keep the latest.
-	d := start.Add(l.c.cfg.TTL - l.c.cfg.SafetyMargin)
-	l.st.Update(func(s *leasestate.Status) bool {
-		if s.State.Ended() || !d.After(s.Own) {
-			return false
-		}
-		s.Own, s.ExpiresAt = d, exp
-		return true
-	})
+	l.st.Renewed(start.Add(l.c.cfg.TTL-l.c.cfg.SafetyMargin), exp)
 	return nil
 }
 
@@ -346,10 +338,10 @@ func (l *Lease) giveBack(ctx context.Context) {
 	ok, err := l.release(ctx)
 	switch {
 	case err != nil:
-		l.setReleaseErr(l.c.dbError("release "+l.name, err))
+		l.st.SetReleaseErr(l.c.dbError("release "+l.name, err))
 		l.c.k.giveBack([]*Lease{l})
 	case !ok:
-		l.setReleaseErr(fmt.Errorf("%w: %q token %d was taken over before release", ErrNotHeld, l.name, l.token))
+		l.st.SetReleaseErr(fmt.Errorf("%w: %q token %d was taken over before release", ErrNotHeld, l.name, l.token))
 	}
 	l.recordReleased(err == nil && !ok)
 }
@@ -381,8 +373,4 @@ func (l *Lease) release(ctx context.Context) (ok bool, err error) {
 		l.c.notifyWaiters(ctx, []string{l.name})
 	}
 	return r.Released, err
-}
-
-func (l *Lease) setReleaseErr(err error) {
-	l.st.Update(func(s *leasestate.Status) bool { s.ReleaseErr = err; return true })
 }

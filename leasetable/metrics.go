@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/pgbaton/pgbaton"
-	"github.com/pgbaton/pgbaton/internal/leasestate"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
 )
 
@@ -58,16 +57,7 @@ func (c *Client) attemptFailed(ctx context.Context, name string, err error, star
 // counts as superseded. Without a MeterProvider it returns at once: the
 // Recorded flag is the metrics' own.
 func (l *Lease) recordReleased(takenOver bool) {
-	if l.c.tel == nil {
-		return
-	}
-	if _, first := l.st.Update(func(s *leasestate.Status) bool {
-		if s.Recorded {
-			return false
-		}
-		s.Recorded = true
-		return true
-	}); !first {
+	if l.c.tel == nil || !l.st.Record() {
 		return
 	}
 	cause := ""

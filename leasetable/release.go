@@ -28,7 +28,7 @@ func (c *Client) releaseAll(ctx context.Context, stopped, retried []*Lease) erro
 	if err != nil {
 		err = c.dbError("release", err)
 		for _, l := range stopped {
-			l.setReleaseErr(err)
+			l.st.SetReleaseErr(err)
 			l.recordReleased(false)
 		}
 		return fmt.Errorf("leasetable: %d lease(s) not given back, held until their TTL: %s: %w",
@@ -40,9 +40,9 @@ func (c *Client) releaseAll(ctx context.Context, stopped, retried []*Lease) erro
 	}
 	for _, l := range stopped {
 		if !gone[l.name] {
-			l.setReleaseErr(fmt.Errorf("%w: %q token %d was taken over before release", ErrNotHeld, l.name, l.token))
+			l.st.SetReleaseErr(fmt.Errorf("%w: %q token %d was taken over before release", ErrNotHeld, l.name, l.token))
 		} else {
-			l.setReleaseErr(nil)
+			l.st.SetReleaseErr(nil)
 		}
 		l.recordReleased(!gone[l.name])
 	}

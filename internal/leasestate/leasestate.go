@@ -156,3 +156,34 @@ func (c *Cell) Update(f func(s *Status) bool) (old Status, changed bool) {
 		}
 	}
 }
+
+// SetReleaseErr stores what the lease's give-back came to.
+func (c *Cell) SetReleaseErr(err error) {
+	c.Update(func(s *Status) bool { s.ReleaseErr = err; return true })
+}
+
+// Record marks the lease's end recorded in the metrics, and reports
+// whether this call did: false when it was recorded before.
+func (c *Cell) Record() bool {
+	_, first := c.Update(func(s *Status) bool {
+		if s.Recorded {
+			return false
+		}
+		s.Recorded = true
+		return true
+	})
+	return first
+}
+
+// Renewed moves the grant's own deadline to own and its expiry to expires
+// after a renewal, unless the lease ended or a later renewal moved them
+// further (renewals may overlap).
+func (c *Cell) Renewed(own, expires time.Time) {
+	c.Update(func(s *Status) bool {
+		if s.State.Ended() || !own.After(s.Own) {
+			return false
+		}
+		s.Own, s.ExpiresAt = own, expires
+		return true
+	})
+}

@@ -174,3 +174,26 @@ func TestFinishLostBefore(t *testing.T) {
 	require.Nil(t, s.ReleaseErr)
 	require.Equal(t, Release, s.FinishedAs)
 }
+
+// An end is recorded once; a renewal only moves the deadline forward, and
+// not after the end.
+func TestCellBookkeeping(t *testing.T) {
+	var c Cell
+	t0 := time.Now()
+	c.Store(&Status{Own: t0})
+	require.True(t, c.Record())
+	require.False(t, c.Record())
+
+	c.Renewed(t0.Add(time.Second), t0.Add(2*time.Second))
+	c.Renewed(t0.Add(time.Millisecond), t0) // an older renewal, answered late
+	require.Equal(t, t0.Add(time.Second), c.Load().Own)
+	require.Equal(t, t0.Add(2*time.Second), c.Load().ExpiresAt)
+
+	errRelease := errors.New("release failed")
+	c.SetReleaseErr(errRelease)
+	require.Equal(t, errRelease, c.Load().ReleaseErr)
+
+	c.Update(func(s *Status) bool { return s.Move(Lost, errors.New("lost")) })
+	c.Renewed(t0.Add(time.Hour), t0.Add(time.Hour))
+	require.Equal(t, t0.Add(time.Second), c.Load().Own, "renewed after the end")
+}
