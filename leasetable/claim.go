@@ -282,34 +282,17 @@ func (c *Client) CompleteTx(ctx context.Context, tx pgbaton.Tx, leases ...*Lease
 	if len(leases) == 0 {
 		return invalid("CompleteTx needs at least one lease")
 	}
-	seen := make(map[*Lease]bool, len(leases))
-	for _, l := range leases {
-		if l == nil || l.c != c {
-			return invalid("CompleteTx needs leases of this client")
-		}
-		if seen[l] {
-			return invalid("CompleteTx got lease %q twice", l.name)
-		}
-		seen[l] = true
+	if p := completion.Problem("CompleteTx", leases, c.owns, true); p != "" {
+		return invalid("%s", p)
 	}
 	if err := c.checkOpen(); err != nil {
 		return err
 	}
-	p := db.LeaseCompleteTxParams{Names: make([]string, len(leases)), Tokens: make([]int64, len(leases)), Owner: c.cfg.Owner}
-	var handed []*Lease
-	var unheld []string
-	for i, l := range leases {
-		p.Names[i] = l.name
-		if _, proceed := l.beginFinish(leasestate.CompleteTx); proceed {
-			p.Tokens[i] = l.token
-			handed = append(handed, l)
-		} else {
-			// Token 0 matches no row: the statement fails and aborts tx,
-			// as for a lease taken over.
-			unheld = append(unheld, l.name)
-		}
-	}
-	err = c.q.LeaseCompleteTx(ctx, tx, p)
+	names, tokens, handed, unheld := completion.Hand(leases, func(l *Lease) bool {
+		_, proceed := l.beginFinish(leasestate.CompleteTx)
+		return proceed
+	})
+	err = c.q.LeaseCompleteTx(ctx, tx, db.LeaseCompleteTxParams{Names: names, Tokens: tokens, Owner: c.cfg.Owner})
 	// Whatever the outcome, the rows this statement locked stay locked
 	// until tx ends; then settle learns whether it committed.
 	defer c.k.settleLater(handed)
@@ -354,10 +337,8 @@ func (c *Client) CompleteTx(ctx context.Context, tx pgbaton.Tx, leases ...*Lease
 // startCompletion checks leases and stops those not released or completed
 // yet; the caller deletes their rows and calls finish.
 func (c *Client) startCompletion(leases []*Lease) (*completion.Batch[*Lease], error) {
-	for _, l := range leases {
-		if l == nil || l.c != c {
-			return nil, invalid("Complete needs leases of this client")
-		}
+	if p := completion.Problem("Complete", leases, c.owns, false); p != "" {
+		return nil, invalid("%s", p)
 	}
 	cb := &completion.Batch[*Lease]{Sent: make([]*Lease, 0, len(leases))}
 	for _, l := range leases {
@@ -379,6 +360,9 @@ func (c *Client) startCompletion(leases []*Lease) (*completion.Batch[*Lease], er
 	}
 	return cb, nil
 }
+
+// owns reports whether l is a lease of c.
+func (c *Client) owns(l *Lease) bool { return l != nil && l.c == c }
 
 // finish records the outcome of cb: deleted are the names whose rows
 // went, err (already mapped) that the round trip failed.

@@ -6,8 +6,11 @@
 // or the part of a combined round trip that is one caller's.
 //
 // The package holds no lease state and formats no error: what a lease
-// that was not completed is told, and how, is its owner's (leasetable).
+// that was not completed is told, and how, is its owner's (leasetable);
+// Problem only says what is wrong with the leases given.
 package completion
+
+import "fmt"
 
 // Lease is what the bookkeeping needs of a lease: its grant.
 type Lease interface {
@@ -59,4 +62,47 @@ func Grants[L Lease](names []string, tokens []int64, leases []L) ([]string, []in
 		names, tokens = append(names, l.Name()), append(tokens, l.Token())
 	}
 	return names, tokens
+}
+
+// Problem says what is wrong with the leases given to call, before
+// anything is stopped or sent, or "" if nothing: a lease that is not the
+// caller's (own reports false: nil, or another client's) and, with once,
+// a lease given twice.
+func Problem[L interface {
+	comparable
+	Lease
+}](call string, leases []L, own func(L) bool, once bool) string {
+	seen := make(map[L]bool) // with once
+	for _, l := range leases {
+		switch {
+		case !own(l):
+			return call + " needs leases of this client"
+		case !once:
+		case seen[l]:
+			return fmt.Sprintf("%s got lease %q twice", call, l.Name())
+		default:
+			seen[l] = true
+		}
+	}
+	return ""
+}
+
+// Hand stops leases for a completion in the caller's transaction, in one
+// statement: stop reports whether each may be sent (it is handed off
+// then). names are every lease's; tokens are those of the leases handed,
+// and 0 for the others, which matches no row: the statement fails and
+// aborts the transaction, as for a lease taken over. unheld names the
+// others.
+func Hand[L Lease](leases []L, stop func(L) bool) (names []string, tokens []int64, handed []L, unheld []string) {
+	names, tokens = make([]string, len(leases)), make([]int64, len(leases))
+	for i, l := range leases {
+		names[i] = l.Name()
+		if stop(l) {
+			tokens[i] = l.Token()
+			handed = append(handed, l)
+		} else {
+			unheld = append(unheld, l.Name())
+		}
+	}
+	return names, tokens, handed, unheld
 }

@@ -74,3 +74,34 @@ func TestGrantsAppendsInOrder(t *testing.T) {
 		t.Fatalf("grants of no leases: %v %v", names, tokens)
 	}
 }
+
+func TestProblem(t *testing.T) {
+	a, b, other := &lease{"a", 1}, &lease{"b", 2}, &lease{"x", 9}
+	own := func(l *lease) bool { return l != nil && l != other }
+	for _, c := range []struct {
+		leases []*lease
+		once   bool
+		want   string
+	}{
+		{[]*lease{a, b}, true, ""},
+		{[]*lease{a, nil}, false, "Complete needs leases of this client"},
+		{[]*lease{a, other}, true, "Complete needs leases of this client"},
+		{[]*lease{a, b, a}, true, `Complete got lease "a" twice`},
+		{[]*lease{a, b, a}, false, ""},
+	} {
+		if got := Problem("Complete", c.leases, own, c.once); got != c.want {
+			t.Errorf("Problem(%v, once %t) = %q, want %q", c.leases, c.once, got, c.want)
+		}
+	}
+}
+
+// Every lease is named; only those stopped carry their token, the others
+// 0, which matches no row.
+func TestHand(t *testing.T) {
+	a, b, c := &lease{"a", 1}, &lease{"b", 2}, &lease{"c", 3}
+	names, tokens, handed, unheld := Hand([]*lease{a, b, c}, func(l *lease) bool { return l != b })
+	if !slices.Equal(names, []string{"a", "b", "c"}) || !slices.Equal(tokens, []int64{1, 0, 3}) ||
+		!slices.Equal(handed, []*lease{a, c}) || !slices.Equal(unheld, []string{"b"}) {
+		t.Fatalf("Hand = %v %v %v %v", names, tokens, handed, unheld)
+	}
+}
