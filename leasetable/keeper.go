@@ -252,26 +252,18 @@ func (c *Client) settle(pending []*Lease) bool {
 		c.log.Debug("pgbaton: asking how completions in transactions ended failed; asking again", "error", err)
 		return false
 	}
-	state := make(map[string]string, len(rows))
-	for _, r := range rows {
-		state[r.Name] = r.State
-	}
-	settled := false
 	var released []string
-	for _, l := range pending {
-		switch state[l.name] {
-		case "gone":
+	settled := giveback.Settled(pending, rows, func(l *Lease, committed bool) {
+		if committed {
 			l.endHandedOff("committed")
-			settled = true
-		case "released":
-			// Said before Done closes: a Complete after it must not
-			// report the item completed.
-			l.st.SetReleaseErr(fmt.Errorf("%w: %q token %d: its completion in a transaction rolled back; the item was released, not completed", ErrNotHeld, l.name, l.token))
-			l.endHandedOff("rolled back; the item was released")
-			released = append(released, l.name)
-			settled = true
+			return
 		}
-	}
+		// Said before Done closes: a Complete after it must not report
+		// the item completed.
+		l.st.SetReleaseErr(fmt.Errorf("%w: %q token %d: its completion in a transaction rolled back; the item was released, not completed", ErrNotHeld, l.name, l.token))
+		l.endHandedOff("rolled back; the item was released")
+		released = append(released, l.name)
+	})
 	c.notifyWaiters(ctx, released)
 	return settled
 }

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/pgbaton/pgbaton/internal/db"
 )
 
 func sorted[T int | string](s []T) []T { slices.Sort(s); return s }
@@ -131,5 +133,29 @@ func TestScheduleBacksOffUntilSomethingSettles(t *testing.T) {
 	s.Add(now, "d")
 	if at, _ := s.Next(); !at.Equal(now.Add(SettleFirst)) {
 		t.Fatalf("ask after emptied at %v", at)
+	}
+}
+
+type named string
+
+func (n named) Name() string { return string(n) }
+
+// A committed completion's row is gone, a rolled-back one's released; the
+// others' transactions are still open.
+func TestSettledReadsTheStates(t *testing.T) {
+	rows := []db.LeaseSettleManyRow{{Name: "c", State: "released"}, {Name: "a", State: "gone"}, {Name: "b", State: "open"}}
+	var told []string
+	settled := Settled([]named{"a", "b", "c", "d"}, rows, func(l named, committed bool) {
+		if committed {
+			told = append(told, string(l)+" committed")
+		} else {
+			told = append(told, string(l)+" rolled back")
+		}
+	})
+	if !settled || !slices.Equal(told, []string{"a committed", "c rolled back"}) {
+		t.Fatalf("settled %t, told %v", settled, told)
+	}
+	if Settled([]named{"b"}, rows, func(named, bool) { t.Fatal("told of an open transaction") }) {
+		t.Fatal("settled with every transaction open")
 	}
 }

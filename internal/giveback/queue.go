@@ -1,7 +1,8 @@
 // Package giveback is a lease client's bookkeeping of what it has yet to
 // settle with the database once the caller has moved on: the queue of
 // grants to give back (Queue) and the schedule by which it asks how the
-// transactions of CompleteTx completions ended (Schedule).
+// transactions of CompleteTx completions ended (Schedule), and what the
+// answer says (Settled).
 //
 // The package holds the decisions only: what is sent together, what stays
 // queued after a failure, when to ask again. Sending the statements and

@@ -4,6 +4,8 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/pgbaton/pgbaton/internal/db"
 )
 
 // SettleFirst is how soon the keeper first asks how a CompleteTx
@@ -70,4 +72,29 @@ func (s *Schedule[L]) Answered(now time.Time, asked []L, ended func(L) bool, set
 		s.in = min(2*s.in, most)
 	}
 	s.at = now.Add(s.in)
+}
+
+// Settled reads the answer to an ask about asked, each name's state as
+// pgbaton.lease_settle_many gives it ("gone": its transaction committed;
+// "released": it rolled back; else still open), and calls each, in
+// order, for every lease whose transaction ended. It reports whether any
+// had: the settled of Answered.
+func Settled[L interface{ Name() string }](asked []L, rows []db.LeaseSettleManyRow, each func(l L, committed bool)) bool {
+	state := make(map[string]string, len(rows))
+	for _, r := range rows {
+		state[r.Name] = r.State
+	}
+	settled := false
+	for _, l := range asked {
+		switch state[l.Name()] {
+		case "gone":
+			each(l, true)
+		case "released":
+			each(l, false)
+		default:
+			continue
+		}
+		settled = true
+	}
+	return settled
 }
