@@ -9,6 +9,7 @@ import (
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/schema"
+	"github.com/pgbaton/pgbaton/internal/session"
 )
 
 // Check reports whether the client is healthy, for readiness probes (it
@@ -61,32 +62,12 @@ func (c *Client) Check(ctx context.Context) error {
 }
 
 // overdue describes the held leases whose last successful keep-alive is
-// overdue: how many, and at most 5 of them.
+// overdue (session.Overdue).
 func (c *Client) overdue() (n int, out []string) {
-	limit := c.cfg.RenewInterval * overdueAfter / 2
 	c.k.Ask(func(k *keeper) {
-		s := k.sess
-		if s == nil {
-			return
+		if s := k.sess; s != nil {
+			n, out = session.Overdue(s, k.leases.Live, c.cfg.RenewInterval, time.Now())
 		}
-		since := time.Since(s.RenewedAt)
-		if since <= limit {
-			return
-		}
-		leases := k.leases.Live()
-		for _, l := range leases[:min(len(leases), 5)] {
-			out = append(out, fmt.Sprintf("%q token %d (last kept alive %s ago, lost in %s)", l.name, l.token,
-				since.Round(time.Millisecond), max(time.Until(l.Deadline()), 0).Round(time.Millisecond)))
-		}
-		if len(leases) > len(out) {
-			out = append(out, fmt.Sprintf("and %d more", len(leases)-len(out)))
-		}
-		n = len(leases)
 	})
 	return n, out
 }
-
-// overdueAfter is, in half RenewIntervals, how old the last successful
-// keep-alive may be before Check reports the leases overdue: one interval
-// and a half, so one late keep-alive on a busy machine is not a failure.
-const overdueAfter = 3

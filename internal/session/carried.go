@@ -63,3 +63,29 @@ func LostWhy(failedOver bool) string {
 	}
 	return "was released by an operator"
 }
+
+// Overdue describes, for a readiness check at now, the leases s carries
+// (leases reads them) once its last successful keep-alive is overdue:
+// sent more than renew and a half ago, so that one late keep-alive on a
+// busy machine is not a failure. It returns how many there are, and names
+// at most 5 of them and how many more; nothing while keep-alives are on
+// time.
+func Overdue[L interface {
+	Name() string
+	Token() int64
+	Deadline() time.Time
+}](s *Session, leases func() []L, renew time.Duration, now time.Time) (n int, out []string) {
+	since := now.Sub(s.RenewedAt)
+	if since <= renew*3/2 {
+		return 0, nil
+	}
+	all := leases()
+	for _, l := range all[:min(len(all), 5)] {
+		out = append(out, fmt.Sprintf("%q token %d (last kept alive %s ago, lost in %s)", l.Name(), l.Token(),
+			since.Round(time.Millisecond), max(l.Deadline().Sub(now), 0).Round(time.Millisecond)))
+	}
+	if len(all) > len(out) {
+		out = append(out, fmt.Sprintf("and %d more", len(all)-len(out)))
+	}
+	return len(all), out
+}

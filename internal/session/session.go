@@ -10,8 +10,8 @@
 // The package also holds the rules its owner follows (keepalive.go): when
 // a keep-alive is due, when the session is closed idle instead, what a
 // reply means (Read: kept, gone, retried, a clock step, grants to look
-// for), and, for the leases it carries, their deadline and whether a loss
-// is a renewal failure (carried.go); and its statements (DB). What a
+// for), and, for the leases it carries, their deadline, whether a loss
+// is a renewal failure and when they are overdue (carried.go); and its statements (DB). What a
 // verdict does to the leases, and the errors their holders see, are
 // leasetable's.
 package session

@@ -45,3 +45,32 @@ func TestExtendOnlyMovesForward(t *testing.T) {
 	s.State.Store(Dead)
 	require.False(t, s.Carries(t0))
 }
+
+type overdueLease struct {
+	name     string
+	deadline time.Time
+}
+
+func (l overdueLease) Name() string        { return l.name }
+func (l overdueLease) Token() int64        { return 7 }
+func (l overdueLease) Deadline() time.Time { return l.deadline }
+
+// Leases are overdue once the last keep-alive is a renew interval and a
+// half old; at most 5 are named.
+func TestOverdue(t *testing.T) {
+	t0 := time.Now()
+	s := New(1, 1, t0, t0.Add(time.Second), time.Second, 900*time.Millisecond)
+	var leases []overdueLease
+	for _, n := range []string{"a", "b", "c", "d", "e", "f", "g"} {
+		leases = append(leases, overdueLease{n, t0.Add(900 * time.Millisecond)})
+	}
+	read := func() []overdueLease { return leases }
+	n, out := Overdue(s, read, 300*time.Millisecond, t0.Add(450*time.Millisecond))
+	require.Zero(t, n, "kept alive a renew interval and a half ago")
+	require.Empty(t, out)
+	n, out = Overdue(s, read, 300*time.Millisecond, t0.Add(500*time.Millisecond))
+	require.Equal(t, 7, n)
+	require.Equal(t, []string{`"a" token 7 (last kept alive 500ms ago, lost in 400ms)`, `"b" token 7 (last kept alive 500ms ago, lost in 400ms)`,
+		`"c" token 7 (last kept alive 500ms ago, lost in 400ms)`, `"d" token 7 (last kept alive 500ms ago, lost in 400ms)`,
+		`"e" token 7 (last kept alive 500ms ago, lost in 400ms)`, "and 2 more"}, out)
+}
