@@ -4,11 +4,12 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/pgbaton/pgbaton/internal/listener"
 	"github.com/pgbaton/pgbaton/internal/names"
+	"github.com/pgbaton/pgbaton/internal/session"
 )
 
 // MaxNameLen is the longest lease name, group, job or owner, in bytes.
@@ -128,34 +129,11 @@ func (c Config) withDefaults() (Config, error) {
 	if err := checkName("owner", c.Owner); err != nil {
 		return c, err
 	}
-	orDefault(&c.TTL, 15*time.Second)
-	if c.TTL < time.Millisecond {
-		return c, invalid("TTL must be at least 1ms, got %s", c.TTL)
+	if p := session.Timing(&c.TTL, &c.SafetyMargin, &c.RenewInterval); p != "" {
+		return c, invalid("%s", p)
 	}
-	orDefault(&c.SafetyMargin, c.TTL/10)
-	if c.SafetyMargin < 0 || c.SafetyMargin >= c.TTL {
-		return c, invalid("SafetyMargin must be in [0, TTL), got %s with TTL %s", c.SafetyMargin, c.TTL)
-	}
-	orDefault(&c.RenewInterval, c.TTL/3)
-	if c.RenewInterval <= 0 || c.RenewInterval >= c.TTL-c.SafetyMargin {
-		return c, invalid("RenewInterval must be positive and shorter than TTL - SafetyMargin (%s), got %s",
-			c.TTL-c.SafetyMargin, c.RenewInterval)
-	}
-	orDefault(&c.PollInterval, time.Second)
-	if c.PollInterval < 0 {
-		return c, invalid("PollInterval must be positive, got %s", c.PollInterval)
-	}
-	orDefault(&c.ListenSlots, 16)
-	if c.ListenSlots < 0 || c.ListenSlots > 10000 {
-		return c, invalid("ListenSlots must be 1 to 10000, got %d", c.ListenSlots)
-	}
-	if c.NoListen && c.ListenDSN != "" {
-		return c, invalid("NoListen and ListenDSN exclude each other")
-	}
-	if c.ListenDSN != "" {
-		if _, err := pgx.ParseConfig(c.ListenDSN); err != nil {
-			return c, invalid("ListenDSN: %v", err)
-		}
+	if p := listener.Settings(&c.PollInterval, &c.ListenSlots, c.NoListen, c.ListenDSN); p != "" {
+		return c, invalid("%s", p)
 	}
 	r, err := c.Retention.withDefaults()
 	if err != nil {

@@ -5,6 +5,7 @@
 // listens is leasetable's contract (its package doc, "Waiting"); its
 // errors reach users through leasetable and say so. A Waiter (Join) is
 // one waiter's side of it: subscribed, then paced between its looks.
+// Settings checks the client's settings of it.
 //
 // Its state has one owner, the client's keeper goroutine (Config.Owner):
 // subscribers and the connection's goroutine read and change it in
@@ -143,6 +144,33 @@ var (
 	errIdle        = errors.New("leasetable: nobody waits")
 	errUndelivered = errors.New("leasetable: notifications sent on the LISTEN connection's channel were not delivered")
 )
+
+// Settings fills in the defaults of a client's settings of the same names,
+// pollInterval (1s) and listenSlots (16), and says what is wrong with
+// them, or "".
+func Settings(pollInterval *time.Duration, listenSlots *int, noListen bool, listenDSN string) string {
+	if *pollInterval == 0 {
+		*pollInterval = time.Second
+	}
+	if *pollInterval < 0 {
+		return fmt.Sprintf("PollInterval must be positive, got %s", *pollInterval)
+	}
+	if *listenSlots == 0 {
+		*listenSlots = 16
+	}
+	if *listenSlots < 0 || *listenSlots > 10000 {
+		return fmt.Sprintf("ListenSlots must be 1 to 10000, got %d", *listenSlots)
+	}
+	if noListen && listenDSN != "" {
+		return "NoListen and ListenDSN exclude each other"
+	}
+	if listenDSN != "" {
+		if _, err := pgx.ParseConfig(listenDSN); err != nil {
+			return fmt.Sprintf("ListenDSN: %v", err)
+		}
+	}
+	return ""
+}
 
 // Registration is one row of pgbaton.lease_waiter.
 type Registration = db.LeaseWaitForParams

@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -9,6 +10,32 @@ import (
 // due, when the session is closed idle instead, and what a reply means.
 // Sending the statement, and what the verdict does to the leases, are the
 // owner's.
+
+// Timing fills in the defaults of a client's TTL (15s), safety margin
+// (ttl/10) and renew interval (ttl/3), and says what is wrong with them,
+// or "": the local deadline, ttl - margin after a keep-alive was sent,
+// must come after the next one.
+func Timing(ttl, margin, renew *time.Duration) string {
+	if *ttl == 0 {
+		*ttl = 15 * time.Second
+	}
+	if *ttl < time.Millisecond {
+		return fmt.Sprintf("TTL must be at least 1ms, got %s", *ttl)
+	}
+	if *margin == 0 {
+		*margin = *ttl / 10
+	}
+	if *margin < 0 || *margin >= *ttl {
+		return fmt.Sprintf("SafetyMargin must be in [0, TTL), got %s with TTL %s", *margin, *ttl)
+	}
+	if *renew == 0 {
+		*renew = *ttl / 3
+	}
+	if *renew <= 0 || *renew >= *ttl-*margin {
+		return fmt.Sprintf("RenewInterval must be positive and shorter than TTL - SafetyMargin (%s), got %s", *ttl-*margin, *renew)
+	}
+	return ""
+}
 
 // Due tells what is due at now: the session's local deadline passed with
 // no successful keep-alive (end it, Dead), or its next keep-alive.

@@ -144,3 +144,21 @@ func TestLeaseDeadlineIsTheLaterWhileCarried(t *testing.T) {
 	require.Equal(t, own, s.Deadline(own, t0))
 	require.Equal(t, ownExp, s.ExpiresAt(ownExp, t0))
 }
+
+func TestTiming(t *testing.T) {
+	ttl, margin, renew := time.Duration(0), time.Duration(0), time.Duration(0)
+	require.Empty(t, Timing(&ttl, &margin, &renew))
+	require.Equal(t, []time.Duration{15 * time.Second, 1500 * time.Millisecond, 5 * time.Second}, []time.Duration{ttl, margin, renew})
+	for _, c := range []struct {
+		ttl, margin, renew time.Duration
+		want               string
+	}{
+		{time.Microsecond, 0, 0, "TTL must be at least 1ms, got 1µs"},
+		{time.Second, time.Second, 0, "SafetyMargin must be in [0, TTL), got 1s with TTL 1s"},
+		{time.Second, -1, 0, "SafetyMargin must be in [0, TTL), got -1ns with TTL 1s"},
+		{time.Second, 0, 900 * time.Millisecond, "RenewInterval must be positive and shorter than TTL - SafetyMargin (900ms), got 900ms"},
+		{time.Second, 0, -1, "RenewInterval must be positive and shorter than TTL - SafetyMargin (900ms), got -1ns"},
+	} {
+		require.Equal(t, c.want, Timing(&c.ttl, &c.margin, &c.renew))
+	}
+}

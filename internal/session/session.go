@@ -7,13 +7,13 @@
 // its owner's, the client's keeper goroutine, and not safe for concurrent
 // use.
 //
-// The package also holds the rules its owner follows (keepalive.go): when
-// a keep-alive is due, when the session is closed idle instead, what a
-// reply means (Read: kept, gone, retried, a clock step, grants to look
-// for), and, for the leases it carries, their deadline, whether a loss
-// is a renewal failure and when they are overdue (carried.go); and its statements (DB). What a
-// verdict does to the leases, and the errors their holders see, are
-// leasetable's.
+// The package also holds the rules its owner follows (keepalive.go): the
+// client's timing, when a keep-alive is due, when the session is closed
+// idle instead, what a reply means (Read: kept, gone, retried, a clock
+// step, grants to look for), and, for the leases it carries, their
+// deadline, whether a loss is a renewal failure and when they are overdue
+// (carried.go); and its statements (DB). What a verdict does to the
+// leases, and the errors their holders see, are leasetable's.
 package session
 
 import (
