@@ -288,14 +288,7 @@ func (c *Client) closeKeeper() (left leftover, ok bool) {
 	reply := make(chan leftover, 1)
 	if !c.k.Close(func(k *keeper) {
 		var left leftover
-		for l := range k.leases.All() {
-			switch l.st.Load().State {
-			case leasestate.Held:
-				left.held = append(left.held, l)
-			case leasestate.HandedOff:
-				left.handed = append(left.handed, l)
-			}
-		}
+		left.held, left.handed = k.leases.Open()
 		left.back, left.refs = k.back.All()
 		left.sess = k.sess
 		left.calls = k.cc.All()

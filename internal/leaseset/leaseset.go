@@ -119,6 +119,20 @@ func (s *Set[L]) Due(now time.Time, expire func(L)) (next time.Time, ok bool) {
 	return next, ok
 }
 
+// Open returns the leases kept that have not ended: those held, and those
+// handed off to a completion in a transaction.
+func (s *Set[L]) Open() (held, handed []L) {
+	for l := range s.All() {
+		switch s.status(l).State {
+		case leasestate.Held:
+			held = append(held, l)
+		case leasestate.HandedOff:
+			handed = append(handed, l)
+		}
+	}
+	return held, handed
+}
+
 // All yields every lease kept, carried or loose, ended ones not dropped
 // yet included.
 func (s *Set[L]) All() iter.Seq[L] {

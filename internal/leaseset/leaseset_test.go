@@ -93,3 +93,15 @@ func TestAddPrunesEndedLeasesAsCarriedDoubles(t *testing.T) {
 	require.Equal(t, PruneMin-1, s.Carried(), "carried reached PruneMin again: the lost one is dropped")
 	require.Len(t, s.Live(), PruneMin-1)
 }
+
+// Open leaves out the ended leases, carried or loose.
+func TestOpenByState(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	s := newSet()
+	a, b, handed, ended := held(t0), held(t0), held(t0), held(t0)
+	handed.st.State, ended.st.State = leasestate.HandedOff, leasestate.Released
+	s.Add(func(l *lease) bool { return l != b }, a, b, handed, ended)
+	h, off := s.Open()
+	require.ElementsMatch(t, []*lease{a, b}, h)
+	require.Equal(t, []*lease{handed}, off)
+}
