@@ -16,7 +16,6 @@ import (
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/combine"
 	"github.com/pgbaton/pgbaton/internal/db"
-	"github.com/pgbaton/pgbaton/internal/leasestate"
 	"github.com/pgbaton/pgbaton/internal/listener"
 	"github.com/pgbaton/pgbaton/internal/pgerr"
 	"github.com/pgbaton/pgbaton/internal/replication"
@@ -163,13 +162,7 @@ func (c *Client) Close(ctx context.Context) error {
 		return nil
 	}
 	var errs []error
-	var stopped []*Lease
-	for _, l := range left.held {
-		if _, proceed := l.beginFinish(leasestate.Release); proceed {
-			stopped = append(stopped, l)
-		}
-	}
-	if err := c.releaseAll(ctx, stopped, left.back); err != nil {
+	if err := c.releaseAll(ctx, stopReleased(left.held), left.back); err != nil {
 		errs = append(errs, err)
 	}
 	cctx, cancel := c.cleanupContext(ctx)

@@ -311,6 +311,17 @@ func (l *Lease) beginFinish(kind leasestate.Finish) (first, proceed bool) {
 	return true, true
 }
 
+// stopReleased decides that leases are released (beginFinish) and returns
+// those the caller now gives back.
+func stopReleased(leases []*Lease) (stopped []*Lease) {
+	for _, l := range leases {
+		if _, proceed := l.beginFinish(leasestate.Release); proceed {
+			stopped = append(stopped, l)
+		}
+	}
+	return stopped
+}
+
 // lostBeforeCompletion is the release error of a completion of l, lost
 // before with cause lost.
 func (l *Lease) lostBeforeCompletion(lost error) error {

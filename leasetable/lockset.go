@@ -10,7 +10,6 @@ import (
 
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/inflight"
-	"github.com/pgbaton/pgbaton/internal/leasestate"
 	"github.com/pgbaton/pgbaton/internal/lockset"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
 )
@@ -80,12 +79,7 @@ func (c *Client) newLeaseSet(leases []*Lease) *LeaseSet {
 // releaseSet gives back leases in one round trip; what cannot be given
 // back now goes to the keeper, tried again after the next keep-alive.
 func (c *Client) releaseSet(ctx context.Context, leases []*Lease) error {
-	var stopped []*Lease
-	for _, l := range leases {
-		if _, proceed := l.beginFinish(leasestate.Release); proceed {
-			stopped = append(stopped, l)
-		}
-	}
+	stopped := stopReleased(leases)
 	err := c.releaseAll(ctx, stopped, nil)
 	if err != nil {
 		c.k.giveBack(stopped)
