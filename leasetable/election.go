@@ -191,24 +191,16 @@ func (c *Client) CampaignWith(ctx context.Context, name, value string, cb Callba
 			return pgbaton.ErrClosed
 		}
 	}
-	return election.Campaign(ctx, elector{c, name, value, opts}, cb, election.Config{
+	elect := election.ElectFunc(func(ctx context.Context) (election.Term, error) {
+		ld, err := c.ElectWith(ctx, name, value, opts...)
+		if err != nil {
+			return nil, err
+		}
+		return term{ld}, nil
+	})
+	return election.Campaign(ctx, elect, cb, election.Config{
 		Retry: c.cfg.RenewInterval, Permanent: permanent, Logger: c.log, What: name,
 	})
-}
-
-// elector is a Client electing on one name, for the shared campaign loop.
-type elector struct {
-	c           *Client
-	name, value string
-	opts        []CampaignOption
-}
-
-func (e elector) Elect(ctx context.Context) (election.Term, error) {
-	ld, err := e.c.ElectWith(ctx, e.name, e.value, e.opts...)
-	if err != nil {
-		return nil, err
-	}
-	return term{ld}, nil
 }
 
 type term struct{ *Leadership }

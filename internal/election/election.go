@@ -40,6 +40,12 @@ type Elector interface {
 	Elect(ctx context.Context) (Term, error)
 }
 
+// ElectFunc is an Elector that is one function.
+type ElectFunc func(ctx context.Context) (Term, error)
+
+// Elect calls f.
+func (f ElectFunc) Elect(ctx context.Context) (Term, error) { return f(ctx) }
+
 // Config is the loop's configuration from the layer.
 type Config struct {
 	// Retry is the pause (jittered by ±25%) after an election that failed.
