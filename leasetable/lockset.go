@@ -202,13 +202,9 @@ func (c *Client) attemptSet(ctx context.Context, names []string, keepPrefix bool
 	if err != nil {
 		return nil, nil, err
 	}
+	granted, r := lockset.Answer(rows)
 	var held *HeldError
-	granted := make([]db.LeaseClaimRow, 0, len(rows))
-	for _, r := range rows {
-		if r.Acquired {
-			granted = append(granted, db.LeaseClaimRow{Name: r.Name, Token: r.Token, ExpiresAt: r.ExpiresAt})
-			continue
-		}
+	if r != nil {
 		if r.Grace {
 			c.startGrace(ctx)
 		}

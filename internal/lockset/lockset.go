@@ -1,7 +1,8 @@
 // Package lockset is what a set of locks taken together (leasetable's
 // LeaseSet, advisory's LockSet) has beside its members: one context that
 // ends when the first member ends, with that member's error as its cause;
-// and how leasetable's sets are named and taken (Names, Take).
+// and how leasetable's sets are named and taken (Names, Take, and
+// Answer, what one attempt at a set granted).
 package lockset
 
 import (

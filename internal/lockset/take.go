@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/db"
 )
 
 // Names checks the names of a lease set (1 to max of them, each one
@@ -70,4 +71,18 @@ func Take[M Member](names []string, try func(rest []string) (got []M, held strin
 		}
 	}
 	return taken, nil
+}
+
+// Answer reads the rows of one pgbaton.lease_attempt_all: the grants it
+// made, as a claim's rows, and the row of the name it refused, if any.
+func Answer(rows []db.LeaseAttemptAllRow) (granted []db.LeaseClaimRow, refused *db.LeaseAttemptAllRow) {
+	granted = make([]db.LeaseClaimRow, 0, len(rows))
+	for i, r := range rows {
+		if r.Acquired {
+			granted = append(granted, db.LeaseClaimRow{Name: r.Name, Token: r.Token, ExpiresAt: r.ExpiresAt})
+		} else {
+			refused = &rows[i]
+		}
+	}
+	return granted, refused
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/db"
 )
 
 func TestNames(t *testing.T) {
@@ -142,5 +143,16 @@ func TestTakeReturnsWhatItTookWhenItFails(t *testing.T) {
 	}, f.wait)
 	if err != lost || len(got) != 2 {
 		t.Fatalf("a member lost while waiting: %q, %v; want its error", namesOf(got), err)
+	}
+}
+
+// The grants come first, then the name refused, if one was.
+func TestAnswer(t *testing.T) {
+	granted, refused := Answer([]db.LeaseAttemptAllRow{{Name: "a", Acquired: true, Token: 1}, {Name: "b", Acquired: true, Token: 2}, {Name: "c", Holder: "x"}})
+	if len(granted) != 2 || granted[0].Name != "a" || granted[1].Token != 2 || refused == nil || refused.Name != "c" || refused.Holder != "x" {
+		t.Fatalf("Answer = %+v, %+v", granted, refused)
+	}
+	if granted, refused := Answer([]db.LeaseAttemptAllRow{{Name: "a", Acquired: true}}); len(granted) != 1 || refused != nil {
+		t.Fatalf("all granted: Answer = %+v, %+v", granted, refused)
 	}
 }
