@@ -103,7 +103,7 @@ func (k *keeper) run() {
 // tick does what is due at now, and sets the one timer for the next thing
 // due.
 func (k *keeper) tick(now time.Time) {
-	next := now.Add(time.Hour)
+	next := time.Hour
 	if s := k.sess; s != nil {
 		switch end, keep := s.Due(now); {
 		case end:
@@ -113,26 +113,19 @@ func (k *keeper) tick(now time.Time) {
 		}
 	}
 	if s := k.sess; s != nil {
-		next = earliest(next, s.Next())
+		next = min(next, s.Next().Sub(now))
 	}
 	if own, ok := k.leases.Due(now, func(l *Lease) { l.deadlinePassed(now, l.sess.Trouble()) }); ok {
-		next = earliest(next, own)
+		next = min(next, own.Sub(now))
 	}
 	if at, ok := k.settling.Next(); ok {
 		if now.Before(at) {
-			next = earliest(next, at)
+			next = min(next, at.Sub(now))
 		} else {
 			k.settle()
 		}
 	}
-	k.timer.Reset(max(next.Sub(now), 0))
-}
-
-func earliest(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
+	k.timer.Reset(max(next, 0))
 }
 
 // add keeps leases granted in one round trip; false when the client
