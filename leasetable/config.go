@@ -140,8 +140,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, err
 	}
 	c.Retention = r
-	if err := checkLockDelay(c.LockDelay); err != nil {
-		return c, err
+	if c.LockDelay < 0 || c.LockDelay > MaxLockDelay { // the database refuses it
+		return c, invalid("LockDelay must be 0 to %s, got %s", MaxLockDelay, c.LockDelay)
 	}
 	orDefault(&c.ReleaseTimeout, 5*time.Second)
 	if c.ReleaseTimeout < 0 {
@@ -159,9 +159,10 @@ func orDefault[T comparable](v *T, def T) {
 	}
 }
 
-func (c Config) ttlMs() int64 {
-	return int64((c.TTL + time.Millisecond - 1) / time.Millisecond)
-}
+func (c Config) ttlMs() int64 { return ceilMs(c.TTL) }
+
+// ceilMs is d in whole milliseconds, rounded up.
+func ceilMs(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
 
 // checkName rejects what the database would refuse, before anything is
 // sent: empty or oversized names, NUL bytes and invalid UTF-8.

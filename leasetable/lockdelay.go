@@ -10,19 +10,9 @@ import (
 // The database refuses a longer one (pgbaton.lock_delay_max_ms).
 const MaxLockDelay = 60 * time.Second
 
-// checkLockDelay rejects a lock-delay the database would refuse.
-func checkLockDelay(d time.Duration) error {
-	if d < 0 || d > MaxLockDelay {
-		return invalid("LockDelay must be 0 to %s, got %s", MaxLockDelay, d)
-	}
-	return nil
-}
-
 // lockDelayMs is Config.LockDelay as the database takes it: whole
 // milliseconds, rounded up, so a delay is never shortened.
-func (c Config) lockDelayMs() int64 {
-	return int64((c.LockDelay + time.Millisecond - 1) / time.Millisecond)
-}
+func (c Config) lockDelayMs() int64 { return ceilMs(c.LockDelay) }
 
 // lostNames are the names of the leases among leases that were lost: given
 // back, they keep their lock-delay (pgbaton.release_many's p_lost), where
