@@ -115,17 +115,9 @@ func (q want) about() (logged, what string) {
 }
 
 // groupWait is how long a waiter of group q.name waits before it looks
-// again: until the first live item held by another owner expires, the
-// TTL at most. With nothing live held by another owner (the group is
-// free, held by the waiter's own client, or its items expired while an
-// open transaction still locks their rows), only a notification would
-// wake the waiter, and a LISTEN connection that died without a word is
-// noticed late (a read that fails), so it looks again after a TTL;
-// waiters that poll look again by PollInterval (listener.Wait). During a
-// failover grace, nothing can be granted before it ends, and the wait is
-// until then: the grace ends then, or is turned off, which notifies every
-// waiter. For ClaimUntilDrained it is ErrDrained once the group holds no
-// item, after the completions in flight (pgbaton.group_drained).
+// again (listener.GroupWait). For ClaimUntilDrained it is ErrDrained once
+// the group holds no item, after the completions in flight
+// (pgbaton.group_drained).
 func (c *Client) groupWait(ctx context.Context, q want) (time.Duration, error) {
 	if q.drain {
 		drained, err := inFlight(c, ctx, func(ctx context.Context) (bool, error) {
@@ -141,15 +133,10 @@ func (c *Client) groupWait(ctx context.Context, q want) (time.Duration, error) {
 	next, err := inFlight(c, ctx, func(ctx context.Context) (db.LeaseGroupNextExpiryRow, error) {
 		return c.q.LeaseGroupNextExpiry(ctx, c.pool, db.LeaseGroupNextExpiryParams{LeaseGroup: q.name, Owner: c.cfg.Owner})
 	}, nil)
-	switch {
-	case err != nil:
+	if err != nil {
 		return 0, c.dbError("next expiry in "+q.name, err)
-	case next.GraceUntil != nil:
-		return next.GraceUntil.Sub(next.DbNow), nil
-	case next.NextExpiry == nil:
-		return c.cfg.TTL, nil
 	}
-	return min(next.NextExpiry.Sub(next.DbNow), c.cfg.TTL), nil
+	return listener.GroupWait(next, c.cfg.TTL), nil
 }
 
 // joinQueue joins the wait queue of lease name, or of group name when

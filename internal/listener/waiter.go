@@ -8,6 +8,7 @@ import (
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/backoff"
+	"github.com/pgbaton/pgbaton/internal/db"
 )
 
 // Waiter is a waiter in the wait queue of a lease or group
@@ -144,4 +145,25 @@ func (ln *Listener) Wait(ctx context.Context, wake, woken <-chan struct{}, d tim
 	case <-ln.cfg.Context.Done():
 		return pgbaton.ErrClosed
 	}
+}
+
+// GroupWait is how long a waiter of a group waits before it looks again,
+// as pgbaton.group_next_expiry answered (next): until the first live item
+// held by another owner expires, ttl at most. With nothing live held by
+// another owner (the group is free, held by the waiter's own client, or
+// its items expired while an open transaction still locks their rows),
+// only a notification would wake the waiter, and a LISTEN connection that
+// died without a word is noticed late (a read that fails), so it looks
+// again after ttl; waiters that poll look again by PollInterval (Wait).
+// During a failover grace, nothing can be granted before it ends, and the
+// wait is until then: the grace ends then, or is turned off, which
+// notifies every waiter.
+func GroupWait(next db.LeaseGroupNextExpiryRow, ttl time.Duration) time.Duration {
+	switch {
+	case next.GraceUntil != nil:
+		return next.GraceUntil.Sub(next.DbNow)
+	case next.NextExpiry == nil:
+		return ttl
+	}
+	return min(next.NextExpiry.Sub(next.DbNow), ttl)
 }

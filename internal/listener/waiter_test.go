@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/backoff"
+	"github.com/pgbaton/pgbaton/internal/db"
 )
 
 // Without LISTEN only a plain waiter for a lease registers by its looks;
@@ -57,5 +58,25 @@ func TestJoinWithoutListen(t *testing.T) {
 	closeClient()
 	if err := w.Wait(context.Background(), time.Hour, nil); !errors.Is(err, pgbaton.ErrClosed) {
 		t.Fatalf("after the client closed: %v", err)
+	}
+}
+
+// A group waiter looks again at the first expiry of another owner's item,
+// a TTL at most, or when a failover grace ends.
+func TestGroupWait(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { t := now.Add(d); return &t }
+	for _, c := range []struct {
+		next db.LeaseGroupNextExpiryRow
+		want time.Duration
+	}{
+		{db.LeaseGroupNextExpiryRow{DbNow: now}, 15 * time.Second},
+		{db.LeaseGroupNextExpiryRow{DbNow: now, NextExpiry: at(2 * time.Second)}, 2 * time.Second},
+		{db.LeaseGroupNextExpiryRow{DbNow: now, NextExpiry: at(time.Minute)}, 15 * time.Second},
+		{db.LeaseGroupNextExpiryRow{DbNow: now, NextExpiry: at(time.Second), GraceUntil: at(time.Minute)}, time.Minute},
+	} {
+		if got := GroupWait(c.next, 15*time.Second); got != c.want {
+			t.Errorf("GroupWait(%+v) = %s, want %s", c.next, got, c.want)
+		}
 	}
 }
