@@ -117,7 +117,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		}})
 	c.repl.Observe(ctx, c.pool, c.log, ErrNoSyncStandby)
 	if !cfg.Retention.Disabled {
-		c.goBackground(c.pruneLoop)
+		c.k.Spawn(func() { c.pruneLoop(c.bg) }) // Close waits for it
 	}
 	return c, nil
 }
@@ -209,11 +209,6 @@ func (c *Client) cleanupContext(ctx context.Context) (context.Context, context.C
 		d = max(d, time.Until(dl))
 	}
 	return context.WithTimeout(context.WithoutCancel(ctx), d)
-}
-
-// goBackground runs fn on a goroutine Close waits for (keeper.Spawn).
-func (c *Client) goBackground(fn func(ctx context.Context)) {
-	c.k.Spawn(func() { fn(c.bg) })
 }
 
 // retry is pgerr.Retry on the client's pool.
