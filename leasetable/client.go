@@ -107,7 +107,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	}
 	// Room for a slash and 20 digits; cut on a character boundary.
 	c.waiterPrefix = strings.ToValidUTF8(cfg.Owner[:min(len(cfg.Owner), MaxNameLen-21)], "") + "/"
-	c.ln = listener.New(listener.Config{Owner: listenOwner{c.k}, Context: c.bg, Pool: pool, Queries: c.q, Log: c.log,
+	c.ln = listener.New(listener.Config{Owner: c.k.Plain(), Context: c.bg, Pool: pool, Queries: c.q, Log: c.log,
 		Client: cfg.Owner, ListenDSN: cfg.ListenDSN, ListenSlots: cfg.ListenSlots, NoListen: cfg.NoListen, PollInterval: cfg.PollInterval, TTL: cfg.TTL,
 		CheckOpen: c.checkOpen, DBError: c.dbError, NewID: c.newID,
 		SlotFree: func(ctx context.Context) (bool, error) {

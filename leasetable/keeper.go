@@ -26,10 +26,10 @@ import (
 // completions whose transaction's end it has yet to learn
 // (internal/giveback), the CompleteAndClaim calls queued per group
 // (combine.go), and the LISTEN connection's state (internal/listener,
-// through listenOwner). Others
-// talk to it through its mailbox (internal/mailbox; Post: a message is a
-// function it runs); its round trips run on goroutines of their own
-// (Spawn) that report back by message, so it never waits on the database.
+// through mailbox.Plain). Others talk to it through its mailbox
+// (internal/mailbox; Post: a message is a function it runs); its round
+// trips run on goroutines of their own (Spawn) that report back by
+// message, so it never waits on the database.
 // Session deadlines and states, and a Lease's status, are atomics that
 // callers read without asking. The package has no mutex of its own: the
 // mailbox's is its one lock.
@@ -293,10 +293,3 @@ func (c *Client) closeKeeper() (left leftover, ok bool) {
 	}
 	return <-reply, true
 }
-
-// listenOwner has the keeper own the listener's state.
-type listenOwner struct{ k *keeper }
-
-func (o listenOwner) Post(f func()) bool  { return o.k.Post(func(*keeper) { f() }) }
-func (o listenOwner) Ask(f func()) bool   { return o.k.Ask(func(*keeper) { f() }) }
-func (o listenOwner) Spawn(f func()) bool { return o.k.Spawn(f) }

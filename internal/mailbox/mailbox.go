@@ -122,3 +122,14 @@ func (b *Mailbox[T]) Locked(f func()) bool {
 	f()
 	return true
 }
+
+// Plain is the mailbox for users whose messages do not take the owner's
+// state (listener.Owner): Post, Ask and Spawn of func().
+func (b *Mailbox[T]) Plain() Plain[T] { return Plain[T]{b} }
+
+// Plain is a Mailbox whose messages are plain functions.
+type Plain[T any] struct{ b *Mailbox[T] }
+
+func (p Plain[T]) Post(f func()) bool  { return p.b.Post(func(T) { f() }) }
+func (p Plain[T]) Ask(f func()) bool   { return p.b.Ask(func(T) { f() }) }
+func (p Plain[T]) Spawn(f func()) bool { return p.b.Spawn(f) }

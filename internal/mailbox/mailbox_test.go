@@ -23,12 +23,18 @@ func run(b *Mailbox[*owner], o *owner, work *sync.WaitGroup) {
 	}
 }
 
-func TestMessagesRunOnTheOwnerInOrderUntilClose(t *testing.T) {
-	var work sync.WaitGroup
-	b := New[*owner](&work)
+// start returns a mailbox whose owner o runs, and the work Close waits for.
+func start() (*Mailbox[*owner], *owner, *sync.WaitGroup) {
+	work := new(sync.WaitGroup)
+	b := New[*owner](work)
 	o := &owner{}
 	work.Add(1)
-	go run(b, o, &work)
+	go run(b, o, work)
+	return b, o, work
+}
+
+func TestMessagesRunOnTheOwnerInOrderUntilClose(t *testing.T) {
+	b, o, work := start()
 
 	var seen []int
 	for i := range 100 {
@@ -61,4 +67,17 @@ func TestMessagesRunOnTheOwnerInOrderUntilClose(t *testing.T) {
 	b.Exit() // the work entered above
 	work.Wait()
 	require.True(t, o.stopped)
+}
+
+func TestPlainRunsOnTheOwner(t *testing.T) {
+	b, _, work := start()
+	p := b.Plain()
+	ran := 0
+	require.True(t, p.Post(func() { ran++ }))
+	require.True(t, p.Ask(func() { ran++ }))
+	require.Equal(t, 2, ran)
+	require.True(t, b.Close(func(o *owner) { o.stopped = true }))
+	require.False(t, p.Post(func() { t.Error("ran after Close") }))
+	require.False(t, p.Spawn(func() { t.Error("spawned after Close") }))
+	work.Wait()
 }
