@@ -83,7 +83,10 @@ func (k *keeper) open() *session.Opening {
 		// Bounded by the TTL: a later reply is of no use.
 		ctx, cancel := context.WithTimeout(c.bg, c.cfg.TTL)
 		defer cancel()
-		s, err := c.openSession(ctx)
+		s, err := c.sdb.Open(ctx)
+		if err != nil {
+			err = c.dbError("open lease session", err)
+		}
 		if k.Post(func(k *keeper) { k.opened(op, s, err) }) {
 			return
 		}
@@ -112,15 +115,6 @@ func (k *keeper) opened(op *session.Opening, s *session.Session, err error) {
 		k.c.log.Debug("pgbaton: lease session opened", "session", s.ID)
 	}
 	op.Finish(s, err)
-}
-
-// openSession opens a lease session.
-func (c *Client) openSession(ctx context.Context) (*session.Session, error) {
-	s, err := c.sdb.Open(ctx)
-	if err != nil {
-		return nil, c.dbError("open lease session", err)
-	}
-	return s, nil
 }
 
 // keepalive sends s's keep-alive, or closes s when it has carried no lease
