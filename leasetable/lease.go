@@ -109,13 +109,7 @@ func (l *Lease) ExpiresAt() time.Time {
 // Deadline is the local instant (monotonic clock) at which the holder
 // counts the lease lost unless a keep-alive or renewal succeeds first;
 // always before the database's expiry.
-func (l *Lease) Deadline() time.Time { return l.deadline(l.st.Load(), time.Now()) }
-
-// deadline is the later of st's own deadline and, while it carries the
-// lease, its session's.
-func (l *Lease) deadline(st *leasestate.Status, now time.Time) time.Time {
-	return l.sess.Deadline(st.Own, now)
-}
+func (l *Lease) Deadline() time.Time { return l.sess.Deadline(l.st.Load().Own, time.Now()) }
 
 // Done is closed when the lease ends: lost, released or completed. Once
 // the monotonic clock has passed Deadline without a successful renewal, it
@@ -177,7 +171,7 @@ func (c leaseContext) Err() error {
 // expireIfPast ends the lease now if its local deadline has passed,
 // without waiting for the keeper to notice.
 func (l *Lease) expireIfPast() {
-	if st, now := l.st.Load(), time.Now(); !st.State.Ended() && !now.Before(l.deadline(st, now)) {
+	if st, now := l.st.Load(), time.Now(); !st.State.Ended() && !now.Before(l.sess.Deadline(st.Own, now)) {
 		l.deadlinePassed(now, l.sess.Trouble())
 	}
 }
@@ -215,7 +209,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 	if st.State == leasestate.HandedOff {
 		return fmt.Errorf("%w: %q token %d: completed in a transaction", ErrReleased, l.name, l.token)
 	}
-	ctx, cancel := context.WithDeadline(ctx, l.deadline(st, time.Now()))
+	ctx, cancel := context.WithDeadline(ctx, l.sess.Deadline(st.Own, time.Now()))
 	defer cancel()
 	start := time.Now()
 	var exp time.Time
