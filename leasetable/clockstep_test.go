@@ -186,7 +186,7 @@ func TestClockStepBackNeverKeepsALeasePastItsDeadline(t *testing.T) {
 	assert.False(t, logs.logged(leasetable.ErrClockStep), "a step back is no forward step")
 
 	pgtest.BlockKeepalives(t, pool, "a")
-	awaitKeepaliveBlocked(t, pool)
+	awaitKeepaliveBlocked(t, pool, held)
 	deadline := held.Deadline()
 	require.NoError(t, held.Err())
 	_, err = b.TryAcquire(ctx, "job")

@@ -223,14 +223,17 @@ func percentile(d []time.Duration, p int) time.Duration {
 func examplePool() (*pgxpool.Pool, func()) { return env.ExamplePool() }
 
 // awaitKeepaliveBlocked waits until a keep-alive waits for the row lock of
-// pgtest.BlockKeepalives. A client sends one keep-alive at a time, so the
-// one before it has moved the deadline by then: read before, a Deadline
-// could still be moved by a keep-alive that committed before the lock and
-// whose reply was on its way (a loaded machine made that take long enough).
-func awaitKeepaliveBlocked(t *testing.T, pool *pgxpool.Pool) {
+// pgtest.BlockKeepalives, or l has ended. A client sends one keep-alive at
+// a time, so the one before it has moved the deadline by then: read
+// before, a Deadline could still be moved by a keep-alive that committed
+// before the lock and whose reply was on its way (a loaded machine made
+// that take long enough). A session whose keep-alive came too late on a
+// loaded machine (a short TTL, stalled goroutines) ends without another
+// one, and its lease with it: its Deadline is final then too.
+func awaitKeepaliveBlocked(t *testing.T, pool *pgxpool.Pool, l *leasetable.Lease) {
 	t.Helper()
 	pgtest.Eventually(t, 20*time.Second, func() (bool, error) {
-		return pgtest.Count(t, pool, `SELECT count(*) FROM pg_stat_activity
+		return l.Err() != nil || pgtest.Count(t, pool, `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%session_keepalive%'`) > 0, nil
-	}, "no keep-alive waited for the blocked session row")
+	}, "no keep-alive waited for the blocked session row, and the lease is held")
 }

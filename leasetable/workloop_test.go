@@ -253,7 +253,7 @@ func TestErrAtTheDeadline(t *testing.T) {
 		require.NoError(t, err)
 		// Keep-alives hang behind a row lock, so the deadline passes.
 		unblock := pgtest.BlockKeepalives(t, pool, "c")
-		awaitKeepaliveBlocked(t, pool)
+		awaitKeepaliveBlocked(t, pool, l)
 		dl := l.Deadline()
 		for time.Now().Before(dl) {
 			runtime.Gosched() // look at the first instant past the deadline
