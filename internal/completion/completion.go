@@ -72,7 +72,10 @@ func Problem[L interface {
 	comparable
 	Lease
 }](call string, leases []L, own func(L) bool, once bool) string {
-	seen := make(map[L]bool) // with once
+	var seen map[L]bool // with once: read nil, written only then
+	if once {
+		seen = make(map[L]bool, len(leases))
+	}
 	for _, l := range leases {
 		switch {
 		case !own(l):
