@@ -1,6 +1,7 @@
 package leasetable_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -209,5 +210,110 @@ func TestLeaseArraysReadOnlyTheirRows(t *testing.T) {
 		fetched := read() - before
 		require.NoError(t, tx.Rollback(ctx))
 		assert.Less(t, fetched, int64(20), "%s read %d rows of pgbaton.lease for one lease", sql, fetched)
+	}
+}
+
+// TestProtocolLocksStayOnTheFastPath: every call of a protocol function on
+// a connection that has made it once takes its relation locks on the
+// backend's fast path (16 slots before PostgreSQL 18). A lock that does
+// not fit goes to the shared lock table, whose partition lock every
+// backend locking the same relation takes too: with 500 clients the
+// grants, which all lock pgbaton.lease and its indexes, queued on it
+// (pg_stat_activity: up to 29 backends at once waiting on LWLock
+// LockManager in bench/'s fleet of 500). A statement planned afresh opens
+// every index of every table it reads; a grant bound to a session and a
+// waiter planned so for its first five calls on a connection (Postgres's
+// custom plans), 20 relations, and a fleet's short-lived connections made
+// few more calls than that.
+func TestProtocolLocksStayOnTheFastPath(t *testing.T) {
+	d := env.DB(t)
+	ctx := pgtest.Context(t, 60*time.Second)
+	setup := pgtest.Connect(t, d.URL, "fastpath-setup")
+	var sid int64
+	require.NoError(t, setup.QueryRow(ctx,
+		"SELECT id FROM pgbaton.session_open('fp', 60000)").Scan(&sid))
+	items := make([]string, 200)
+	for i := range items {
+		items[i] = fmt.Sprintf("fp-item-%d", i)
+	}
+	_, err := setup.Exec(ctx, "SELECT pgbaton.register('fp-group', $1)", items)
+	require.NoError(t, err)
+
+	conn := pgtest.Connect(t, d.URL, "fastpath")
+	// Each call in a transaction of its own, which reports the relations
+	// it locked off the fast path (pg_locks itself left out: the question
+	// locks it last, when the slots may be full).
+	offFastPath := func(call func(tx pgx.Tx) error) []string {
+		t.Helper()
+		tx, err := conn.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		require.NoError(t, call(tx))
+		rows, err := tx.Query(ctx, `SELECT DISTINCT relation::regclass::text FROM pg_locks
+			WHERE pid = pg_backend_pid() AND locktype = 'relation' AND NOT fastpath
+			  AND relation <> 'pg_catalog.pg_locks'::regclass ORDER BY 1`)
+		require.NoError(t, err)
+		rels, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+		return rels
+	}
+	exec := func(sql string, args ...any) func(pgx.Tx) error {
+		return func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, sql, args...)
+			if err != nil {
+				return err
+			}
+			rows.Close()
+			return rows.Err()
+		}
+	}
+	// One round of what a client does: a grant bound to its session as a
+	// waiter, a refused look, a renewal, a release, a listener's
+	// registration and wake-up, a registration of items, a claim, a
+	// completion, a keep-alive.
+	round := func(i int) map[string][]string {
+		name := fmt.Sprintf("fp-lease-%d", i%3)
+		var token int64
+		grant := offFastPath(func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, `SELECT token FROM pgbaton.lease_attempt($1, 'fp', 60000, NULL, $2, gen_random_uuid(), 'fp/w')`,
+				name, sid).Scan(&token)
+		})
+		got := map[string][]string{
+			"lease_attempt (grant)": grant,
+			"lease_attempt (held)": offFastPath(exec(`SELECT * FROM pgbaton.lease_attempt($1, 'other', 60000, NULL, NULL, gen_random_uuid(), 'other/w')`,
+				name)),
+			"renew":             offFastPath(exec("SELECT * FROM pgbaton.renew($1, 'fp', $2, 60000)", name, token)),
+			"release":           offFastPath(exec("SELECT * FROM pgbaton.release($1, 'fp', $2)", name, token)),
+			"stop_waiting":      offFastPath(exec("SELECT pgbaton.stop_waiting($1, 'other/w')", name)),
+			"wait_for":          offFastPath(exec("SELECT pgbaton.wait_for($1, 'fp/l', false, $2, 60000)", name, sid)),
+			"notify_waiters":    offFastPath(exec("SELECT pgbaton.notify_waiters($1)", []string{name})),
+			"stop_waiting (2)":  offFastPath(exec("SELECT pgbaton.stop_waiting($1, 'fp/l')", name)),
+			"register":          offFastPath(exec("SELECT pgbaton.register('fp-group', $1)", []string{fmt.Sprintf("fp-new-%d", i)})),
+			"session_keepalive": offFastPath(exec("SELECT * FROM pgbaton.session_keepalive($1, 60000)", sid)),
+		}
+		var names []string
+		var tokens []int64
+		got["claim"] = offFastPath(func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, "SELECT name, token FROM pgbaton.claim('fp-group', 'fp', 2, 60000, $1, gen_random_uuid())", sid)
+			if err != nil {
+				return err
+			}
+			var n string
+			var tok int64
+			_, err = pgx.ForEachRow(rows, []any{&n, &tok}, func() error {
+				names, tokens = append(names, n), append(tokens, tok)
+				return nil
+			})
+			return err
+		})
+		got["complete_many"] = offFastPath(exec("SELECT pgbaton.complete_many($1, $2, 'fp')", names, tokens))
+		return got
+	}
+	round(0) // plans each statement once
+	for i := 1; i <= 6; i++ {
+		for call, rels := range round(i) {
+			assert.Empty(t, rels, "call %d of %s: relations locked off the fast path", i+1, call)
+		}
 	}
 }

@@ -30,7 +30,14 @@
 -- custom plan for the one or two names of a typical call, so it planned
 -- those statements again at every call (40-70 us each, with complete_many a
 -- third of a one-item CompleteAndClaim). The generic plans are the index
--- plans the custom ones were.
+-- plans the custom ones were. lease_attempt sets it too, for another
+-- reason: planning opens every index of every table a statement reads,
+-- and a grant bound to a session and a waiter, planned so at each of its
+-- first five calls on a connection, locked 20 relations. Past the 16 a
+-- backend locks on its fast path (before Postgres 18), locks go to the
+-- shared lock table, where every backend granting the same lease table
+-- queues on one partition lock (500 clients: up to 29 backends at once
+-- waiting on LWLock LockManager). Its generic plans lock 13.
 --
 -- Batch functions over many leases join their (name, token) pairs with
 -- unnest instead of testing token = ANY(tokens) per row: with arrays passed
@@ -1019,6 +1026,7 @@ CREATE FUNCTION pgbaton.lease_attempt(p_name text, p_owner text, p_ttl_ms bigint
     OUT grace_until timestamptz, OUT ahead integer, OUT lock_delay_until timestamptz)
 LANGUAGE plpgsql
 SET enable_seqscan = off
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     cur pgbaton.lease%ROWTYPE;
