@@ -214,8 +214,9 @@ func TestLeaseArraysReadOnlyTheirRows(t *testing.T) {
 }
 
 // TestProtocolLocksStayOnTheFastPath: every call of a protocol function on
-// a connection that has made it once takes its relation locks on the
-// backend's fast path (16 slots before PostgreSQL 18). A lock that does
+// a connection that has made it once takes its locks on the schema's
+// tables and indexes on the backend's fast path (16 slots before
+// PostgreSQL 18). A lock that does
 // not fit goes to the shared lock table, whose partition lock every
 // backend locking the same relation takes too: with 500 clients the
 // grants, which all lock pgbaton.lease and its indexes, queued on it
@@ -223,8 +224,8 @@ func TestLeaseArraysReadOnlyTheirRows(t *testing.T) {
 // LockManager in bench/'s fleet of 500). A statement planned afresh opens
 // every index of every table it reads; a grant bound to a session and a
 // waiter planned so for its first five calls on a connection (Postgres's
-// custom plans), 20 relations, and a fleet's short-lived connections made
-// few more calls than that.
+// custom plans), 20 relations, and a fleet's connections, each making a
+// grant now and then, made few more calls than that.
 func TestProtocolLocksStayOnTheFastPath(t *testing.T) {
 	d := env.DB(t)
 	ctx := pgtest.Context(t, 60*time.Second)
