@@ -81,7 +81,7 @@ func (c *Client) sendCalls(group string, calls []*combined) {
 		deleted, claimed, err = c.q.LeaseCompleteAndClaim(ctx, c.pool, p, claim)
 		return err
 	})
-	if err != nil {
+	if err = pgerr.Bounded(ctx, c.cfg.TTL, err); err != nil {
 		if f, _ := pgerr.Classify(context.Background(), err); f == pgerr.Ambiguous || ctx.Err() != nil {
 			// The claim may have landed (a broken connection, the TTL's
 			// timeout): give back by its request id whatever it granted.

@@ -196,8 +196,9 @@ func (c *Client) stopWaiting(w *listener.Waiter) {
 }
 
 // waitOutage waits out err with backoff b when retrying can fix it (the
-// server is down or failing over: a waiting call waits that out too, until
-// ctx ends) and reports retry; any other err (or nil) it leaves to the
+// server is down, failing over, or too slow to answer a look within the
+// TTL: a waiting call waits that out too, until ctx ends) and reports
+// retry; any other err (or nil) it leaves to the
 // caller. werr is why the wait ended early. attrs name what is waited for
 // in the debug log.
 func (c *Client) waitOutage(ctx context.Context, b *backoff.Backoff, err error, attrs ...any) (retry bool, werr error) {
@@ -205,6 +206,6 @@ func (c *Client) waitOutage(ctx context.Context, b *backoff.Backoff, err error, 
 		return false, nil
 	}
 	d := b.Next()
-	c.log.Debug("pgbaton: looking again after a connection failure", append(attrs, "in", d, "error", err)...)
+	c.log.Debug("pgbaton: looking again after a failed look", append(attrs, "in", d, "error", err)...)
 	return true, c.ln.Wait(ctx, nil, nil, d)
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/pgbaton/pgbaton"
+	"github.com/pgbaton/pgbaton/internal/pgerr"
 )
 
 // Runner is what Send needs of the owner of the work it starts.
@@ -43,7 +44,8 @@ type Runner interface {
 // on a context bounded by abandonBound. abandoned may be nil when a reply
 // nobody reads needs no cleanup. gaveUp reports that the caller gave up
 // and abandoned, not the caller, gets the reply; it is false when
-// abandoned is nil.
+// abandoned is nil. A statement bound cut off comes back as
+// pgerr.ErrSlow: it may still commit.
 //
 // Why send runs on a goroutine of its own: the caller must be able to
 // return the instant ctx ends, and the statement must still run to its
@@ -66,7 +68,7 @@ func Send[T any](ctx context.Context, r Runner, bound, abandonBound time.Duratio
 		sctx, cancel := context.WithTimeout(ctx, bound)
 		defer cancel()
 		v, err := send(sctx)
-		return v, false, err
+		return v, false, pgerr.Bounded(sctx, bound, err)
 	}
 	type reply struct {
 		v   T
@@ -79,6 +81,7 @@ func Send[T any](ctx context.Context, r Runner, bound, abandonBound time.Duratio
 	ok := r.Spawn(func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
 		v, err := send(sctx)
+		err = pgerr.Bounded(sctx, bound, err)
 		cancel()
 		ch <- reply{v, err}
 		if taken.CompareAndSwap(false, true) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/mailbox"
+	"github.com/pgbaton/pgbaton/internal/pgerr"
 )
 
 // runner counts work as an owner's mailbox does, refusing it once
@@ -118,6 +119,26 @@ func TestEndedBeforeSend(t *testing.T) {
 	}, nil)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Send = %v, want canceled", err)
+	}
+}
+
+// A statement its own bound cut off, while its caller still waits, comes
+// back as pgerr.ErrSlow on either path: it may yet commit, so it is
+// Ambiguous, not the caller's own deadline.
+func TestBoundCutIsSlow(t *testing.T) {
+	r := newRunner()
+	defer r.close()
+	for _, ctx := range []context.Context{context.Background(), t.Context()} {
+		_, gaveUp, err := Send(ctx, r, time.Millisecond, time.Minute, func(sctx context.Context) (int, error) {
+			<-sctx.Done()
+			return 0, sctx.Err()
+		}, func(context.Context, int, error) { t.Error("abandoned called for a caller that waited") })
+		if gaveUp || !errors.Is(err, pgerr.ErrSlow) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Send = %v, %v; want ErrSlow wrapping the deadline", gaveUp, err)
+		}
+		if f, _ := pgerr.Classify(ctx, err); f != pgerr.Ambiguous {
+			t.Fatalf("Classify(%v) = %d, want Ambiguous", err, f)
+		}
 	}
 }
 

@@ -3,9 +3,11 @@ package pgerr
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -21,15 +23,40 @@ const (
 	// refused it before changing anything): any statement may be sent
 	// again.
 	NotApplied
-	// Ambiguous: the connection broke while the statement may have run;
-	// only a statement that is safe to repeat may be sent again.
+	// Ambiguous: the connection broke, or the statement's own bound cut it
+	// off (ErrSlow), while it may have run; only a statement that is safe
+	// to repeat may be sent again.
 	Ambiguous
 )
+
+// ErrSlow marks a statement cut off by a bound of its own, not by its
+// caller: a statement that may grant leases gets no longer than the lease's
+// TTL (a later reply is of no use), and a server too slow to answer in
+// that time leaves it Ambiguous: pgx closes the connection at the
+// deadline and sends a cancel request, which may land after the commit. A
+// wait looks again after it; what it may have granted is given back by
+// request id.
+var ErrSlow = errors.New("no reply in time")
+
+// Bounded is err marked as ErrSlow when it is the deadline of bctx, the
+// context the statement ran on, bounded by bound and by nothing else; err
+// otherwise.
+func Bounded(bctx context.Context, bound time.Duration, err error) error {
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(bctx.Err(), context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("%w (bound %v): %w", ErrSlow, bound, err)
+}
 
 // Classify tells what err means for a retry, and whether the server
 // changed role (a failover), which makes every pooled connection stale.
 func Classify(ctx context.Context, err error) (f Failure, roleFlip bool) {
-	if err == nil || ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	switch {
+	case err == nil || ctx.Err() != nil:
+		return Permanent, false
+	case errors.Is(err, ErrSlow):
+		return Ambiguous, false
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return Permanent, false
 	}
 	var pgErr *pgconn.PgError

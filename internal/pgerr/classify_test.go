@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -28,11 +29,41 @@ func TestClassify(t *testing.T) {
 		{"EOF", context.Background(), fmt.Errorf("read: %w", io.EOF), Ambiguous, false},
 		{"connect", context.Background(), &pgconn.ConnectError{}, NotApplied, false},
 		{"ended ctx", ended, io.EOF, Permanent, false},
+		{"caller's deadline", context.Background(), fmt.Errorf("timeout: %w", context.DeadlineExceeded), Permanent, false},
+		{"statement's own bound", context.Background(), Bounded(pastDeadline(t), time.Second, fmt.Errorf("timeout: %w", context.DeadlineExceeded)), Ambiguous, false},
+		{"own bound, caller gone", ended, Bounded(pastDeadline(t), time.Second, context.DeadlineExceeded), Permanent, false},
 	} {
 		f, flip := Classify(c.ctx, c.err)
 		if f != c.want || flip != c.roleFlip {
 			t.Errorf("%s: Classify = %d, %t; want %d, %t", c.name, f, flip, c.want, c.roleFlip)
 		}
+	}
+}
+
+// pastDeadline is a context that ended at its deadline.
+func pastDeadline(t *testing.T) context.Context {
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now())
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Bounded marks only a deadline error of a context that ended at its
+// deadline: a server's answer (a PgError) or a live context's error stays
+// what it was.
+func TestBounded(t *testing.T) {
+	pgErr := &pgconn.PgError{Code: CheckViolation}
+	if err := Bounded(pastDeadline(t), time.Second, pgErr); err != error(pgErr) {
+		t.Errorf("Bounded(PgError) = %v", err)
+	}
+	if err := Bounded(context.Background(), time.Second, context.DeadlineExceeded); errors.Is(err, ErrSlow) {
+		t.Errorf("Bounded(live ctx) = %v", err)
+	}
+	err := Bounded(pastDeadline(t), 300*time.Millisecond, fmt.Errorf("timeout: %w", context.DeadlineExceeded))
+	if !errors.Is(err, ErrSlow) || !errors.Is(err, context.DeadlineExceeded) || err.Error() != "no reply in time (bound 300ms): timeout: context deadline exceeded" {
+		t.Errorf("Bounded = %v", err)
+	}
+	if Bounded(pastDeadline(t), time.Second, nil) != nil {
+		t.Error("Bounded(nil) is not nil")
 	}
 }
 
