@@ -107,7 +107,10 @@
 // comes first there. A waiter is bound to its Client's session, so one
 // whose process died leaves the queue when its session expires; one that
 // gives up is removed in the background and hands its turn on (a removal
-// that fails is tried again after each keep-alive).
+// that fails is tried again after each keep-alive). A look that fails on
+// a broken connection, in a failover, or because the server did not
+// answer within the TTL does not end a wait: it is made again, with
+// backoff, until the wait's context ends.
 //
 // Waiters wake through one LISTEN connection per Client (application_name
 // "pgbaton lease listener <owner>"), held only while a listen slot is free
