@@ -45,7 +45,7 @@ func (e *env) fleetScenario(clients int) *scenario {
 			"pods would run them. Each starts at a random instant within %s and loops: Acquire one of %s shared lease names "+
 			"at random (it waits when another client holds it, so p99 shows waits; a wait over %s counts as an error), Renew, "+
 			"Release; Register %d new work items in a shared group, Claim %d, Complete them; then pauses a random 0–%s "+
-			"(mean %s). After a warm-up of %s (every client has started and made its first session keep-alive, at which a pgbaton client's pool opens the second connection it keeps), a window of %s is measured. ops/s: the library calls that succeeded ÷ the "+
+			"(mean %s). After a warm-up of %s (every client has started and made its first session keep-alive), a window of %s is measured. ops/s: the library calls that succeeded ÷ the "+
 			"window. Acquire latency: call to return, waits included. Connections: the most server connections of the fleet "+
 			"seen at once (pg_stat_activity sampled every %s, pool and LISTEN connections by client) ÷ clients, and the most "+
 			"any one client had. Conns opened: the connections the clients' pools opened during the window ÷ clients "+
@@ -362,9 +362,9 @@ func fleetNewConns(fleet []*fleetClient) int64 {
 // fleetWarmup is how long the fleet runs before the window: every
 // client has started, made a round and kept its lease session alive
 // once (fleetKeepAlive). A pgbaton client's own statements (the
-// keep-alive, removing a registration given up) run beside its caller's
-// calls, so its pool opens its second connection once, early in its
-// life. A warm-up shorter than the first keep-alive left that to the
+// keep-alive, removing a registration given up) could run beside its
+// caller's calls, and its pool opened its second connection then, early
+// in its life. A warm-up shorter than the first keep-alive left that to the
 // window: with 500 clients on 2 cores, 0.8-0.9 connections opened per
 // client in it (about 45 backend starts a second on the server) and 0.32
 // to 0.45 of raw pgx's calls/s; with this warm-up, 0.1-0.2 opened and

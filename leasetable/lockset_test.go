@@ -106,15 +106,7 @@ func TestTryAcquireAllWaitersFirst(t *testing.T) {
 	w := newClient(t, pool, leasetable.Config{Owner: "w", Logger: logTo(waiting)})
 	lb, err := b.TryAcquire(ctx, "q/2")
 	require.NoError(t, err)
-	type result struct {
-		l   *leasetable.Lease
-		err error
-	}
-	got := make(chan result, 1)
-	go func() {
-		l, err := w.Acquire(ctx, "q/2")
-		got <- result{l, err}
-	}()
+	got := goAcquire(func() (*leasetable.Lease, error) { return w.Acquire(ctx, "q/2") })
 	require.Equal(t, "q/2", <-waiting)
 	// Released: free, but w waits for it; a's set must not overtake w.
 	// (w may take it at any instant after the release: either way a's set

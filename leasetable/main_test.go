@@ -167,6 +167,24 @@ func childHold(ctx context.Context, args []string) error {
 	return nil
 }
 
+// acquired is the result of a call that grants a lease, run on a
+// goroutine of its own (goAcquire).
+type acquired struct {
+	l   *leasetable.Lease
+	err error
+}
+
+// goAcquire runs acquire on a goroutine of its own; its result comes on
+// the channel.
+func goAcquire(acquire func() (*leasetable.Lease, error)) <-chan acquired {
+	ch := make(chan acquired, 1)
+	go func() {
+		l, err := acquire()
+		ch <- acquired{l, err}
+	}()
+	return ch
+}
+
 // logTo returns a logger that sends the lease, semaphore or group name of
 // every "waiting" debug message to ch: tests learn that a waiter is waiting
 // without sleeping.

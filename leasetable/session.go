@@ -131,7 +131,7 @@ func (k *keeper) keepalive(s *session.Session, now time.Time) {
 	s.Sending(cancel)
 	if !k.Spawn(func() {
 		defer cancel()
-		session.AwaitIdleConn(ctx, c.pool, c.cfg.RenewInterval, s.Until())
+		s.AwaitIdleConn(ctx, c.pool, c.cfg.RenewInterval)
 		ctx, span := c.tr.Start(ctx, spanKeepalive, "lease")
 		r := c.sdb.Keepalive(ctx, s)
 		telemetry.EndKeepalive(span, c.cfg.Owner, s.ID, n, r.Alive, r.Err)

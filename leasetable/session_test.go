@@ -327,15 +327,7 @@ func TestGrantOnItsWayKeepsItsSession(t *testing.T) {
 	require.NoError(t, l.Release(ctx)) // the session is idle from now
 
 	armed.Store(true)
-	type result struct {
-		l   *leasetable.Lease
-		err error
-	}
-	got := make(chan result, 1)
-	go func() {
-		l, err := c.TryAcquire(ctx, "race")
-		got <- result{l, err}
-	}()
+	got := goAcquire(func() (*leasetable.Lease, error) { return c.TryAcquire(ctx, "race") })
 	<-stalled
 	// Held for longer than the idle limit (a TTL): either the session is
 	// closed under the grant, or it is kept alive past two TTLs from here.

@@ -52,15 +52,7 @@ func TestWaitOutlastsALookCutAtItsTTL(t *testing.T) {
 			_, err = tx.Exec(ctx, "SELECT FROM pgbaton.lease WHERE name = 'n' FOR UPDATE")
 			require.NoError(t, err)
 
-			type result struct {
-				l   *leasetable.Lease
-				err error
-			}
-			res := make(chan result, 1)
-			go func() {
-				l, err := c.Acquire(tc.ctx(t), "n")
-				res <- result{l, err}
-			}()
+			res := goAcquire(func() (*leasetable.Lease, error) { return c.Acquire(tc.ctx(t), "n") })
 			// Two backends have waited for the row lock with a lease_attempt:
 			// the first look was cut at the TTL and the wait looked again.
 			waited := map[int32]bool{}
@@ -83,7 +75,7 @@ func TestWaitOutlastsALookCutAtItsTTL(t *testing.T) {
 			}, "no second look after the first was cut at the TTL")
 			require.NoError(t, tx.Rollback(ctx))
 
-			var r result
+			var r acquired
 			select {
 			case r = <-res:
 			case <-time.After(time.Minute):

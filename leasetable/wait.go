@@ -48,7 +48,9 @@ func (c *Client) waitLoop(ctx context.Context, q want) (_ []*Lease, stillHeld bo
 	}()
 	outage := backoff.Outage()
 	for {
+		done := c.lookAfterKeepalive(ctx)
 		got, err := q.look(ctx, w)
+		done()
 		if err == nil && len(got) > 0 {
 			if w != nil {
 				w.Taken = true
@@ -100,6 +102,16 @@ func (c *Client) waitLoop(ctx context.Context, q want) (_ []*Lease, stillHeld bo
 			return nil, true, fmt.Errorf("leasetable: waiting %s: %w", what, err)
 		}
 	}
+}
+
+// lookAfterKeepalive lets a look of a wait go after the client's
+// keep-alive rather than beside it, when the two would need two of the
+// pool's connections (session.Session.Look); done ends the look.
+func (c *Client) lookAfterKeepalive(ctx context.Context) (done func()) {
+	if s := c.k.cur.Load(); s != nil {
+		return s.Look(ctx, c.pool)
+	}
+	return func() {}
 }
 
 // about is what q waits for: in its debug line, which tests and the
