@@ -52,7 +52,8 @@ func TestWaitOutlastsALookCutAtItsTTL(t *testing.T) {
 			_, err = tx.Exec(ctx, "SELECT FROM pgbaton.lease WHERE name = 'n' FOR UPDATE")
 			require.NoError(t, err)
 
-			res := goAcquire(func() (*leasetable.Lease, error) { return c.Acquire(tc.ctx(t), "n") })
+			wctx := tc.ctx(t)
+			res := goAcquire(func() (*leasetable.Lease, error) { return c.Acquire(wctx, "n") })
 			// Two backends have waited for the row lock with a lease_attempt:
 			// the first look was cut at the TTL and the wait looked again.
 			waited := map[int32]bool{}

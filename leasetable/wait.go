@@ -210,9 +210,8 @@ func (c *Client) stopWaiting(w *listener.Waiter) {
 // waitOutage waits out err with backoff b when retrying can fix it (the
 // server is down, failing over, or too slow to answer a look within the
 // TTL: a waiting call waits that out too, until ctx ends) and reports
-// retry; any other err (or nil) it leaves to the
-// caller. werr is why the wait ended early. attrs name what is waited for
-// in the debug log.
+// retry; any other err (or nil) it leaves to the caller. werr is why the
+// wait ended early. attrs name what is waited for in the debug log.
 func (c *Client) waitOutage(ctx context.Context, b *backoff.Backoff, err error, attrs ...any) (retry bool, werr error) {
 	if f, _ := pgerr.Classify(ctx, err); err == nil || f == pgerr.Permanent {
 		return false, nil

@@ -163,8 +163,8 @@ func (s *Session) AwaitIdleConn(ctx context.Context, pool *pgxpool.Pool, renew t
 	awaitIdle(ctx, func() bool { return poolBusy(pool) || s.looking.Load() > 0 })
 }
 
-// Look is the other half of AwaitIdleConn, for a waiter about to look
-// again (a statement on the pool): while the session's keep-alive is on
+// Look is the other half of AwaitIdleConn, for a wait about to look (a
+// statement on the pool): while the session's keep-alive is on
 // its way and the pool has no idle connection, it waits for the keep-alive
 // to end (it is bounded by the session's deadline) or ctx to; then it
 // counts the look as on its way until done is called. A look sent beside
