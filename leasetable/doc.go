@@ -107,7 +107,11 @@
 // comes first there. A waiter is bound to its Client's session, so one
 // whose process died leaves the queue when its session expires; one that
 // gives up is removed in the background and hands its turn on (a removal
-// that fails is tried again after each keep-alive). A look that fails on
+// that fails is tried again after each keep-alive). A wait whose context
+// has a deadline leaves the queue itself shortly before it (twice its
+// last look, at least 20 ms, at most a quarter of the wait) and looks no
+// more: what it could be granted then would come back too late to use, so
+// when the call returns its place is gone already. A look that fails on
 // a broken connection, in a failover, or because the server did not
 // answer within the TTL does not end a wait: it is made again, with
 // backoff, until the wait's context ends.

@@ -90,3 +90,11 @@ func KeeperHeld(c *Client) (n int) {
 // KeeperPruneMin is how many leases the keeper keeps, ended ones
 // included, before it drops the ended ones.
 const KeeperPruneMin = leaseset.PruneMin
+
+// SetLeaveMargin sets the least time before its deadline at which a wait
+// leaves the queue (leaveMargin), until t ends.
+func SetLeaveMargin(t testing.TB, d time.Duration) {
+	old := leaveMarginMin
+	leaveMarginMin = d
+	t.Cleanup(func() { leaveMarginMin = old })
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/backoff"
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/listener"
@@ -39,6 +40,13 @@ type want struct {
 // with what was waited for, a look's as it is. stillHeld tells a wait
 // that ctx or Close ended after a look found nothing for it (contention,
 // for waitEnded).
+//
+// When ctx has a deadline, the wait leaves the queue itself just before
+// it (leaveMargin) and sends no look after that: a look still in flight at
+// the deadline is abandoned, its connection stays busy until it returns,
+// and what it granted is given back; and a removal sent after the call
+// returned runs beside the caller's next call. Either made the caller's
+// next statement open a second connection of the pool.
 func (c *Client) waitLoop(ctx context.Context, q want) (_ []*Lease, stillHeld bool, _ error) {
 	var w *listener.Waiter
 	defer func() {
@@ -47,13 +55,22 @@ func (c *Client) waitLoop(ctx context.Context, q want) (_ []*Lease, stillHeld bo
 		}
 	}()
 	outage := backoff.Outage()
+	deadline, hasDeadline := ctx.Deadline()
+	var lastLook time.Duration // how long this wait's last look took
+	budget := time.Until(deadline)
+	_, what := q.about() // for its error: what it waits for, held by whom
 	for {
+		if w != nil && hasDeadline && time.Until(deadline) < leaveMargin(lastLook, budget) {
+			return nil, stillHeld, fmt.Errorf("leasetable: waiting %s: %w", what, c.leaveBeforeDeadline(ctx, w))
+		}
+		start := time.Now()
 		done := c.lookAfterKeepalive(ctx)
 		got, err := q.look(ctx, w)
 		done()
+		lastLook = time.Since(start)
 		if err == nil && len(got) > 0 {
 			if w != nil {
-				w.Taken = true
+				w.Removed = true
 			}
 			return got, false, nil
 		}
@@ -73,7 +90,6 @@ func (c *Client) waitLoop(ctx context.Context, q want) (_ []*Lease, stillHeld bo
 			}
 		}
 		if retry, werr := c.waitOutage(ctx, &outage, err, q.kind, q.name); werr != nil {
-			_, what := q.about()
 			return nil, stillHeld, fmt.Errorf("leasetable: waiting %s: %w (last: %w)", what, werr, err)
 		} else if retry {
 			continue
@@ -82,7 +98,8 @@ func (c *Client) waitLoop(ctx context.Context, q want) (_ []*Lease, stillHeld bo
 			return nil, false, err
 		}
 		outage.Reset()
-		logged, what := q.about()
+		logged, plain := q.about()
+		what = plain
 		if held != nil {
 			c.log.Debug("pgbaton: waiting "+logged, q.kind, q.name, "holder", held.Holder, "grace", held.Grace, "lock_delay", held.LockDelay, "expires_in", held.remaining, "ahead", held.Ahead)
 			w.HeldBy(held.Token)
@@ -98,11 +115,48 @@ func (c *Client) waitLoop(ctx context.Context, q want) (_ []*Lease, stillHeld bo
 		} else {
 			c.log.Debug("pgbaton: waiting "+logged, q.kind, q.name, "expiry_in", d)
 		}
+		if hasDeadline {
+			// Awake to leave in time (the check at the top of the loop).
+			d = min(d, time.Until(deadline)-leaveMargin(lastLook, budget))
+		}
 		if err := w.Wait(ctx, d, q.woken); err != nil {
 			return nil, true, fmt.Errorf("leasetable: waiting %s: %w", what, err)
 		}
 	}
 }
+
+// leaveBeforeDeadline ends a wait whose deadline is nearer than a look
+// would take (waitLoop): it removes waiter w's registration on the
+// caller's goroutine while ctx runs, then waits for ctx (or Close) to end,
+// and returns why it ended. A removal that fails, or is still
+// on its way at the deadline, is left to stopWaiting, as before.
+func (c *Client) leaveBeforeDeadline(ctx context.Context, w *listener.Waiter) error {
+	_, err := inFlight(c, ctx, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, w.LeaveNow(ctx, c.pool)
+	}, nil)
+	if err == nil {
+		w.Removed = true
+	}
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-c.bg.Done():
+		return pgbaton.ErrClosed
+	}
+}
+
+// leaveMargin is how long before its deadline a wait leaves the queue:
+// twice its last look, so that a look and then its removal come back in
+// time (a removal takes about as long as a look), no more than a quarter
+// of the wait's time (budget: from its start to its deadline), and at
+// least leaveMarginMin.
+func leaveMargin(lastLook, budget time.Duration) time.Duration {
+	return max(min(2*lastLook, budget/4), leaveMarginMin)
+}
+
+// leaveMarginMin is the least leaveMargin: a look that came back at once
+// does not say the removal will (a variable for tests).
+var leaveMarginMin = 20 * time.Millisecond
 
 // lookAfterKeepalive lets a look of a wait go after the client's
 // keep-alive rather than beside it, when the two would need two of the

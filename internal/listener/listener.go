@@ -762,12 +762,12 @@ func (ln *Listener) Leave(name, id string) {
 	ln.cfg.Owner.Post(func() { ln.queueLeave(name, id) })
 }
 
-// granted forgets waiter id, whose grant removed its registration in the
-// grant's transaction: no statement is sent (one per contended Acquire
-// woken by NOTIFY, deleting nothing), unless a new connection made the
-// registrations again since it was recorded (reregister), which may have
-// come after the grant.
-func (ln *Listener) granted(name, id string) {
+// removed forgets waiter id, whose registration a statement of its wait
+// removed (its grant, in the grant's transaction, or Waiter.LeaveNow): no
+// statement is sent (one per contended Acquire woken by NOTIFY, deleting
+// nothing), unless a new connection made the registrations again since it
+// was recorded (reregister), which may have come after the removal.
+func (ln *Listener) removed(name, id string) {
 	ln.cfg.Owner.Post(func() {
 		if lr, ok := ln.regs[id]; ok && lr.at != ln.remade {
 			ln.queueLeave(name, id)
@@ -818,12 +818,17 @@ func (ln *Listener) flush(ctx context.Context, conn db.DBTX) error {
 	var refs []waiterRef
 	ln.do(func() { refs, ln.leaving = ln.leaving, nil })
 	for i, w := range refs {
-		if err := ln.cfg.Queries.LeaseStopWaiting(ctx, conn, db.LeaseStopWaitingParams{Name: w.name, Waiter: w.id}); err != nil {
+		if err := ln.stopWaiting(ctx, conn, w.name, w.id); err != nil {
 			ln.do(func() { ln.leaving = append(refs[i:], ln.leaving...) })
 			return fmt.Errorf("leasetable: remove waiter registrations: %w", err)
 		}
 	}
 	return nil
+}
+
+// stopWaiting removes waiter id's registration in the queue of name.
+func (ln *Listener) stopWaiting(ctx context.Context, conn db.DBTX, name, id string) error {
+	return ln.cfg.Queries.LeaseStopWaiting(ctx, conn, db.LeaseStopWaitingParams{Name: name, Waiter: id})
 }
 
 func (ln *Listener) dispatch(n *pgconn.Notification) {

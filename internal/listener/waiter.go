@@ -33,8 +33,9 @@ type Waiter struct {
 	// looks (lease_attempt with p_listens false), not by wait_for: no
 	// release is to be ordered against a registration nobody notifies.
 	lazy bool
-	// Taken: a look granted it the lease, which removed its registration.
-	Taken bool
+	// Removed: a statement of the wait removed its registration (a look
+	// that granted it the lease, or LeaveNow), so Stop sends none.
+	Removed bool
 }
 
 // Join subscribes a new waiter of the queue of lease name, or of group
@@ -86,11 +87,19 @@ func (w *Waiter) RankParam() int32 {
 // caller's goroutine, which goes on at once. The waiter's id is unique,
 // so no later registration can be removed by it.
 func (w *Waiter) Stop() {
-	if w.Taken {
-		w.ln.granted(w.Name, w.ID)
+	if w.Removed {
+		w.ln.removed(w.Name, w.ID)
 		return
 	}
 	w.ln.Leave(w.Name, w.ID)
+}
+
+// LeaveNow removes the waiter's registration on conn, on the caller's
+// goroutine: a wait about to end by its deadline leaves the queue while
+// it runs, on its own connection (the wait loop). The caller sets
+// Removed when it succeeded.
+func (w *Waiter) LeaveNow(ctx context.Context, conn db.DBTX) error {
+	return w.ln.stopWaiting(ctx, conn, w.Name, w.ID)
 }
 
 // Wait is Listener.Wait for this waiter (and woken, if not nil) for d,
