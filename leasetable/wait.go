@@ -57,11 +57,16 @@ func (c *Client) waitLoop(ctx context.Context, q want) (_ []*Lease, stillHeld bo
 	}()
 	outage := backoff.Outage()
 	deadline, hasDeadline := ctx.Deadline()
-	var lastLook time.Duration // how long this wait's last look took
 	budget := time.Until(deadline)
-	_, what := q.about() // for its error: what it waits for, held by whom
+	var lastLook time.Duration // how long this wait's last look took
+	_, what := q.about()       // for its error: what it waits for, held by whom
 	for {
-		if w != nil && hasDeadline && time.Until(deadline) < leaveMargin(lastLook, budget) {
+		// When the wait leaves the queue (none without a deadline).
+		var leaveAt time.Time
+		if hasDeadline {
+			leaveAt = deadline.Add(-leaveMargin(lastLook, budget))
+		}
+		if w != nil && !leaveAt.IsZero() && !time.Now().Before(leaveAt) {
 			return nil, stillHeld, fmt.Errorf("leasetable: waiting %s: %w", what, c.leaveBeforeDeadline(ctx, w))
 		}
 		start := time.Now()
@@ -116,22 +121,21 @@ func (c *Client) waitLoop(ctx context.Context, q want) (_ []*Lease, stillHeld bo
 		} else {
 			c.log.Debug("pgbaton: waiting "+logged, q.kind, q.name, "expiry_in", d)
 		}
-		if err := c.waitUntilLeave(ctx, w, d, q.woken, leaveMargin(lastLook, budget)); err != nil {
+		if err := c.waitUntilLeave(ctx, w, d, q.woken, leaveAt); err != nil {
 			return nil, true, fmt.Errorf("leasetable: waiting %s: %w", what, err)
 		}
 	}
 }
 
-// waitUntilLeave is w.Wait for d, ended early margin before ctx's
-// deadline so that the wait leaves the queue in time (the check at the
-// top of waitLoop): that end is exact, without the jitter a wait for d
-// gets, which made waits miss it and leave after their deadline.
-func (c *Client) waitUntilLeave(ctx context.Context, w *listener.Waiter, d time.Duration, woken <-chan struct{}, margin time.Duration) error {
-	deadline, ok := ctx.Deadline()
-	if !ok {
+// waitUntilLeave is w.Wait for d, ended early at leaveAt (zero: never)
+// so that the wait leaves the queue in time (the check at the top of
+// waitLoop): that end is exact, without the jitter a wait for d gets,
+// which made waits miss it and leave after their deadline.
+func (c *Client) waitUntilLeave(ctx context.Context, w *listener.Waiter, d time.Duration, woken <-chan struct{}, leaveAt time.Time) error {
+	if leaveAt.IsZero() {
 		return w.Wait(ctx, d, woken)
 	}
-	wctx, cancel := context.WithDeadline(ctx, deadline.Add(-margin))
+	wctx, cancel := context.WithDeadline(ctx, leaveAt)
 	defer cancel()
 	err := w.Wait(wctx, d, woken)
 	if err != nil && ctx.Err() == nil && wctx.Err() != nil {

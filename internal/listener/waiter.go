@@ -97,7 +97,8 @@ func (w *Waiter) Stop() {
 // LeaveNow removes the waiter's registration on conn, on the caller's
 // goroutine: a wait about to end by its deadline leaves the queue while
 // it runs, on its own connection (the wait loop). The caller sets
-// Removed when it succeeded.
+// Removed when it succeeded, or is still on its way and will have the
+// registration removed in the background if it fails.
 func (w *Waiter) LeaveNow(ctx context.Context, conn db.DBTX) error {
 	return w.ln.stopWaiting(ctx, conn, w.Name, w.ID)
 }
