@@ -26,6 +26,15 @@ func SetCloseGrace(t testing.TB, d time.Duration, stopped func()) {
 	t.Cleanup(func() { listener.CloseGrace, listener.Stopped = oldGrace, oldStopped })
 }
 
+// SetListenOpened makes the clients that t creates from now on call
+// opened when a LISTEN connection of theirs has been opened, before its
+// first statement, until t ends.
+func SetListenOpened(t testing.TB, opened func()) {
+	old := listener.Opened
+	listener.Opened = opened
+	t.Cleanup(func() { listener.Opened = old })
+}
+
 // SetListenRetry makes the clients that t creates from now on wait from
 // lo, doubling up to hi, between reconnections of their LISTEN connection
 // unless a waiter kicks it, until t ends.

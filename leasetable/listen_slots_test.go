@@ -3,12 +3,14 @@ package leasetable_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
@@ -340,4 +342,62 @@ func testCloseFreesListenSlot(t *testing.T, inFlight bool) {
 	require.Zero(t, pgtest.Count(t, pool, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = $1`, pid),
 		"the LISTEN backend still holds its listen slot after Close returned")
 	require.NoError(t, l.Release(ctx))
+}
+
+// A client that found a listen slot free on its pool and finds every
+// slot taken once its LISTEN connection is open (the clients of a fleet
+// that saw a slot free at about the same time all connect, and one gets
+// it) closes that connection before LISTEN and before its probe, a NOTIFY
+// that signals every listening backend of the database; its waiter polls
+// and gets its lease.
+func TestListenSlotTakenMeanwhileSendsNoProbe(t *testing.T) {
+	d := env.DB(t)
+	pool := d.Pool(t)
+	ctx := pgtest.Context(t, time.Minute)
+	opened, taken := make(chan struct{}, 1), make(chan struct{})
+	leasetable.SetListenOpened(t, func() {
+		select {
+		case opened <- struct{}{}:
+		default: // a later connection: the slot is taken already
+		}
+		<-taken
+	})
+	watch := listenConn(t, ctx, pool)
+	holder := newClient(t, pool, leasetable.Config{Owner: "raced-holder", TTL: time.Hour, NoListen: true})
+	waiter := newClient(t, pool, leasetable.Config{Owner: "raced", TTL: time.Hour, ListenSlots: 1, PollInterval: 100 * time.Millisecond})
+	held, err := holder.Acquire(ctx, "raced")
+	require.NoError(t, err)
+	got := acquireThenRelease(ctx, waiter, "raced")
+
+	<-opened // the pool found the slot free; now someone else takes it
+	slot, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer slot.Release()
+	_, err = slot.Exec(ctx, "SELECT pg_advisory_lock(1885495924, 0)")
+	require.NoError(t, err)
+	defer slot.Exec(context.Background(), "SELECT pg_advisory_unlock_all()") //nolint:errcheck // the connection goes back to the pool
+	close(taken)
+	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
+		return pgtest.Count(t, pool, "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'pgbaton lease listener raced%'") == 0, nil
+	}, "the LISTEN connection that found no slot closes")
+	require.NoError(t, held.Release(ctx))
+	require.NoError(t, <-got, "the waiter polls and gets the lease")
+
+	// Notifications arrive in commit order: a probe sent before the
+	// connection closed comes before this marker.
+	_, err = pool.Exec(ctx, "SELECT pg_notify('pgbaton_lease', 'marker')")
+	require.NoError(t, err)
+	var probes []string
+	for {
+		n, err := watch.WaitForNotification(ctx)
+		require.NoError(t, err)
+		if n.Payload == "marker" {
+			break
+		}
+		if strings.Contains(n.Payload, "probe/") {
+			probes = append(probes, n.Payload)
+		}
+	}
+	assert.Empty(t, probes, "no probe from a connection that found every slot taken")
+	assert.Zero(t, listenSlotsHeld(t, pool, "raced"))
 }
