@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -362,9 +363,13 @@ func TestListenSlotTakenMeanwhileSendsNoProbe(t *testing.T) {
 		}
 		<-taken
 	})
+	letGo := sync.OnceFunc(func() { close(taken) })
 	watch := listenConn(t, ctx, pool)
 	holder := newClient(t, pool, leasetable.Config{Owner: "raced-holder", TTL: time.Hour, NoListen: true})
 	waiter := newClient(t, pool, leasetable.Config{Owner: "raced", TTL: time.Hour, ListenSlots: 1, PollInterval: 100 * time.Millisecond})
+	// Before the clients close (cleanups run last first): a test that
+	// failed early must not leave the listener stopped in the hook.
+	t.Cleanup(letGo)
 	held, err := holder.Acquire(ctx, "raced")
 	require.NoError(t, err)
 	got := acquireThenRelease(ctx, waiter, "raced")
@@ -376,7 +381,7 @@ func TestListenSlotTakenMeanwhileSendsNoProbe(t *testing.T) {
 	_, err = slot.Exec(ctx, "SELECT pg_advisory_lock(1885495924, 0)")
 	require.NoError(t, err)
 	defer slot.Exec(context.Background(), "SELECT pg_advisory_unlock_all()") //nolint:errcheck // the connection goes back to the pool
-	close(taken)
+	letGo()
 	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {
 		return pgtest.Count(t, pool, "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'pgbaton lease listener raced%'") == 0, nil
 	}, "the LISTEN connection that found no slot closes")

@@ -509,21 +509,22 @@ func (ln *Listener) listen(ctx, qctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := ln.slotStillFree(qctx, conn); err != nil {
-		closeCtx, cancel := context.WithTimeout(context.Background(), ln.grace)
-		defer cancel()
-		_ = conn.Close(closeCtx)
-		return err
-	}
+	// Nothing to stop on a connection that found no slot: it did not
+	// LISTEN and holds none.
+	listened := false
 	defer func() {
 		closeCtx, cancel := context.WithTimeout(context.Background(), ln.grace)
 		defer cancel()
-		if !conn.IsClosed() {
+		if listened && !conn.IsClosed() {
 			// The slot is freed before Close returns (see CloseGrace).
 			_ = ln.cfg.Queries.LeaseListenStop(closeCtx, conn)
 		}
 		_ = conn.Close(closeCtx)
 	}()
+	if err := ln.slotStillFree(qctx, conn); err != nil {
+		return err
+	}
+	listened = true
 	if err := ln.cfg.Queries.LeaseListen(qctx, conn); err != nil {
 		return err
 	}
