@@ -101,9 +101,9 @@ func KeeperHeld(c *Client) (n int) {
 const KeeperPruneMin = leaseset.PruneMin
 
 // SetLeaveMargin sets the least time before its deadline at which a wait
-// leaves the queue (leaveMargin), until t ends.
+// leaves the queue (listener.LeaveMargin), until t ends.
 func SetLeaveMargin(t testing.TB, d time.Duration) {
-	old := leaveMarginMin
-	leaveMarginMin = d
-	t.Cleanup(func() { leaveMarginMin = old })
+	old := listener.LeaveMarginMin
+	listener.LeaveMarginMin = d
+	t.Cleanup(func() { listener.LeaveMarginMin = old })
 }

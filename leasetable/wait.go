@@ -13,7 +13,6 @@ import (
 	"github.com/pgbaton/pgbaton/internal/db"
 	"github.com/pgbaton/pgbaton/internal/inflight"
 	"github.com/pgbaton/pgbaton/internal/listener"
-	"github.com/pgbaton/pgbaton/internal/pgerr"
 )
 
 // A want is what a waiting call waits for (Client.waitLoop): lease name
@@ -43,7 +42,7 @@ type want struct {
 // for waitEnded).
 //
 // When ctx has a deadline, the wait leaves the queue itself just before
-// it (leaveMargin) and sends no look after that: a look still in flight at
+// it (listener.LeaveMargin) and sends no look after that: a look still in flight at
 // the deadline is abandoned, its connection stays busy until it returns,
 // and what it granted is given back; and a removal sent after the call
 // returned runs beside the caller's next call. Either made the caller's
@@ -64,13 +63,13 @@ func (c *Client) waitLoop(ctx context.Context, q want) (_ []*Lease, stillHeld bo
 		// When the wait leaves the queue (none without a deadline).
 		var leaveAt time.Time
 		if hasDeadline {
-			leaveAt = deadline.Add(-leaveMargin(lastLook, budget))
+			leaveAt = deadline.Add(-listener.LeaveMargin(lastLook, budget))
 		}
 		if w != nil && !leaveAt.IsZero() && !time.Now().Before(leaveAt) {
 			return nil, stillHeld, fmt.Errorf("leasetable: waiting %s: %w", what, c.leaveBeforeDeadline(ctx, w))
 		}
 		start := time.Now()
-		done := c.lookAfterKeepalive(ctx)
+		done := c.k.cur.Load().Look(ctx, c.pool)
 		got, err := q.look(ctx, w)
 		done()
 		lastLook = time.Since(start)
@@ -95,7 +94,7 @@ func (c *Client) waitLoop(ctx context.Context, q want) (_ []*Lease, stillHeld bo
 				d, err = c.groupWait(ctx, q)
 			}
 		}
-		if retry, werr := c.waitOutage(ctx, &outage, err, q.kind, q.name); werr != nil {
+		if retry, werr := c.ln.WaitOutage(ctx, &outage, err, q.kind, q.name); werr != nil {
 			return nil, stillHeld, fmt.Errorf("leasetable: waiting %s: %w (last: %w)", what, werr, err)
 		} else if retry {
 			continue
@@ -121,27 +120,10 @@ func (c *Client) waitLoop(ctx context.Context, q want) (_ []*Lease, stillHeld bo
 		} else {
 			c.log.Debug("pgbaton: waiting "+logged, q.kind, q.name, "expiry_in", d)
 		}
-		if err := c.waitUntilLeave(ctx, w, d, q.woken, leaveAt); err != nil {
+		if err := w.WaitUntil(ctx, d, q.woken, leaveAt); err != nil {
 			return nil, true, fmt.Errorf("leasetable: waiting %s: %w", what, err)
 		}
 	}
-}
-
-// waitUntilLeave is w.Wait for d, ended early at leaveAt (zero: never)
-// so that the wait leaves the queue in time (the check at the top of
-// waitLoop): that end is exact, without the jitter a wait for d gets,
-// which made waits miss it and leave after their deadline.
-func (c *Client) waitUntilLeave(ctx context.Context, w *listener.Waiter, d time.Duration, woken <-chan struct{}, leaveAt time.Time) error {
-	if leaveAt.IsZero() {
-		return w.Wait(ctx, d, woken)
-	}
-	wctx, cancel := context.WithDeadline(ctx, leaveAt)
-	defer cancel()
-	err := w.Wait(wctx, d, woken)
-	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
-		return nil // time to leave
-	}
-	return err
 }
 
 // leaveBeforeDeadline ends a wait whose deadline is nearer than a look
@@ -170,29 +152,6 @@ func (c *Client) leaveBeforeDeadline(ctx context.Context, w *listener.Waiter) er
 	case <-c.bg.Done():
 		return pgbaton.ErrClosed
 	}
-}
-
-// leaveMargin is how long before its deadline a wait leaves the queue:
-// twice its last look, so that a look and then its removal come back in
-// time (a removal takes about as long as a look), no more than a quarter
-// of the wait's time (budget: from its start to its deadline), and at
-// least leaveMarginMin.
-func leaveMargin(lastLook, budget time.Duration) time.Duration {
-	return max(min(2*lastLook, budget/4), leaveMarginMin)
-}
-
-// leaveMarginMin is the least leaveMargin: a look that came back at once
-// does not say the removal will (a variable for tests).
-var leaveMarginMin = 20 * time.Millisecond
-
-// lookAfterKeepalive lets a look of a wait go after the client's
-// keep-alive rather than beside it, when the two would need two of the
-// pool's connections (session.Session.Look); done ends the look.
-func (c *Client) lookAfterKeepalive(ctx context.Context) (done func()) {
-	if s := c.k.cur.Load(); s != nil {
-		return s.Look(ctx, c.pool)
-	}
-	return func() {}
 }
 
 // about is what q waits for: in its debug line, which tests and the
@@ -286,18 +245,4 @@ func (c *Client) joinQueue(ctx context.Context, name string, group, drain bool, 
 func (c *Client) stopWaiting(w *listener.Waiter) {
 	c.k.unuse()
 	w.Stop()
-}
-
-// waitOutage waits out err with backoff b when retrying can fix it (the
-// server is down, failing over, or too slow to answer a look within the
-// TTL: a waiting call waits that out too, until ctx ends) and reports
-// retry; any other err (or nil) it leaves to the caller. werr is why the
-// wait ended early. attrs name what is waited for in the debug log.
-func (c *Client) waitOutage(ctx context.Context, b *backoff.Backoff, err error, attrs ...any) (retry bool, werr error) {
-	if f, _ := pgerr.Classify(ctx, err); err == nil || f == pgerr.Permanent {
-		return false, nil
-	}
-	d := b.Next()
-	c.log.Debug("pgbaton: looking again after a failed look", append(attrs, "in", d, "error", err)...)
-	return true, c.ln.Wait(ctx, nil, nil, d)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/backoff"
 	"github.com/pgbaton/pgbaton/internal/db"
+	"github.com/pgbaton/pgbaton/internal/pgerr"
 )
 
 // Waiter is a waiter in the wait queue of a lease or group
@@ -111,6 +112,51 @@ func (w *Waiter) Wait(ctx context.Context, d time.Duration, woken <-chan struct{
 		d = min(d, w.poll.Next())
 	}
 	return w.ln.Wait(ctx, w.wake, woken, d)
+}
+
+// WaitUntil is Wait ended early at leaveAt (zero: never), when the
+// caller's deadline is near and the waiter is to leave the queue before
+// it (LeaveMargin): that end is exact, without the jitter a wait for d
+// gets, which made waits miss it and leave after their deadline. It
+// returns nil at leaveAt.
+func (w *Waiter) WaitUntil(ctx context.Context, d time.Duration, woken <-chan struct{}, leaveAt time.Time) error {
+	if leaveAt.IsZero() {
+		return w.Wait(ctx, d, woken)
+	}
+	wctx, cancel := context.WithDeadline(ctx, leaveAt)
+	defer cancel()
+	err := w.Wait(wctx, d, woken)
+	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+		return nil // time to leave
+	}
+	return err
+}
+
+// LeaveMargin is how long before its deadline a wait leaves the queue:
+// twice its last look (lastLook), so that a look and then its removal
+// come back in time (a removal takes about as long as a look), no more
+// than a quarter of the wait's time (budget: from its start to its
+// deadline), and at least LeaveMarginMin.
+func LeaveMargin(lastLook, budget time.Duration) time.Duration {
+	return max(min(2*lastLook, budget/4), LeaveMarginMin)
+}
+
+// LeaveMarginMin is the least LeaveMargin: a look that came back at once
+// does not say the removal will (a variable for tests).
+var LeaveMarginMin = 20 * time.Millisecond
+
+// WaitOutage waits out err with backoff b when retrying can fix it (the
+// server is down, failing over, or too slow to answer a look within the
+// TTL: a wait waits that out too, until ctx ends) and reports retry; any
+// other err (or nil) it leaves to the caller. werr is why the wait ended
+// early. attrs name what is waited for in the debug log.
+func (ln *Listener) WaitOutage(ctx context.Context, b *backoff.Backoff, err error, attrs ...any) (retry bool, werr error) {
+	if f, _ := pgerr.Classify(ctx, err); err == nil || f == pgerr.Permanent {
+		return false, nil
+	}
+	d := b.Next()
+	ln.cfg.Log.Debug("pgbaton: looking again after a failed look", append(attrs, "in", d, "error", err)...)
+	return true, ln.Wait(ctx, nil, nil, d)
 }
 
 // AtHead is how long a waiter for a lease held for remaining, with ahead
