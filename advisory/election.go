@@ -2,11 +2,11 @@ package advisory
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/election"
+	"github.com/pgbaton/pgbaton/internal/pgerr"
 )
 
 // Leadership is won by Elect: this process leads while it holds the
@@ -60,7 +60,7 @@ func (l *Locker) Campaign(ctx context.Context, key Key, cb Callbacks) error {
 		return err
 	}
 	return election.Campaign(ctx, elector{l, key}, cb, election.Config{
-		Retry: l.cfg.RetryDelay, Permanent: permanent, Logger: l.cfg.Logger, What: key.String(),
+		Retry: l.cfg.RetryDelay, Permanent: func(err error) bool { return pgerr.Unfixable(err, ErrSessionPooling, ErrKeyCollision) }, Logger: l.cfg.Logger, What: key.String(),
 	})
 }
 
@@ -81,12 +81,3 @@ func (e elector) Elect(ctx context.Context) (election.Term, error) {
 type term struct{ *Leadership }
 
 func (term) Number() int64 { return 0 }
-
-func permanent(err error) bool {
-	for _, p := range []error{pgbaton.ErrInvalidArgument, pgbaton.ErrClosed, pgbaton.ErrStandby, ErrSessionPooling, ErrKeyCollision, pgbaton.ErrNotMigrated, pgbaton.ErrUnsupportedServer} {
-		if errors.Is(err, p) {
-			return true
-		}
-	}
-	return false
-}

@@ -2,12 +2,12 @@ package leasetable
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/election"
+	"github.com/pgbaton/pgbaton/internal/pgerr"
 )
 
 // Leadership is won by Elect: this client leads while it holds the
@@ -199,7 +199,7 @@ func (c *Client) CampaignWith(ctx context.Context, name, value string, cb Callba
 		return term{ld}, nil
 	})
 	return election.Campaign(ctx, elect, cb, election.Config{
-		Retry: c.cfg.RenewInterval, Permanent: permanent, Logger: c.log, What: name,
+		Retry: c.cfg.RenewInterval, Permanent: func(err error) bool { return pgerr.Unfixable(err) }, Logger: c.log, What: name,
 	})
 }
 
@@ -210,13 +210,3 @@ func (t term) Number() int64 { return t.Term() }
 // Context ends the term's work when leadership ends or the leader is asked
 // to resign.
 func (t term) Context() context.Context { return t.asked.Context() }
-
-func permanent(err error) bool {
-	for _, e := range []error{pgbaton.ErrInvalidArgument, pgbaton.ErrClosed, pgbaton.ErrNotMigrated,
-		pgbaton.ErrSchemaTooNew, pgbaton.ErrStandby, pgbaton.ErrUnsupportedServer} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
-}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/pgbaton/pgbaton/internal/keep"
 	"github.com/pgbaton/pgbaton/internal/listener"
+	"github.com/pgbaton/pgbaton/internal/pgerr"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
 )
 
@@ -62,7 +63,7 @@ func (c *Client) Keep(ctx context.Context, cfg KeepConfig) error {
 			})
 		},
 		Closed:    c.bg.Done(),
-		Permanent: permanent,
+		Permanent: func(err error) bool { return pgerr.Unfixable(err) },
 		Pause:     func(woken <-chan struct{}) error { return c.ln.Wait(ctx, woken, nil, c.cfg.RenewInterval) },
 		Logger:    c.log.With("group", cfg.Group),
 	})

@@ -114,3 +114,18 @@ func Map(what string, err error) (mapped error, ok bool) {
 	}
 	return fmt.Errorf("%w: %s: %w", sentinel, what, err), true
 }
+
+// Unfixable reports whether err is one that retrying cannot fix, so a
+// loop that retries (a campaign, Keep) returns it: bad input, a closed
+// client, a database that refuses the layer (a standby, a schema not
+// migrated or too new, an unsupported server), or one of the layer's own
+// (more).
+func Unfixable(err error, more ...error) bool {
+	for _, e := range append([]error{pgbaton.ErrInvalidArgument, pgbaton.ErrClosed, pgbaton.ErrStandby, pgbaton.ErrNotMigrated,
+		pgbaton.ErrSchemaTooNew, pgbaton.ErrUnsupportedServer}, more...) {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
