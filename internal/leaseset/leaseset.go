@@ -14,6 +14,7 @@ package leaseset
 
 import (
 	"iter"
+	"slices"
 	"time"
 
 	"github.com/pgbaton/pgbaton/internal/leasestate"
@@ -21,15 +22,20 @@ import (
 
 // Set is the leases a keeper keeps.
 type Set[L comparable] struct {
-	status  func(L) *leasestate.Status
-	carried map[L]struct{} // carried by the current session
+	status func(L) *leasestate.Status
+	// carried by the current session, in the order granted: a slice, not
+	// a map, as each lease is added once and only pruning takes leases
+	// out. Adding to a map was most of the keeper's CPU claiming batches
+	// of 100 (bench profile); BenchmarkAddAndPrune: 4.5-4.9 µs a batch
+	// against 9.9-10.5 with the map.
+	carried []L
 	loose   map[L]struct{} // held by their own deadline: their session ended
 	pruneAt int            // len(carried) at which Add prunes it next
 }
 
 // New returns an empty Set whose leases' states status reads.
 func New[L comparable](status func(L) *leasestate.Status) *Set[L] {
-	return &Set[L]{status: status, carried: map[L]struct{}{}, loose: map[L]struct{}{}}
+	return &Set[L]{status: status, loose: map[L]struct{}{}}
 }
 
 // Add keeps leases granted in one round trip: carried by the session when
@@ -38,7 +44,7 @@ func New[L comparable](status func(L) *leasestate.Status) *Set[L] {
 func (s *Set[L]) Add(carried func(L) bool, leases ...L) {
 	for _, l := range leases {
 		if carried(l) {
-			s.carried[l] = struct{}{}
+			s.carried = append(s.carried, l)
 		} else {
 			s.loose[l] = struct{}{}
 		}
@@ -65,20 +71,12 @@ func (s *Set[L]) Carried() int { return len(s.carried) }
 // those left.
 func (s *Set[L]) Live() []L {
 	s.prune()
-	out := make([]L, 0, len(s.carried))
-	for l := range s.carried {
-		out = append(out, l)
-	}
-	return out
+	return slices.Clone(s.carried)
 }
 
 // prune drops the ended leases from those carried.
 func (s *Set[L]) prune() {
-	for l := range s.carried {
-		if s.status(l).State.Ended() {
-			delete(s.carried, l)
-		}
-	}
+	s.carried = slices.DeleteFunc(s.carried, func(l L) bool { return s.status(l).State.Ended() })
 }
 
 // Loosen is the end of the session: every live lease it carried is held
@@ -87,7 +85,8 @@ func (s *Set[L]) prune() {
 // (they are no longer kept); the others are kept loose.
 func (s *Set[L]) Loosen(now time.Time) (n int, passed []L) {
 	leases := s.Live()
-	clear(s.carried)
+	clear(s.carried) // no pointers kept past the end for the collector
+	s.carried = s.carried[:0]
 	for _, l := range leases {
 		if st := s.status(l); st.State == leasestate.Held && !now.Before(st.Own) {
 			passed = append(passed, l)
@@ -137,7 +136,7 @@ func (s *Set[L]) Open() (held, handed []L) {
 // yet included.
 func (s *Set[L]) All() iter.Seq[L] {
 	return func(yield func(L) bool) {
-		for l := range s.carried {
+		for _, l := range s.carried {
 			if !yield(l) {
 				return
 			}

@@ -105,3 +105,21 @@ func TestOpenByState(t *testing.T) {
 	require.ElementsMatch(t, []*lease{a, b}, h)
 	require.Equal(t, []*lease{handed}, off)
 }
+
+// BenchmarkAddAndPrune is a keeper's work per lease of a worker claiming
+// batches of 100 and completing each before the next: Add, and the
+// pruning of the ended ones that it triggers.
+func BenchmarkAddAndPrune(b *testing.B) {
+	s := newSet()
+	carried := func(*lease) bool { return true }
+	batch := make([]*lease, 100)
+	for b.Loop() {
+		for i := range batch {
+			batch[i] = &lease{st: leasestate.Status{State: leasestate.Held}}
+		}
+		s.Add(carried, batch...)
+		for _, l := range batch {
+			l.st.State = leasestate.Released
+		}
+	}
+}
