@@ -2,6 +2,7 @@ package advisory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/pgbaton/pgbaton"
@@ -60,7 +61,7 @@ func (l *Locker) Campaign(ctx context.Context, key Key, cb Callbacks) error {
 		return err
 	}
 	return election.Campaign(ctx, elector{l, key}, cb, election.Config{
-		Retry: l.cfg.RetryDelay, Permanent: func(err error) bool { return pgerr.Unfixable(err, ErrSessionPooling, ErrKeyCollision) }, Logger: l.cfg.Logger, What: key.String(),
+		Retry: l.cfg.RetryDelay, Permanent: permanent, Logger: l.cfg.Logger, What: key.String(),
 	})
 }
 
@@ -81,3 +82,9 @@ func (e elector) Elect(ctx context.Context) (election.Term, error) {
 type term struct{ *Leadership }
 
 func (term) Number() int64 { return 0 }
+
+// permanent is pgerr.Unfixable and advisory's own errors that retrying
+// cannot fix.
+func permanent(err error) bool {
+	return pgerr.Unfixable(err) || errors.Is(err, ErrSessionPooling) || errors.Is(err, ErrKeyCollision)
+}

@@ -199,7 +199,7 @@ func (c *Client) CampaignWith(ctx context.Context, name, value string, cb Callba
 		return term{ld}, nil
 	})
 	return election.Campaign(ctx, elect, cb, election.Config{
-		Retry: c.cfg.RenewInterval, Permanent: func(err error) bool { return pgerr.Unfixable(err) }, Logger: c.log, What: name,
+		Retry: c.cfg.RenewInterval, Permanent: pgerr.Unfixable, Logger: c.log, What: name,
 	})
 }
 

@@ -63,7 +63,7 @@ func (c *Client) Keep(ctx context.Context, cfg KeepConfig) error {
 			})
 		},
 		Closed:    c.bg.Done(),
-		Permanent: func(err error) bool { return pgerr.Unfixable(err) },
+		Permanent: pgerr.Unfixable,
 		Pause:     func(woken <-chan struct{}) error { return c.ln.Wait(ctx, woken, nil, c.cfg.RenewInterval) },
 		Logger:    c.log.With("group", cfg.Group),
 	})

@@ -42,10 +42,10 @@ type want struct {
 // for waitEnded).
 //
 // When ctx has a deadline, the wait leaves the queue itself just before
-// it (listener.LeaveMargin) and sends no look after that: a look still in flight at
-// the deadline is abandoned, its connection stays busy until it returns,
-// and what it granted is given back; and a removal sent after the call
-// returned runs beside the caller's next call. Either made the caller's
+// it (listener.LeaveMargin) and sends no look after that: a look still in
+// flight at the deadline is abandoned, its connection stays busy until it
+// returns, and what it granted is given back; and a removal sent after the
+// call returned runs beside the caller's next call. Either made the caller's
 // next statement open a second connection of the pool.
 func (c *Client) waitLoop(ctx context.Context, q want) (_ []*Lease, stillHeld bool, _ error) {
 	var w *listener.Waiter

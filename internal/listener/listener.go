@@ -521,6 +521,9 @@ func (ln *Listener) listen(ctx, qctx context.Context) error {
 		}
 		_ = conn.Close(closeCtx)
 	}()
+	if ln.opened != nil {
+		ln.opened()
+	}
 	if err := ln.slotStillFree(qctx, conn); err != nil {
 		return err
 	}
@@ -661,9 +664,6 @@ func (ln *Listener) pause(ctx, qctx context.Context, conn *pgx.Conn) error {
 // 286 probes, in one 25 s run). The slot itself is taken after the
 // probe, so that one is never taken through a transaction pooler.
 func (ln *Listener) slotStillFree(ctx context.Context, conn *pgx.Conn) error {
-	if ln.opened != nil {
-		ln.opened()
-	}
 	free, err := ln.cfg.Queries.LeaseListenSlotFree(ctx, conn, int32(ln.cfg.ListenSlots))
 	if err == nil && !free {
 		err = errNoSlot

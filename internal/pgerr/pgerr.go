@@ -117,15 +117,17 @@ func Map(what string, err error) (mapped error, ok bool) {
 
 // Unfixable reports whether err is one that retrying cannot fix, so a
 // loop that retries (a campaign, Keep) returns it: bad input, a closed
-// client, a database that refuses the layer (a standby, a schema not
-// migrated or too new, an unsupported server), or one of the layer's own
-// (more).
-func Unfixable(err error, more ...error) bool {
-	for _, e := range append([]error{pgbaton.ErrInvalidArgument, pgbaton.ErrClosed, pgbaton.ErrStandby, pgbaton.ErrNotMigrated,
-		pgbaton.ErrSchemaTooNew, pgbaton.ErrUnsupportedServer}, more...) {
+// client, or a database that refuses the layer (a standby, a schema not
+// migrated or too new, an unsupported server). A layer with errors of its
+// own tests them beside it.
+func Unfixable(err error) bool {
+	for _, e := range unfixable {
 		if errors.Is(err, e) {
 			return true
 		}
 	}
 	return false
 }
+
+var unfixable = []error{pgbaton.ErrInvalidArgument, pgbaton.ErrClosed, pgbaton.ErrStandby, pgbaton.ErrNotMigrated,
+	pgbaton.ErrSchemaTooNew, pgbaton.ErrUnsupportedServer}

@@ -41,7 +41,6 @@ func TestMap(t *testing.T) {
 }
 
 func TestUnfixable(t *testing.T) {
-	own := errors.New("layer: key collision")
 	for _, c := range []struct {
 		err  error
 		want bool
@@ -49,15 +48,11 @@ func TestUnfixable(t *testing.T) {
 		{fmt.Errorf("elect: %w", pgbaton.ErrSchemaTooNew), true},
 		{fmt.Errorf("elect: %w", pgbaton.ErrStandby), true},
 		{pgbaton.ErrClosed, true},
-		{fmt.Errorf("elect: %w", own), true},
 		{fmt.Errorf("elect: %w", &pgconn.PgError{Code: "40001"}), false},
 		{errors.New("connection refused"), false},
 	} {
-		if got := Unfixable(c.err, own); got != c.want {
+		if got := Unfixable(c.err); got != c.want {
 			t.Errorf("Unfixable(%v) = %v, want %v", c.err, got, c.want)
 		}
-	}
-	if Unfixable(own) {
-		t.Error("a layer's own error counts only when passed")
 	}
 }
