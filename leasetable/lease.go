@@ -165,7 +165,7 @@ func (c leaseContext) Err() error {
 		return err
 	}
 	c.l.expireIfPast()
-	return c.Context.Err()
+	return c.l.context().Err() // ended by another goroutine meanwhile: see Ctx.Get
 }
 
 // expireIfPast ends the lease now if its local deadline has passed,

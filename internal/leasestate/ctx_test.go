@@ -34,3 +34,26 @@ func TestCtx(t *testing.T) {
 		t.Errorf("made after the end: cause %v, want %v", context.Cause(ctx), cause)
 	}
 }
+
+// Between the status moving to an end and End, on another goroutine
+// (the keeper's timer at the deadline, while it records the loss), Get
+// already returns an ended context: Lease.Err and Done, read in that
+// window at the deadline, must not say the lease is held.
+func TestCtxEndedBeforeEnd(t *testing.T) {
+	cause := errors.New("lost")
+	var c Ctx
+	var cell Cell
+	cell.Store(&Status{})
+	ctx := c.Get(&cell)
+	cell.Update(func(s *Status) bool { return s.Move(Lost, cause) })
+	if got := c.Get(&cell); context.Cause(got) != cause {
+		t.Fatalf("ended, End not called yet: cause %v, want %v", context.Cause(got), cause)
+	}
+	if context.Cause(ctx) != cause {
+		t.Fatalf("the context made before: cause %v, want %v", context.Cause(ctx), cause)
+	}
+	c.End(errors.New("later")) // the first cause stays
+	if context.Cause(ctx) != cause {
+		t.Fatalf("after End: cause %v, want %v", context.Cause(ctx), cause)
+	}
+}
