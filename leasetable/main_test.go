@@ -251,7 +251,6 @@ func examplePool() (*pgxpool.Pool, func()) { return env.ExamplePool() }
 func awaitKeepaliveBlocked(t *testing.T, pool *pgxpool.Pool, l *leasetable.Lease) {
 	t.Helper()
 	pgtest.Eventually(t, 20*time.Second, func() (bool, error) {
-		return l.Err() != nil || pgtest.Count(t, pool, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%session_keepalive%'`) > 0, nil
+		return l.Err() != nil || pgtest.KeepaliveBlocked(t, pool), nil
 	}, "no keep-alive waited for the blocked session row, and the lease is held")
 }

@@ -28,6 +28,10 @@ func BlockKeepalives(t testing.TB, pool *pgxpool.Pool, owner string) (unblock fu
 	ctx := context.Background()
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
+	// Named, so that a wait can tell a keep-alive blocked by this lock
+	// from one held up for a moment by another's (KeepaliveBlocked).
+	_, err = tx.Exec(ctx, "SET LOCAL application_name = '"+blockerName+"'")
+	require.NoError(t, err)
 	var n int
 	require.NoError(t, tx.QueryRow(ctx, "SELECT count(*) FROM (SELECT 1 FROM pgbaton.lease_session WHERE owner = $1 FOR NO KEY UPDATE) s", owner).Scan(&n))
 	require.Positive(t, n, "owner %s has no session", owner)
@@ -35,6 +39,21 @@ func BlockKeepalives(t testing.TB, pool *pgxpool.Pool, owner string) (unblock fu
 	unblock = func() { once.Do(func() { _ = tx.Rollback(ctx) }) }
 	t.Cleanup(unblock)
 	return unblock
+}
+
+const blockerName = "pgtest.BlockKeepalives"
+
+// KeepaliveBlocked reports whether a keep-alive waits for the row lock of
+// BlockKeepalives: that lock, not any lock wait of a statement naming
+// session_keepalive (another client's keep-alive can wait a moment for a
+// row a third one inserts, and a keep-alive of the blocked owner can then
+// still be on its way back with a success).
+func KeepaliveBlocked(t testing.TB, pool *pgxpool.Pool) bool {
+	t.Helper()
+	return Count(t, pool, `SELECT count(*) FROM pg_stat_activity a
+		WHERE a.datname = current_database() AND a.wait_event_type = 'Lock' AND a.query LIKE '%session_keepalive%'
+		  AND EXISTS (SELECT 1 FROM pg_stat_activity b
+		               WHERE b.pid = ANY (pg_blocking_pids(a.pid)) AND b.application_name = $1)`, blockerName) > 0
 }
 
 // TableStats are a table's counters in pg_stat_user_tables.
