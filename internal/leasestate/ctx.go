@@ -18,16 +18,18 @@ type ctxCancel struct {
 	cancel context.CancelCauseFunc
 }
 
-// Get is the context, made now if it was not, and cancelled with the
-// lease's cause whenever cell says the lease ended: End may not have run
-// yet (whoever moved the status records the loss first, on its own
-// goroutine), or found none to cancel (atomics are sequentially
-// consistent, so one of the two sees the other). A lease read at its
-// deadline, as the keeper's timer ends it, is never held.
+// Get is the context, made now if it was not: cancelled at once with the
+// lease's cause when cell says the lease ended before (End found none to
+// cancel: atomics are sequentially consistent, so one of the two sees the
+// other). When cell says the lease ended and the context is not cancelled
+// yet, Get waits until it is: whoever moved the status calls End next,
+// after recording a loss in the metrics, so a lease read at its deadline
+// while the keeper's timer ends it is never held, and whoever finds Done
+// closed finds the loss recorded.
 func (c *Ctx) Get(cell *Cell) context.Context {
 	if cc := c.p.Load(); cc != nil {
 		if st := cell.Load(); st.State.Ended() {
-			cc.cancel(st.Err) // a no-op once cancelled
+			<-cc.ctx.Done()
 		}
 		return cc.ctx
 	}

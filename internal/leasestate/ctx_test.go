@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 )
 
 // The context ends with the lease's cause whether it is made before the
@@ -35,25 +36,32 @@ func TestCtx(t *testing.T) {
 	}
 }
 
-// Between the status moving to an end and End, on another goroutine
-// (the keeper's timer at the deadline, while it records the loss), Get
-// already returns an ended context: Lease.Err and Done, read in that
-// window at the deadline, must not say the lease is held.
+// Between the status moving to an end and End, which whoever moved it
+// calls on its own goroutine (the keeper's timer at the deadline, after
+// recording the loss), Get waits for End rather than return a context not
+// yet cancelled: Lease.Err and Done, read in that window at the deadline,
+// must not say the lease is held. (Before, Get returned at once: the
+// select below saw it within 100ms, not cancelled.)
 func TestCtxEndedBeforeEnd(t *testing.T) {
 	cause := errors.New("lost")
 	var c Ctx
 	var cell Cell
 	cell.Store(&Status{})
-	ctx := c.Get(&cell)
+	made := c.Get(&cell)
 	cell.Update(func(s *Status) bool { return s.Move(Lost, cause) })
-	if got := c.Get(&cell); context.Cause(got) != cause {
-		t.Fatalf("ended, End not called yet: cause %v, want %v", context.Cause(got), cause)
+	got := make(chan context.Context, 1)
+	go func() { got <- c.Get(&cell) }()
+	select {
+	case ctx := <-got:
+		t.Fatalf("Get returned before End: err %v", ctx.Err())
+	case <-time.After(100 * time.Millisecond):
 	}
-	if context.Cause(ctx) != cause {
-		t.Fatalf("the context made before: cause %v, want %v", context.Cause(ctx), cause)
+	c.End(cause)
+	if ctx := <-got; ctx != made || context.Cause(ctx) != cause {
+		t.Fatalf("after End: cause %v, want %v", context.Cause(ctx), cause)
 	}
 	c.End(errors.New("later")) // the first cause stays
-	if context.Cause(ctx) != cause {
-		t.Fatalf("after End: cause %v, want %v", context.Cause(ctx), cause)
+	if context.Cause(made) != cause {
+		t.Fatalf("after a second End: cause %v, want %v", context.Cause(made), cause)
 	}
 }
