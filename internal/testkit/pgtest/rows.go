@@ -30,7 +30,7 @@ func BlockKeepalives(t testing.TB, pool *pgxpool.Pool, owner string) (unblock fu
 	require.NoError(t, err)
 	// Named, so that a wait can tell a keep-alive blocked by this lock
 	// from one held up for a moment by another's (KeepaliveBlocked).
-	_, err = tx.Exec(ctx, "SET LOCAL application_name = '"+blockerName+"'")
+	_, err = tx.Exec(ctx, "SELECT set_config('application_name', $1, true)", blockerName)
 	require.NoError(t, err)
 	var n int
 	require.NoError(t, tx.QueryRow(ctx, "SELECT count(*) FROM (SELECT 1 FROM pgbaton.lease_session WHERE owner = $1 FOR NO KEY UPDATE) s", owner).Scan(&n))
