@@ -39,7 +39,7 @@ type combinedReply struct {
 
 // combiner is the client's combine.Sender: the queues are the keeper's.
 func combiner(c *Client) combine.Sender[*keeper, *combined] {
-	return combine.Sender[*keeper, *combined]{Ask: c.k.Ask, Spawn: c.k.Spawn, Queue: keeperCalls, Send: c.sendCalls}
+	return combine.Sender[*keeper, *combined]{Ask: c.k.Ask, Post: c.k.Post, Spawn: c.k.Spawn, Queue: keeperCalls, Send: c.sendCalls}
 }
 
 func keeperCalls(k *keeper) *combine.Queue[*combined] { return &k.cc }

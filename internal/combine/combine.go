@@ -119,12 +119,18 @@ func (q *Queue[C]) All() []C {
 }
 
 // Sender sends the calls of a Queue whose owner is a mailbox's goroutine
-// (K): every change of the queue runs there, by Ask. Made once per
-// client, so that a call costs no more than the Asks it makes.
+// (K): every change of the queue runs there, by Ask or Post. Made once per
+// client, so that a call costs no more than the messages it sends: a call
+// that sends a round trip itself asks the owner once (to queue it and take
+// what goes with it) and posts once (to end its turn), where each Ask is
+// a round trip between goroutines its caller waits for.
 type Sender[K, C any] struct {
 	// Ask runs f on the owner and reports whether it ran: false once the
 	// owner stopped (the client closed).
 	Ask func(f func(K)) bool
+	// Post has f run on the owner without waiting for it, unless the
+	// owner stopped.
+	Post func(f func(K)) bool
 	// Spawn runs f on a goroutine of its own, unless the owner stopped.
 	Spawn func(f func()) bool
 	// Queue is the owner's queue.
@@ -141,21 +147,25 @@ type Sender[K, C any] struct {
 // trip at most. It reports false, and nothing was queued, when the owner
 // stopped; calls queued then are the owner's to fail (All).
 func (s *Sender[K, C]) Join(key string, call C, weight int) bool {
-	var start bool
-	if !s.Ask(func(k K) { start = s.Queue(k).Add(key, call, weight) }) {
+	var calls []C
+	if !s.Ask(func(k K) {
+		if q := s.Queue(k); q.Add(key, call, weight) {
+			calls = q.Take(key) // not nil: call is queued
+		}
+	}) {
 		return false
 	}
-	if !start {
+	if calls == nil {
 		return true
 	}
-	if calls := s.take(key); calls != nil {
-		s.Send(key, calls)
-		var more bool
-		s.Ask(func(k K) { more = !s.Queue(k).Idle(key) })
-		if more {
+	s.Send(key, calls)
+	// The turn ends on the owner, or goes on in a sender of its own when
+	// calls came meanwhile; the caller need not wait for either.
+	s.Post(func(k K) {
+		if !s.Queue(k).Idle(key) {
 			s.Spawn(func() { s.sendAll(key) })
 		}
-	}
+	})
 	return true
 }
 

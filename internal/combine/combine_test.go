@@ -116,6 +116,7 @@ func TestQueueIdleKeepsTurnWhileCallsWait(t *testing.T) {
 // once, Spawn keeps f to run when the test says.
 type owner struct {
 	q       Queue[string]
+	asks    int // Asks: round trips the caller waits for
 	stopped bool
 	spawned []func()
 	sent    [][]string
@@ -124,6 +125,14 @@ type owner struct {
 func (o *owner) sender() *Sender[*owner, string] {
 	return &Sender[*owner, string]{
 		Ask: func(f func(*owner)) bool {
+			if o.stopped {
+				return false
+			}
+			o.asks++
+			f(o)
+			return true
+		},
+		Post: func(f func(*owner)) bool {
 			if o.stopped {
 				return false
 			}
@@ -137,7 +146,8 @@ func (o *owner) sender() *Sender[*owner, string] {
 }
 
 // TestSenderLoneCallSendsAtOnce: a call that finds a sender free is sent
-// by its caller, alone, and the key is forgotten after.
+// by its caller, alone, after one Ask of the owner (its turn ends by a
+// Post), and the key is forgotten after.
 func TestSenderLoneCallSendsAtOnce(t *testing.T) {
 	o := &owner{}
 	if !o.sender().Join("g", "a", 1) {
@@ -145,6 +155,9 @@ func TestSenderLoneCallSendsAtOnce(t *testing.T) {
 	}
 	if len(o.sent) != 1 || !slices.Equal(o.sent[0], []string{"a"}) || len(o.spawned) != 0 {
 		t.Fatalf("sent %v, spawned %d", o.sent, len(o.spawned))
+	}
+	if o.asks != 1 {
+		t.Errorf("a lone call asked the owner %d times, want 1", o.asks)
 	}
 	if len(o.q.pending) != 0 || len(o.q.sending) != 0 {
 		t.Fatalf("key kept: %v %v", o.q.pending, o.q.sending)
