@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgbaton/pgbaton/leasetable"
@@ -45,7 +47,7 @@ func (e *env) fleetScenario(clients int) *scenario {
 			"pods would run them. Each starts at a random instant within %s and loops: Acquire one of %s shared lease names "+
 			"at random (it waits when another client holds it, so p99 shows waits; a wait over %s counts as an error), Renew, "+
 			"Release; Register %d new work items in a shared group, Claim %d, Complete them; then pauses a random 0–%s "+
-			"(mean %s). After a warm-up of %s (every client has started and made its first session keep-alive), a window of %s is measured. ops/s: the library calls that succeeded ÷ the "+
+			"(mean %s). Before each run, not timed: VACUUM (ANALYZE) of the lease tables and a CHECKPOINT, so that no run is timed while the server cleans up after what ran before. After a warm-up of %s (every client has started and made its first session keep-alive), a window of %s is measured. ops/s: the library calls that succeeded ÷ the "+
 			"window. Acquire latency: call to return, waits included. Connections: the most server connections of the fleet "+
 			"seen at once (pg_stat_activity sampled every %s, pool and LISTEN connections by client) ÷ clients, and the most "+
 			"any one client had. Conns opened: the connections the clients' pools opened during the window ÷ clients "+
@@ -105,6 +107,33 @@ func (e *env) fleetScenario(clients int) *scenario {
 		},
 	})
 	return sc
+}
+
+// settle vacuums the lease client's tables and writes a checkpoint (not
+// timed), so that every fleet run, whichever implementation and whatever
+// ran before (the keep-alive scenarios hold up to 100k leases, and each
+// fleet run deletes its rows), starts on the same server: otherwise a
+// run could be timed while autovacuum cleans up after the one before or
+// a checkpoint flushes its writes. CHECKPOINT is skipped, with a note on
+// stderr, for a role that may not run it.
+func settle(ctx context.Context, mon *monitor) error {
+	if err := mon.exec(ctx, "VACUUM (ANALYZE) pgbaton.lease, pgbaton.lease_session, pgbaton.lease_waiter"); err != nil {
+		return err
+	}
+	if err := mon.exec(ctx, "CHECKPOINT"); err != nil {
+		if !isInsufficientPrivilege(err) {
+			return err
+		}
+		settleOnce.Do(func() { fmt.Fprintln(os.Stderr, "bench: fleet runs start without a CHECKPOINT:", err) })
+	}
+	return nil
+}
+
+var settleOnce sync.Once
+
+func isInsufficientPrivilege(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42501"
 }
 
 // fleetAPI is what a fleet member does: through a leasetable.Client, or
@@ -238,6 +267,9 @@ func (e *env) fleetRunWith(ctx context.Context, clients int, newMember func(pool
 		return nil, err
 	}
 	defer mon.close(ctx)
+	if err := settle(ctx, mon); err != nil {
+		return nil, err
+	}
 	run := fleetRuns.Add(1)
 	prefix := fmt.Sprintf("bench-fleet-%d", run)
 	shared := make([]string, fleetNames(clients))
