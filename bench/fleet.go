@@ -10,10 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgbaton/pgbaton/internal/pgerr"
 	"github.com/pgbaton/pgbaton/leasetable"
 )
 
@@ -121,7 +122,7 @@ func settle(ctx context.Context, mon *monitor) error {
 		return err
 	}
 	if err := mon.exec(ctx, "CHECKPOINT"); err != nil {
-		if !isInsufficientPrivilege(err) {
+		if pgerr.Code(err) != pgerrcode.InsufficientPrivilege {
 			return err
 		}
 		settleOnce.Do(func() { fmt.Fprintln(os.Stderr, "bench: fleet runs start without a CHECKPOINT:", err) })
@@ -130,11 +131,6 @@ func settle(ctx context.Context, mon *monitor) error {
 }
 
 var settleOnce sync.Once
-
-func isInsufficientPrivilege(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "42501"
-}
 
 // fleetAPI is what a fleet member does: through a leasetable.Client, or
 // the same SQL functions called with raw pgx.
