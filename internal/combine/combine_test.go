@@ -122,23 +122,22 @@ type owner struct {
 	sent    [][]string
 }
 
+// run runs f at once, unless the owner stopped: an Ask or a Post.
+func (o *owner) run(f func(*owner)) bool {
+	if o.stopped {
+		return false
+	}
+	f(o)
+	return true
+}
+
 func (o *owner) sender() *Sender[*owner, string] {
 	return &Sender[*owner, string]{
 		Ask: func(f func(*owner)) bool {
-			if o.stopped {
-				return false
-			}
 			o.asks++
-			f(o)
-			return true
+			return o.run(f)
 		},
-		Post: func(f func(*owner)) bool {
-			if o.stopped {
-				return false
-			}
-			f(o)
-			return true
-		},
+		Post:  o.run,
 		Spawn: func(f func()) bool { o.spawned = append(o.spawned, f); return true },
 		Queue: func(o *owner) *Queue[string] { return &o.q },
 		Send:  func(key string, calls []string) { o.sent = append(o.sent, calls) },
