@@ -44,6 +44,7 @@ type env struct {
 	fleetWindow    time.Duration // length of one fleet run
 	fleetPause     time.Duration // mean pause of a fleet client between iterations
 	fleetPoll      time.Duration // PollInterval of NoListen fleets
+	fleetOpen      int           // connections each fleet pool opens before the loop (0: on demand)
 	maxConnections int           // the server's max_connections, 0 if unknown
 
 	contendWindow time.Duration // length of one contended lease run

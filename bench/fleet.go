@@ -84,6 +84,9 @@ func (e *env) fleetScenario(clients int) *scenario {
 		noWarmup: true, // every run opens its own fleet
 		noRatios: true,
 	}
+	if e.fleetOpen > 0 {
+		sc.note += fmt.Sprintf(" -fleetopen %d: each client's pool opened %d connections before its loop began (not timed).", e.fleetOpen, e.fleetOpen)
+	}
 	sc.impls = append(sc.impls, &impl{
 		name: fmt.Sprintf("pgbaton, NoListen, PollInterval %s", e.fleetPoll),
 		run: func(ctx context.Context) (sample, error) {
@@ -299,6 +302,10 @@ func (e *env) fleetRunWith(ctx context.Context, clients int, newMember func(pool
 			if err != nil {
 				return err
 			}
+			if err := openConns(ctx, pool, e.fleetOpen); err != nil {
+				pool.Close()
+				return err
+			}
 			api, err := newMember(pool, id)
 			if err != nil {
 				pool.Close()
@@ -376,6 +383,25 @@ func (e *env) fleetRunWith(ctx context.Context, clients int, newMember func(pool
 		"conns opened/client": float64(opened) / float64(clients),
 		"commits/call":        float64(u.commits) / float64(ops), "writes/call": float64(u.xids) / float64(ops),
 		"server CPU %": u.serverCPU, "client CPU %": u.clientCPU, "errors": float64(errs)}, nil
+}
+
+// openConns has pool open n connections now (-fleetopen), held at once
+// and released, so that the fleet's loop starts with them open.
+func openConns(ctx context.Context, pool *pgxpool.Pool, n int) error {
+	conns := make([]*pgxpool.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range n {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		conns = append(conns, c)
+	}
+	return nil
 }
 
 // fleetNewConns is how many connections the fleet's pools have opened.

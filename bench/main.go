@@ -36,26 +36,27 @@ func main() {
 }
 
 type options struct {
-	runs     int
-	window   time.Duration
-	samples  int
-	killRuns int
-	rows     int
-	backlog  int
-	holds    string
-	keep     string
-	keepHold time.Duration
-	keepRaw  int
-	fleet    string
-	fleetWin time.Duration
-	pause    time.Duration
-	poll     time.Duration
-	contend  time.Duration
-	only     string
-	impls    string
-	out      string
-	cpuprof  string
-	charts   string
+	runs      int
+	window    time.Duration
+	samples   int
+	killRuns  int
+	rows      int
+	backlog   int
+	holds     string
+	keep      string
+	keepHold  time.Duration
+	keepRaw   int
+	fleet     string
+	fleetWin  time.Duration
+	pause     time.Duration
+	poll      time.Duration
+	fleetOpen int
+	contend   time.Duration
+	only      string
+	impls     string
+	out       string
+	cpuprof   string
+	charts    string
 }
 
 func run(args []string, stdout io.Writer) error {
@@ -77,6 +78,7 @@ func run(args []string, stdout io.Writer) error {
 	fs.DurationVar(&o.fleetWin, "fleetwindow", 10*time.Second, "length of one fleet run")
 	fs.DurationVar(&o.pause, "fleetpause", time.Second, "mean pause of a fleet client between iterations (uniform 0 to twice this)")
 	fs.DurationVar(&o.poll, "fleetpoll", 100*time.Millisecond, "PollInterval of the fleet's NoListen clients")
+	fs.IntVar(&o.fleetOpen, "fleetopen", 0, "connections each fleet client's pool opens before its loop starts (not timed; 0: as it needs them, up to its MaxConns)")
 	fs.DurationVar(&o.contend, "contendwindow", 10*time.Second, "length of one contended lease run (8 processes on one name)")
 	fs.StringVar(&o.only, "only", "", "run only scenarios whose title matches this regexp")
 	fs.StringVar(&o.impls, "impls", "", "measure only implementations whose name matches this regexp (for profiling)")
@@ -111,7 +113,7 @@ func benchmark(ctx context.Context, dsn string, o options, log io.Writer) (strin
 	}
 	logf := func(format string, args ...any) { fmt.Fprintf(log, format+"\n", args...) }
 	e := &env{dsn: dsn, window: o.window, samples: o.samples, killRuns: o.killRuns, rows: o.rows, backlog: o.backlog, self: self,
-		keepHold: o.keepHold, keepRaw: o.keepRaw, fleetWindow: o.fleetWin, fleetPause: o.pause, fleetPoll: o.poll, contendWindow: o.contend, logf: logf}
+		keepHold: o.keepHold, keepRaw: o.keepRaw, fleetWindow: o.fleetWin, fleetPause: o.pause, fleetPoll: o.poll, fleetOpen: o.fleetOpen, contendWindow: o.contend, logf: logf}
 	if e.holds, err = counts("holds", o.holds); err != nil {
 		return "", err
 	}
@@ -120,6 +122,9 @@ func benchmark(ctx context.Context, dsn string, o options, log io.Writer) (strin
 	}
 	if e.fleet, err = counts("fleet", o.fleet); err != nil {
 		return "", err
+	}
+	if o.fleetOpen < 0 || o.fleetOpen > fleetMaxConns {
+		return "", fmt.Errorf("-fleetopen must be 0 to %d (the fleet's pool_max_conns)", fleetMaxConns)
 	}
 	if o.keepHold <= 0 || o.fleetWin <= 0 || o.pause < 0 || o.poll <= 0 || o.contend <= 0 {
 		return "", fmt.Errorf("-keephold, -fleetwindow, -fleetpoll and -contendwindow must be positive, -fleetpause not negative")
