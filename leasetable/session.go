@@ -8,6 +8,7 @@ import (
 	"github.com/pgbaton/pgbaton"
 	"github.com/pgbaton/pgbaton/internal/inflight"
 	"github.com/pgbaton/pgbaton/internal/leasestate"
+	"github.com/pgbaton/pgbaton/internal/pgerr"
 	"github.com/pgbaton/pgbaton/internal/session"
 	"github.com/pgbaton/pgbaton/internal/telemetry"
 )
@@ -80,12 +81,16 @@ func (k *keeper) open() *session.Opening {
 	op := session.NewOpening()
 	k.opening = op
 	if k.Spawn(func() {
-		// Bounded by the TTL: a later reply is of no use.
+		// Bounded by the TTL: a later reply is of no use. An opening cut
+		// there is marked ErrSlow, so that a wait opens again as it looks
+		// again after a look cut at the TTL, rather than ending on a busy
+		// server; if it committed after all, the row holds no grant and
+		// expires a TTL later.
 		ctx, cancel := context.WithTimeout(c.bg, c.cfg.TTL)
 		defer cancel()
 		s, err := c.sdb.Open(ctx)
 		if err != nil {
-			err = c.dbError("open lease session", err)
+			err = c.dbError("open lease session", pgerr.Bounded(ctx, c.cfg.TTL, err))
 		}
 		if k.Post(func(k *keeper) { k.opened(op, s, err) }) {
 			return

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgbaton/pgbaton/internal/testkit/pgtest"
@@ -56,33 +57,7 @@ func TestWaitOutlastsALookCutAtItsTTL(t *testing.T) {
 			res := goAcquire(func() (*leasetable.Lease, error) { return c.Acquire(wctx, "n") })
 			// Two backends have waited for the row lock with a lease_attempt:
 			// the first look was cut at the TTL and the wait looked again.
-			waited := map[int32]bool{}
-			pgtest.Eventually(t, time.Minute, func() (bool, error) {
-				select {
-				case r := <-res:
-					return false, fmt.Errorf("Acquire ended while the row was locked: %v, %v", r.l, r.err)
-				default:
-				}
-				rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity
-					WHERE wait_event_type = 'Lock' AND query LIKE '%lease_attempt%' AND pid <> pg_backend_pid()`)
-				if err != nil {
-					return false, err
-				}
-				pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-				for _, p := range pids {
-					waited[p] = true
-				}
-				return len(waited) >= 2, err
-			}, "no second look after the first was cut at the TTL")
-			require.NoError(t, tx.Rollback(ctx))
-
-			var r acquired
-			select {
-			case r = <-res:
-			case <-time.After(time.Minute):
-				t.Fatal("Acquire did not return within a minute of the row lock's end")
-			}
-			require.NoError(t, r.err)
+			r := afterSecondTry(t, ctx, pool, tx, res, "lease_attempt", "the row was locked")
 			// Whatever the cut looks granted was given back: the client holds
 			// "n" once, under the token of the Lease it returned.
 			var token int64
@@ -96,5 +71,69 @@ func TestWaitOutlastsALookCutAtItsTTL(t *testing.T) {
 			require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM pgbaton.lease_status WHERE held").Scan(&held))
 			require.Zero(t, held)
 		})
+	}
+}
+
+// TestWaitOutlastsASessionOpenCutAtItsTTL: a wait that needs a new lease
+// session (its first look, or its session ended while it waited) and gets
+// no reply to the opening within the TTL looks again, as after a look cut
+// at the TTL. Acquire returned "open lease session: timeout: context
+// deadline exceeded" there (one fresh-clone CI run of
+// TestWaitOutlastsALookCutAtItsTTL on a loaded machine, TTL 300 ms): a
+// wait ends by its context only.
+func TestWaitOutlastsASessionOpenCutAtItsTTL(t *testing.T) {
+	ctx := pgtest.Context(t, 2*time.Minute)
+	pool := env.DB(t).Pool(t)
+	const ttl = 300 * time.Millisecond
+	c := newClient(t, pool, leasetable.Config{Owner: "w", TTL: ttl})
+
+	// Someone's transaction keeps every lease session from being opened.
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(context.Background())
+	_, err = tx.Exec(ctx, "LOCK TABLE pgbaton.lease_session IN SHARE MODE")
+	require.NoError(t, err)
+
+	res := goAcquire(func() (*leasetable.Lease, error) { return c.Acquire(context.Background(), "n") })
+	// Two backends have waited for the table lock with a session_open: the
+	// first opening was cut at the TTL and the wait tried again.
+	r := afterSecondTry(t, ctx, pool, tx, res, "session_open", "no session could be opened")
+	require.NoError(t, r.l.Release(ctx))
+}
+
+// afterSecondTry waits until two backends have waited for a lock held by
+// tx while running fn (a SQL function's name) for the Acquire whose
+// result comes on res: its first statement was cut at the TTL and it
+// tried again. Then it ends tx and returns that Acquire's result, which
+// must be a Lease. It fails the test if the Acquire ends first (while
+// what was so).
+func afterSecondTry(t *testing.T, ctx context.Context, pool *pgxpool.Pool, tx pgx.Tx, res <-chan acquired, fn, what string) acquired {
+	t.Helper()
+	waited := map[int32]bool{}
+	pgtest.Eventually(t, time.Minute, func() (bool, error) {
+		select {
+		case r := <-res:
+			return false, fmt.Errorf("Acquire ended while %s: %v, %v", what, r.l, r.err)
+		default:
+		}
+		rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%' AND pid <> pg_backend_pid()`, fn)
+		if err != nil {
+			return false, err
+		}
+		pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		for _, p := range pids {
+			waited[p] = true
+		}
+		return len(waited) >= 2, err
+	}, "no second %s after the first was cut at the TTL", fn)
+	require.NoError(t, tx.Rollback(ctx))
+	select {
+	case r := <-res:
+		require.NoError(t, r.err)
+		return r
+	case <-time.After(time.Minute):
+		t.Fatalf("Acquire did not return within a minute of the end of the lock (%s)", what)
+		return acquired{}
 	}
 }
