@@ -160,7 +160,7 @@ func benchmark(ctx context.Context, dsn string, o options, log io.Writer) (strin
 	fmt.Fprintf(&b, "- Settings: %d interleaved runs per scenario after a warm-up, %s per throughput run, %d handover samples per run (%d after a SIGKILL), %d claim rows, %d rows of claim backlog; "+
 		"keep-alive: %s leases held %s each; fleets of %s clients, %s per run; contended lease: %s per run\n\n",
 		o.runs, o.window, o.samples, o.killRuns, o.rows, o.backlog, o.keep, o.keepHold, o.fleet, o.fleetWin, o.contend)
-	b.WriteString("Every figure is measured in this one process and run, each implementation in turn (rotating order). " +
+	b.WriteString("Every figure is measured in this one process and run, each implementation in turn, in an order that has each follow each other one equally often (a balanced Latin square: what one leaves on the server, the next inherits). " +
 		"Ratios are what to read: absolute numbers depend on the machine. The deep claim scenarios time 10k items " +
 		"of a 1M-row queue rather than draining 1M rows: at 1–3k items/s (batch 1, gue) 5 runs × 4 implementations " +
 		"would take hours, and what a deep queue changes is the cost of each claim, which the slice shows.\n\n")

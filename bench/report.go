@@ -34,8 +34,8 @@ type impl struct {
 }
 
 // scenario is one operation measured for every implementation, in
-// interleaved runs: run 1 measures every implementation once (in a
-// rotating order), then run 2 does, and so on, so that drift of the
+// interleaved runs: run 1 measures every implementation once (in the
+// order of runOrder), then run 2 does, and so on, so that drift of the
 // machine (other load, caches, autovacuum) hits all of them alike.
 type scenario struct {
 	title   string
@@ -84,8 +84,32 @@ func (r *result) minmax(m string) (float64, float64) {
 	return slices.Min(v), slices.Max(v)
 }
 
-// runScenario measures every implementation runs times, interleaved, after
-// one unrecorded warm-up run each.
+// runOrder is the order in which run r measures n implementations: the
+// rows of a balanced Latin square (Williams), so that over n runs (2n
+// when n is odd) each implementation runs right after each other one
+// equally often, and first and last equally often. A run inherits what
+// the one before it left on the server (WAL to flush, dirty buffers,
+// dead rows for autovacuum); in a plain rotation each implementation
+// always followed the same one (pgbaton's claim always came right after
+// gue's 10,000 one-row transactions).
+func runOrder(r, n int) []int {
+	order := make([]int, n)
+	for j := range order {
+		// The first row is 0, 1, n-1, 2, n-2, …; row r adds r to it.
+		first := (j + 1) / 2
+		if j%2 == 0 && j > 0 {
+			first = n - j/2
+		}
+		order[j] = (first + r) % n
+	}
+	if n%2 == 1 && (r/n)%2 == 1 {
+		slices.Reverse(order)
+	}
+	return order
+}
+
+// runScenario measures every implementation runs times, interleaved (in
+// runOrder), after one unrecorded warm-up run each.
 func runScenario(ctx context.Context, sc *scenario, runs int, logf func(string, ...any)) []*result {
 	runs = sc.effectiveRuns(runs)
 	results := make([]*result, len(sc.impls))
@@ -109,8 +133,8 @@ func runScenario(ctx context.Context, sc *scenario, runs int, logf func(string, 
 		first = 0
 	}
 	for r := first; r < runs; r++ {
-		for k := range live {
-			i := live[(k+max(r, 0))%len(live)]
+		for _, k := range runOrder(max(r, 0), len(live)) {
+			i := live[k]
 			res := results[i]
 			if res.err != nil || ctx.Err() != nil {
 				continue

@@ -44,3 +44,38 @@ func TestFailedRunsAreReported(t *testing.T) {
 		t.Errorf("raw pgx's median is %v, not 110", v)
 	}
 }
+
+// TestEveryImplementationFollowsEveryOther: a run is timed right after
+// whatever ran before it (its WAL, dirty buffers and dead rows), so over
+// the runs each implementation follows each other one equally often. The
+// rotating order had each always follow the same one: pgbaton's claim
+// always ran right after gue's 10k one-row transactions.
+func TestEveryImplementationFollowsEveryOther(t *testing.T) {
+	for n := 2; n <= 5; n++ {
+		rows := n
+		if n%2 == 1 {
+			rows = 2 * n
+		}
+		follows := map[[2]int]int{}
+		for r := range rows {
+			order := runOrder(r, n)
+			seen := map[int]bool{}
+			for k, i := range order {
+				seen[i] = true
+				if k > 0 {
+					follows[[2]int{order[k-1], i}]++
+				}
+			}
+			if len(seen) != n || len(order) != n {
+				t.Fatalf("n=%d run %d: order %v is not a permutation", n, r, order)
+			}
+		}
+		for a := range n {
+			for b := range n {
+				if want := rows / n; a != b && follows[[2]int{a, b}] != want {
+					t.Errorf("n=%d: %d follows %d %d times in %d runs, want %d", n, b, a, follows[[2]int{a, b}], rows, want)
+				}
+			}
+		}
+	}
+}
