@@ -27,6 +27,7 @@ func (c *Client) sessionFor(ctx context.Context) (*session.Session, error) {
 		c.k.using.Add(-1)
 		return nil, err
 	}
+	s.Use()
 	if c.sessionTaken != nil {
 		c.sessionTaken()
 	}

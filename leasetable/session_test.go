@@ -203,6 +203,41 @@ func TestIdleSessionLapses(t *testing.T) {
 	require.NoError(t, l.Release(ctx))
 }
 
+// A client that takes and gives back leases between its keep-alives uses
+// its session, though it holds nothing when a keep-alive is due: the
+// session is not closed idle under it. The owner used to look only at
+// those instants, so a fleet client holding leases a few milliseconds at
+// a time closed its session every TTL and opened a new one.
+func TestSessionUsedBetweenKeepalivesStaysOpen(t *testing.T) {
+	d := env.DB(t)
+	sent := &statementCounter{}
+	cpool := d.Pool(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = sent })
+	ctx := pgtest.Context(t, time.Minute)
+	// A TTL long enough that a keep-alive slowed by a busy machine does
+	// not lose the session, which would open a second one as well.
+	c := newClient(t, cpool, leasetable.Config{Owner: "brief-holder", TTL: 3 * time.Second})
+	calls := func(fn string) (n int) {
+		for _, sql := range sent.snapshot() {
+			if strings.Contains(sql, "pgbaton."+fn+"(") {
+				n++
+			}
+		}
+		return n
+	}
+	// Uses every 100ms, each holding a lease for one round trip, until
+	// the session has had keep-alives for over two TTLs (RenewInterval is
+	// a third of it; the idle close needs one whole TTL unused).
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for calls("session_keepalive") < 7 {
+		l, err := c.TryAcquire(ctx, "brief")
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		<-tick.C
+	}
+	assert.Equal(t, 1, calls("session_open"), "lease sessions opened by a client that used its session all along")
+}
+
 // A grant waiting for another grant to open the client's session gives up
 // at its own context's deadline: opening the session is stalled here (the
 // session table is locked), and the second Acquire must not wait for it.

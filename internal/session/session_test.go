@@ -19,6 +19,23 @@ func TestIdleAfterAWholeTTLUnused(t *testing.T) {
 	require.True(t, s.Idle(false, t0.Add(4*ttl), ttl))
 }
 
+// A session a grant took between two looks is not idle at the second,
+// though the look finds nothing in use; the count starts at the first look
+// after the last use.
+func TestUsedBetweenLooksIsNotIdle(t *testing.T) {
+	t0 := time.Now()
+	s := New(1, 1, t0, t0.Add(time.Second), time.Second, 900*time.Millisecond)
+	ttl := time.Second
+	s.Use()
+	require.False(t, s.Idle(false, t0.Add(ttl), ttl), "used since it opened")
+	require.False(t, s.Idle(false, t0.Add(2*ttl), ttl), "the first look after the use starts the count")
+	s.Use()
+	require.False(t, s.Idle(false, t0.Add(3*ttl), ttl), "used since the last look")
+	require.False(t, s.Idle(false, t0.Add(4*ttl-time.Millisecond), ttl))
+	require.False(t, s.Idle(false, t0.Add(4*ttl), ttl), "a TTL since the look that started the count, not since the use")
+	require.True(t, s.Idle(false, t0.Add(5*ttl), ttl))
+}
+
 func TestClockStepIsWhatTheDatabaseClockMovedBeyondOurs(t *testing.T) {
 	t0 := time.Now()
 	db0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
