@@ -35,6 +35,15 @@ func SetListenOpened(t testing.TB, opened func()) {
 	t.Cleanup(func() { listener.Opened = old })
 }
 
+// SetListenReadyWait makes the waiters of the clients that t creates from
+// now on wait up to d for their LISTEN connection before they poll
+// instead, until t ends.
+func SetListenReadyWait(t testing.TB, d time.Duration) {
+	old := listener.ReadyWait
+	listener.ReadyWait = d
+	t.Cleanup(func() { listener.ReadyWait = old })
+}
+
 // SetListenRetry makes the clients that t creates from now on wait from
 // lo, doubling up to hi, between reconnections of their LISTEN connection
 // unless a waiter kicks it, until t ends.

@@ -82,7 +82,7 @@ func TestListenSlotsCapListeningClients(t *testing.T) {
 			t.Fatal("not every client waits")
 		}
 	}
-	// A client whose LISTEN connection came up later than listenReadyWait
+	// A client whose LISTEN connection came up later than listener.ReadyWait
 	// polls although it takes a slot then: registrations are at most the
 	// slots.
 	pgtest.Eventually(t, 10*time.Second, func() (bool, error) {

@@ -57,7 +57,7 @@ func TestLeasesBehindTransactionPooler(t *testing.T) {
 		took := waitAfterRelease(t, a, b, waiting, "pooled")
 		t.Logf("behind PgBouncer (transaction mode), TTL %s: granted %s after the release", ttl, took.Round(time.Millisecond))
 		assert.Less(t, took, 5*time.Second, "the waiter slept towards the holder's expiry (%s)", ttl)
-		// The waiter polled from listenReadyWait on; the client finds out
+		// The waiter polled from listener.ReadyWait on; the client finds out
 		// that nothing is delivered when its probe times out.
 		var err error
 		pgtest.Eventually(t, 10*time.Second, func() (bool, error) {

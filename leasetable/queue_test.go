@@ -618,6 +618,10 @@ func queueGrantedWaiter(t *testing.T, name string) grantedWaiter {
 	holder := newClient(t, d.Pool(t), leasetable.Config{Owner: "holder", TTL: time.Minute})
 	held, err := holder.TryAcquire(ctx, name)
 	require.NoError(t, err)
+	// The waiter registers by wait_for on its LISTEN connection, which a
+	// busy machine brought up later than the 250ms a waiter gives it before
+	// it polls (and registers by its looks instead).
+	leasetable.SetListenReadyWait(t, 30*time.Second)
 	w := newClient(t, pool, leasetable.Config{Owner: name + "-waiter", TTL: time.Minute})
 	got := acquireThenRelease(ctx, w, name)
 	queued(t, ctx, pool, name, 1)

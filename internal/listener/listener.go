@@ -77,12 +77,12 @@ const notifyChannel = "pgbaton_lease"
 // waiters.
 type Listener struct {
 	cfg Config
-	// keep, grace, reprove, stopped, opened and retry are SlotKeep,
-	// CloseGrace, UndeliveredRetry, Stopped, Opened and Retry as they were
-	// when the client was made.
-	keep, grace, reprove time.Duration
-	stopped, opened      func()
-	retry                backoff.Backoff
+	// keep, grace, reprove, readyWait, stopped, opened and retry are
+	// SlotKeep, CloseGrace, UndeliveredRetry, ReadyWait, Stopped, Opened
+	// and Retry as they were when the client was made.
+	keep, grace, reprove, readyWait time.Duration
+	stopped, opened                 func()
+	retry                           backoff.Backoff
 	// kick asks run to reconnect now rather than after its backoff, or an
 	// idle connection to listen again: a waiter needs it (buffered, 1).
 	kick      chan struct{}
@@ -188,7 +188,7 @@ type waiterRef struct{ name, id string }
 // New returns the listener of a client; it connects when a waiter first
 // subscribes.
 func New(cfg Config) *Listener {
-	return &Listener{cfg: cfg, keep: SlotKeep, grace: CloseGrace, reprove: UndeliveredRetry, stopped: Stopped, opened: Opened, retry: Retry, kick: make(chan struct{}, 1),
+	return &Listener{cfg: cfg, keep: SlotKeep, grace: CloseGrace, reprove: UndeliveredRetry, readyWait: ReadyWait, stopped: Stopped, opened: Opened, retry: Retry, kick: make(chan struct{}, 1),
 		waiters: map[string]chan struct{}{}, regs: map[string]listenReg{}, probes: map[string]chan struct{}{}, ready: make(chan struct{})}
 }
 
@@ -212,15 +212,15 @@ const (
 	Polling
 	// PollingBackoff: from a short first wait, doubling up to PollInterval: the
 	// client holds no listen slot, or its connection was not up within
-	// listenReadyWait.
+	// ReadyWait.
 	PollingBackoff
 )
 
-// listenReadyWait is how long a waiter waits for the LISTEN connection to
-// come up before it polls instead: a server slow to accept connections
-// must not fail waits that polling would serve (200 clients on 2 cores:
-// waits failed "waiting for the LISTEN connection" after 5 s).
-const listenReadyWait = 250 * time.Millisecond
+// ReadyWait is how long a waiter waits for the LISTEN connection to come
+// up before it polls instead: a server slow to accept connections must
+// not fail waits that polling would serve (200 clients on 2 cores: waits
+// failed "waiting for the LISTEN connection" after 5 s).
+var ReadyWait = 250 * time.Millisecond // a var for tests: read once per client
 
 // subscribe has notifications to waiter id signal wake (buffered, 1) until
 // unregister, and returns once the connection listens, so no release
@@ -264,7 +264,7 @@ func (ln *Listener) subscribe(ctx context.Context, id string, wake chan struct{}
 	select {
 	case <-ready:
 		return ln.mode(), nil
-	case <-time.After(listenReadyWait):
+	case <-time.After(ln.readyWait):
 		return PollingBackoff, nil
 	case <-ctx.Done():
 		ln.unregister(id)
