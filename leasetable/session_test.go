@@ -216,14 +216,7 @@ func TestSessionUsedBetweenKeepalivesStaysOpen(t *testing.T) {
 	// A TTL long enough that a keep-alive slowed by a busy machine does
 	// not lose the session, which would open a second one as well.
 	c := newClient(t, cpool, leasetable.Config{Owner: "brief-holder", TTL: 3 * time.Second})
-	calls := func(fn string) (n int) {
-		for _, sql := range sent.snapshot() {
-			if strings.Contains(sql, "pgbaton."+fn+"(") {
-				n++
-			}
-		}
-		return n
-	}
+	calls := func(fn string) int { return countContaining(sent.snapshot(), "pgbaton."+fn+"(") }
 	// Uses every 100ms, each holding a lease for one round trip, until
 	// the session has had keep-alives for over two TTLs (RenewInterval is
 	// a third of it; the idle close needs one whole TTL unused).
