@@ -56,7 +56,8 @@ func (e *env) fleetScenario(clients int) *scenario {
 			"client's own calls that overlapped; the LISTEN connection is not counted). Commits/call and writes/call: the database's committed transactions "+
 			"(pg_stat_database) and the transaction ids assigned (write transactions) in the window ÷ the calls that "+
 			"succeeded: what the server did per call, failed attempts, waits and keep-alives included. Server CPU: the cluster's processes, in %% of one core; client CPU: this process, all "+
-			"clients. NoListen: the documented fleet setting, no LISTEN connection; a waiter looks again at the holder's "+
+			"clients; machine CPU: every process and the kernel (/proc/stat, all CPUs), so that a run slowed by something "+
+			"else shows; steal: time the hypervisor kept this guest's CPUs from running. NoListen: the documented fleet setting, no LISTEN connection; a waiter looks again at the holder's "+
 			"known expiry, at most every PollInterval. Default: a LISTEN connection per client while it holds one of the "+
 			"database's 16 listen slots, opened with its pool's settings at a wait when a slot is free (up to MaxConns + 1 "+
 			"connections), listening only while the client waits, closed 30s after its last wait (the waiters of the "+
@@ -78,6 +79,8 @@ func (e *env) fleetScenario(clients int) *scenario {
 			{name: "writes/call", format: "%.2f"},
 			{name: "server CPU %"},
 			{name: "client CPU %"},
+			{name: "machine CPU %"},
+			{name: "steal %"},
 			{name: "errors"},
 		},
 		runs:     3,
@@ -382,7 +385,8 @@ func (e *env) fleetRunWith(ctx context.Context, clients int, newMember func(pool
 		"conns/client": float64(peakTotal) / float64(clients), "max conns/client": float64(peakOne),
 		"conns opened/client": float64(opened) / float64(clients),
 		"commits/call":        float64(u.commits) / float64(ops), "writes/call": float64(u.xids) / float64(ops),
-		"server CPU %": u.serverCPU, "client CPU %": u.clientCPU, "errors": float64(errs)}, nil
+		"server CPU %": u.serverCPU, "client CPU %": u.clientCPU, "machine CPU %": u.machineCPU, "steal %": u.stealCPU,
+		"errors": float64(errs)}, nil
 }
 
 // openConns has pool open n connections now (-fleetopen), held at once

@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestFailedRunsAreReported: an implementation that fails after some runs
@@ -76,6 +77,24 @@ func TestEveryImplementationFollowsEveryOther(t *testing.T) {
 					t.Errorf("n=%d: %d follows %d %d times in %d runs, want %d", n, b, a, follows[[2]int{a, b}], rows, want)
 				}
 			}
+		}
+	}
+}
+
+// TestMachineTicks: the fleet's machine CPU column reads /proc/stat, and
+// its busy time grows while this test spins.
+func TestMachineTicks(t *testing.T) {
+	a := readMachineTicks()
+	if a.busy < 0 || a.steal < 0 {
+		t.Fatalf("/proc/stat not read: %+v", a)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for x := 0; readMachineTicks().busy <= a.busy; x++ {
+		if time.Now().After(deadline) {
+			t.Fatal("busy time did not grow while spinning")
+		}
+		for i := range 1_000_000 {
+			x ^= i
 		}
 	}
 }

@@ -40,6 +40,7 @@ type stat struct {
 	ownTxns     int64 // the monitor's transactions before this sample
 	serverTicks int64 // CPU of the cluster's processes; -1 if unknown
 	selfTicks   int64 // CPU of this process; -1 if unknown
+	machine     machineTicks
 }
 
 func (e *env) newMonitor(ctx context.Context, app string) (*monitor, error) {
@@ -108,7 +109,38 @@ func (m *monitor) sample(ctx context.Context) (stat, error) {
 	if t, _, err := procTicks(os.Getpid()); err == nil {
 		s.selfTicks = t
 	}
+	s.machine = readMachineTicks()
 	return s, nil
+}
+
+// machineTicks is the whole machine's CPU time from /proc/stat, all CPUs
+// summed: busy (user, nice, system, irq, softirq) and steal (time the
+// hypervisor ran something else while this guest wanted to run). The
+// cluster and the bench share the machine with the kernel's own threads
+// and whatever else runs; a run whose machine CPU is far above server +
+// client CPU, or that shows steal, was slowed by something else. -1 when
+// /proc/stat cannot be read.
+type machineTicks struct{ busy, steal int64 }
+
+func readMachineTicks() machineTicks {
+	unknown := machineTicks{-1, -1}
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return unknown
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line)
+	// cpu user nice system idle iowait irq softirq steal ...
+	if len(f) < 9 || f[0] != "cpu" {
+		return unknown
+	}
+	var v [8]int64
+	for k := range v {
+		if v[k], err = strconv.ParseInt(f[1+k], 10, 64); err != nil {
+			return unknown
+		}
+	}
+	return machineTicks{busy: v[0] + v[1] + v[2] + v[5] + v[6], steal: v[7]}
 }
 
 // usage is what the server did between two samples.
@@ -118,12 +150,14 @@ type usage struct {
 	writesPerSec   float64 // transaction ids assigned per second
 	serverCPU      float64 // % of one core; NaN when unknown
 	clientCPU      float64 // this process, % of one core; NaN when unknown
+	machineCPU     float64 // every CPU's busy time, % of one core; NaN when unknown
+	stealCPU       float64 // every CPU's steal time, % of one core; NaN when unknown
 	commits, xids  int64
 	monitorCommits int64
 }
 
 func between(a, b stat) usage {
-	u := usage{seconds: b.at.Sub(a.at).Seconds(), serverCPU: math.NaN(), clientCPU: math.NaN()}
+	u := usage{seconds: b.at.Sub(a.at).Seconds(), serverCPU: math.NaN(), clientCPU: math.NaN(), machineCPU: math.NaN(), stealCPU: math.NaN()}
 	u.monitorCommits = b.ownTxns - a.ownTxns
 	u.commits = max(b.commits-a.commits-u.monitorCommits, 0)
 	u.xids = b.xids - a.xids
@@ -137,6 +171,8 @@ func between(a, b stat) usage {
 	}
 	u.serverCPU = pct(a.serverTicks, b.serverTicks)
 	u.clientCPU = pct(a.selfTicks, b.selfTicks)
+	u.machineCPU = pct(a.machine.busy, b.machine.busy)
+	u.stealCPU = pct(a.machine.steal, b.machine.steal)
 	return u
 }
 
