@@ -357,7 +357,7 @@ func (r *chaosRun) liveness(gs []check.Grant, res *chaosResult) {
 			res.MaxTakeover = t.took
 			res.WorstFault = fmt.Sprintf("%s of p%d holding %q", f.Kind, f.Victim, f.Key)
 		}
-		if t.took-t.excused > bound {
+		if t.late(bound) {
 			res.LateTakeovers = append(res.LateTakeovers, fmt.Sprintf("%s of p%d (%s): next grant after %s > %s (%s of it after later faults)",
 				f.Kind, f.Victim, f.Key, t.took, bound, t.excused))
 		}
@@ -371,6 +371,12 @@ type takeover struct {
 	fault   fault
 	took    time.Duration
 	excused time.Duration
+}
+
+// late reports whether the fault's key was not granted again within bound
+// of the last fault that excuses the wait.
+func (t takeover) late(bound time.Duration) bool {
+	return t.took < 0 || t.took-t.excused > bound
 }
 
 // takeovers measures, for each fault, the wait for the next grant of its
