@@ -105,15 +105,19 @@ func (k *keeper) run() {
 func (k *keeper) tick(now time.Time) {
 	next := time.Hour
 	if s := k.sess; s != nil {
-		switch end, keep := s.Due(now); {
+		switch end, keep := s.Due(now, k.keepDue(s, false)); {
 		case end:
 			k.end(s, session.Dead, "no successful keep-alive before the local deadline")
 		case keep:
-			k.keepalive(s, now)
+			// Due by a lease that may have ended since: look at the live
+			// ones before writing.
+			if _, keep = s.Due(now, k.keepDue(s, true)); keep {
+				k.keepalive(s, now)
+			}
 		}
 	}
 	if s := k.sess; s != nil {
-		next = min(next, s.Next().Sub(now))
+		next = min(next, s.Next(k.keepDue(s, false)).Sub(now))
 	}
 	if own, ok := k.leases.Due(now, func(l *Lease) { l.deadlinePassed(now, l.sess.Trouble()) }); ok {
 		next = min(next, own.Sub(now))
@@ -126,6 +130,14 @@ func (k *keeper) tick(now time.Time) {
 		}
 	}
 	k.timer.Reset(max(next, 0))
+}
+
+// keepDue is when s's next keep-alive is due (session.KeepDue) for the
+// leases it carries; exact looks at the live ones only, at the cost of a
+// pass over them.
+func (k *keeper) keepDue(s *session.Session, exact bool) time.Time {
+	cfg := k.c.cfg
+	return s.KeepDue(k.leases.Oldest(exact), cfg.RenewInterval, cfg.TTL-cfg.SafetyMargin)
 }
 
 // add keeps leases granted in one round trip; false when the client

@@ -31,6 +31,11 @@ type Set[L comparable] struct {
 	carried []L
 	loose   map[L]struct{} // held by their own deadline: their session ended
 	pruneAt int            // len(carried) at which Add prunes it next
+	// oldest is the earliest own deadline of the leases carried (zero:
+	// none), as of the last prune and the adds since: never later than
+	// that of the live ones (a lease ended or renewed since only leaves it
+	// early), and kept without a pass over them at each grant.
+	oldest time.Time
 }
 
 // New returns an empty Set whose leases' states status reads.
@@ -45,6 +50,7 @@ func (s *Set[L]) Add(carried func(L) bool, leases ...L) {
 	for _, l := range leases {
 		if carried(l) {
 			s.carried = append(s.carried, l)
+			s.noteOwn(l)
 		} else {
 			s.loose[l] = struct{}{}
 		}
@@ -74,9 +80,32 @@ func (s *Set[L]) Live() []L {
 	return slices.Clone(s.carried)
 }
 
+// Oldest is the earliest own deadline of the leases carried (zero: none):
+// the session must be kept alive for them from a renew interval after the
+// oldest one was granted. exact drops the ended ones first, which costs a
+// pass over them; otherwise it may be earlier than that of the live ones,
+// never later.
+func (s *Set[L]) Oldest(exact bool) time.Time {
+	if exact {
+		s.prune()
+	}
+	return s.oldest
+}
+
 // prune drops the ended leases from those carried.
 func (s *Set[L]) prune() {
 	s.carried = slices.DeleteFunc(s.carried, func(l L) bool { return s.status(l).State.Ended() })
+	s.oldest = time.Time{}
+	for _, l := range s.carried {
+		s.noteOwn(l)
+	}
+}
+
+// noteOwn lowers oldest to l's own deadline if earlier.
+func (s *Set[L]) noteOwn(l L) {
+	if own := s.status(l).Own; s.oldest.IsZero() || own.Before(s.oldest) {
+		s.oldest = own
+	}
 }
 
 // Loosen is the end of the session: every live lease it carried is held
@@ -87,6 +116,7 @@ func (s *Set[L]) Loosen(now time.Time) (n int, passed []L) {
 	leases := s.Live()
 	clear(s.carried) // no pointers kept past the end for the collector
 	s.carried = s.carried[:0]
+	s.oldest = time.Time{}
 	for _, l := range leases {
 		if st := s.status(l); st.State == leasestate.Held && !now.Before(st.Own) {
 			passed = append(passed, l)

@@ -123,3 +123,22 @@ func BenchmarkAddAndPrune(b *testing.B) {
 		}
 	}
 }
+
+// TestOldestOwnDeadline: Oldest never says later than the live leases'
+// earliest own deadline, and exactly that after a prune.
+func TestOldestOwnDeadline(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	s := newSet()
+	require.True(t, s.Oldest(true).IsZero(), "none carried")
+	a, b, c := held(t0.Add(2*time.Second)), held(t0.Add(time.Second)), held(t0.Add(3*time.Second))
+	s.Add(func(*lease) bool { return true }, a, b)
+	s.Add(func(l *lease) bool { return l != c }, c) // loose: not the session's
+	require.Equal(t, b.st.Own, s.Oldest(false))
+
+	b.st.State = leasestate.Released
+	require.Equal(t, b.st.Own, s.Oldest(false), "early until pruned")
+	require.Equal(t, a.st.Own, s.Oldest(true))
+
+	s.Loosen(t0)
+	require.True(t, s.Oldest(false).IsZero(), "the session ended")
+}

@@ -12,22 +12,50 @@ func TestDueAndNext(t *testing.T) {
 	t0 := time.Now()
 	s := New(1, 1, t0, t0.Add(time.Second), time.Second, 900*time.Millisecond)
 	s.KeepAt = t0.Add(300 * time.Millisecond)
-	end, keep := s.Due(t0)
+	end, keep := s.Due(t0, s.KeepAt)
 	require.False(t, end || keep)
-	require.Equal(t, s.KeepAt, s.Next())
-	end, keep = s.Due(s.KeepAt)
+	require.Equal(t, s.KeepAt, s.Next(s.KeepAt))
+	end, keep = s.Due(s.KeepAt, s.KeepAt)
 	require.True(t, keep && !end)
 
 	// One on its way: nothing more is due until the deadline.
 	s.Sending(func() {})
 	require.True(t, s.Trouble(), "a keep-alive in flight")
-	end, keep = s.Due(s.KeepAt)
+	end, keep = s.Due(s.KeepAt, s.KeepAt)
 	require.False(t, end || keep)
-	require.Equal(t, s.Until(), s.Next())
-	end, _ = s.Due(s.Until())
+	require.Equal(t, s.Until(), s.Next(s.KeepAt))
+	end, _ = s.Due(s.Until(), s.KeepAt)
 	require.True(t, end)
 	s.Unsent()
 	require.False(t, s.Keeping || s.Trouble())
+}
+
+// TestKeepDueForWhatNeedsIt: a keep-alive is due a renew interval after
+// the oldest lease carried was granted, else a renew interval before the
+// session's deadline; never before KeepAt.
+func TestKeepDueForWhatNeedsIt(t *testing.T) {
+	const renew, local = 5 * time.Second, 13500 * time.Millisecond
+	t0 := time.Now()
+	s := New(1, 1, t0, t0.Add(15*time.Second), 15*time.Second, local)
+	s.KeepAt = t0.Add(renew)
+	lapse := s.Until().Add(-renew)
+	require.Equal(t, t0.Add(8500*time.Millisecond), lapse)
+
+	require.Equal(t, lapse, s.KeepDue(time.Time{}, renew, local), "no lease: only so that it does not lapse")
+	// Granted 1s after the session opened: due 5s later, before the lapse.
+	require.Equal(t, t0.Add(6*time.Second), s.KeepDue(t0.Add(time.Second+local), renew, local))
+	// Granted as it opened (or before the last keep-alive): at KeepAt, as
+	// with every renew interval.
+	require.Equal(t, s.KeepAt, s.KeepDue(t0.Add(local), renew, local))
+	require.Equal(t, s.KeepAt, s.KeepDue(t0.Add(-time.Second), renew, local))
+	// Granted late: the lapse comes first.
+	require.Equal(t, lapse, s.KeepDue(t0.Add(7*time.Second+local), renew, local))
+
+	// A renew interval too long to leave room before the deadline, or a
+	// retry later than either: never before KeepAt.
+	require.Equal(t, s.KeepAt, s.KeepDue(time.Time{}, 10*time.Second, local))
+	s.KeepAt = t0.Add(9 * time.Second)
+	require.Equal(t, s.KeepAt, s.KeepDue(time.Time{}, renew, local))
 }
 
 func TestCloseIdleRechecksUses(t *testing.T) {
