@@ -34,12 +34,13 @@ type monitor struct {
 
 // stat is one sample of a monitor.
 type stat struct {
-	at          time.Time
-	commits     int64 // pg_stat_database.xact_commit of the database
-	xids        int64 // next transaction id (write transactions so far)
-	ownTxns     int64 // the monitor's transactions before this sample
-	serverTicks int64 // CPU of the cluster's processes; -1 if unknown
-	selfTicks   int64 // CPU of this process; -1 if unknown
+	at          time.Time // when the CPU counters were read
+	dbAt        time.Time // when the database's counters were
+	commits     int64     // pg_stat_database.xact_commit of the database
+	xids        int64     // next transaction id (write transactions so far)
+	ownTxns     int64     // the monitor's transactions before this sample
+	serverTicks int64     // CPU of the cluster's processes; -1 if unknown
+	selfTicks   int64     // CPU of this process; -1 if unknown
 	machine     machineTicks
 }
 
@@ -96,27 +97,27 @@ func (m *monitor) query(ctx context.Context, sql string, args []any, row func(pg
 func (m *monitor) sample(ctx context.Context) (stat, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := stat{ownTxns: m.txns, serverTicks: -1, selfTicks: -1}
-	m.txns++
-	err := m.c.QueryRow(ctx, "SELECT coalesce(xact_commit, 0), pg_snapshot_xmax(pg_current_snapshot())::text::bigint "+
-		"FROM pg_stat_database WHERE datname = current_database()").Scan(&s.commits, &s.xids)
-	if err != nil {
-		return s, err
-	}
-	// Timed with the CPU counters, once the query has answered: on a
-	// saturated server it waits seconds for its turn (at the start of a
-	// fleet's window, not at its end, when the fleet has stopped), and
-	// with the time taken before it, a fleet that kept both cores busy
-	// (vmstat: no idle time) showed 60-140 % machine CPU of 200.
-	s.at = time.Now()
-	if m.postmaster != 0 {
-		s.serverTicks = clusterTicks(m.postmaster)
-	}
+	// The CPU counters are read at once, where the caller takes the
+	// sample (a window's edge); the database's counters when the query
+	// is answered, timed then: on a saturated server it waits seconds for
+	// its turn, at a fleet window's start more than at its end. Both read
+	// after the query, a fleet that kept both cores busy (vmstat beside
+	// it: no idle time) showed 60-140 % machine CPU of 200.
+	// The machine's first: the server's walk every process in /proc,
+	// which takes a while beside a fleet of 500 clients.
+	s := stat{at: time.Now(), ownTxns: m.txns, serverTicks: -1, selfTicks: -1}
+	s.machine = readMachineTicks()
 	if t, _, err := procTicks(os.Getpid()); err == nil {
 		s.selfTicks = t
 	}
-	s.machine = readMachineTicks()
-	return s, nil
+	if m.postmaster != 0 {
+		s.serverTicks = clusterTicks(m.postmaster)
+	}
+	m.txns++
+	err := m.c.QueryRow(ctx, "SELECT coalesce(xact_commit, 0), pg_snapshot_xmax(pg_current_snapshot())::text::bigint "+
+		"FROM pg_stat_database WHERE datname = current_database()").Scan(&s.commits, &s.xids)
+	s.dbAt = time.Now()
+	return s, err
 }
 
 // machineTicks is the whole machine's CPU time from /proc/stat, all CPUs
@@ -167,8 +168,9 @@ func between(a, b stat) usage {
 	u.monitorCommits = b.ownTxns - a.ownTxns
 	u.commits = max(b.commits-a.commits-u.monitorCommits, 0)
 	u.xids = b.xids - a.xids
-	u.commitsPerSec = float64(u.commits) / u.seconds
-	u.writesPerSec = float64(u.xids) / u.seconds
+	dbSeconds := b.dbAt.Sub(a.dbAt).Seconds()
+	u.commitsPerSec = float64(u.commits) / dbSeconds
+	u.writesPerSec = float64(u.xids) / dbSeconds
 	pct := func(t0, t1 int64) float64 {
 		if t0 < 0 || t1 < 0 {
 			return math.NaN()
