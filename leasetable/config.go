@@ -26,15 +26,12 @@ type Config struct {
 	// clock. Sent as whole milliseconds (rounded up). Default 15s.
 	TTL time.Duration
 
-	// RenewInterval is how often the client's session is kept
-	// alive while a lease it carries needs it: one statement for all the
-	// leases it holds, from RenewInterval after the oldest one was
-	// granted (each lease is held by its own grant until then). With no
-	// such lease it is kept alive only RenewInterval before its deadline,
-	// every TTL - SafetyMargin - RenewInterval (8.5s with the defaults),
-	// so that it does not lapse while the client churns short leases.
-	// Default TTL/3. It must be shorter than TTL - SafetyMargin, or the
-	// local deadline would pass before the first keep-alive.
+	// RenewInterval is how often the client's session is kept alive, one
+	// statement for all its leases, from RenewInterval after the oldest was
+	// granted (else every TTL - SafetyMargin - RenewInterval, 8.5s by
+	// default, so that it does not lapse). Default TTL/3. It must be
+	// shorter than TTL - SafetyMargin, or the local deadline would pass
+	// before the first keep-alive.
 	RenewInterval time.Duration
 
 	// SafetyMargin is taken off the TTL for the local deadline, to cover

@@ -33,9 +33,8 @@
 //     loss from the instant the deadline passes.
 //
 // A Client keeps all its leases alive with one statement per
-// Config.RenewInterval, however many it holds, from a RenewInterval after
-// the oldest was granted (see Config.RenewInterval): every grant is bound
-// to the client's lease session, a row of pgbaton.lease_session, and the database
+// Config.RenewInterval, however many it holds: every grant is bound to the
+// client's lease session, a row of pgbaton.lease_session, and the database
 // counts a lease valid while its own grant or its session has not
 // expired. A session that expired is never revived: a client paused past
 // its TTL cannot bring back leases the database already let go. An

@@ -132,9 +132,8 @@ func (k *keeper) tick(now time.Time) {
 	k.timer.Reset(max(next, 0))
 }
 
-// keepDue is when s's next keep-alive is due (session.KeepDue) for the
-// leases it carries; exact looks at the live ones only, at the cost of a
-// pass over them.
+// keepDue is when s's next keep-alive is due (session.KeepDue); exact
+// looks at the live leases only, at the cost of a pass over them.
 func (k *keeper) keepDue(s *session.Session, exact bool) time.Time {
 	cfg := k.c.cfg
 	return s.KeepDue(k.leases.Oldest(exact), cfg.RenewInterval, cfg.TTL-cfg.SafetyMargin)
