@@ -98,13 +98,12 @@ func (m *monitor) sample(ctx context.Context) (stat, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	// The CPU counters are read at once, where the caller takes the
-	// sample (a window's edge); the database's counters when the query
-	// is answered, timed then: on a saturated server it waits seconds for
-	// its turn, at a fleet window's start more than at its end. Both read
-	// after the query, a fleet that kept both cores busy (vmstat beside
-	// it: no idle time) showed 60-140 % machine CPU of 200.
-	// The machine's first: the server's walk every process in /proc,
-	// which takes a while beside a fleet of 500 clients.
+	// sample (a window's edge), the machine's first (the server's walk
+	// every process in /proc, slow beside 500 clients); the database's
+	// when the query is answered, timed then: on a saturated server it
+	// waits seconds for its turn, longer at a fleet window's start than at
+	// its end. Read after the query, a fleet that kept both cores busy
+	// (vmstat beside it: no idle time) showed 60-140 % machine CPU of 200.
 	s := stat{at: time.Now(), ownTxns: m.txns, serverTicks: -1, selfTicks: -1}
 	s.machine = readMachineTicks()
 	if t, _, err := procTicks(os.Getpid()); err == nil {

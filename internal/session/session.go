@@ -1,11 +1,11 @@
 // Package session is a lease client's lease session: a row of
 // pgbaton.lease_session that keeps every lease the client holds alive with
-// one keep-alive statement per renew interval while one needs it. A lease is held locally
-// until the later of its own deadline and its session's, so what leases
-// and grants read of the session (its deadline, its state, whether
-// keep-alives are in trouble) are atomics read without asking; the rest is
-// its owner's, the client's keeper goroutine, and not safe for concurrent
-// use.
+// one keep-alive statement per renew interval while one needs it (KeepDue).
+// A lease is held locally until the later of its own deadline and its
+// session's, so what leases and grants read of the session (its deadline,
+// its state, whether keep-alives are in trouble) are atomics read without
+// asking; the rest is its owner's, the client's keeper goroutine, and not
+// safe for concurrent use.
 //
 // The package also holds the rules its owner follows (keepalive.go): the
 // client's timing, when a keep-alive is due, when the session is closed
