@@ -60,8 +60,8 @@ CREATE SEQUENCE pgbaton.lease_seq AS bigint;
 -- Renewing every lease on its own costs a statement and a commit per lease
 -- per renew interval: a client holding 10,000 leases at TTL 3s needs more
 -- commits than a small server can do, and loses them all. A session is one
--- row a client keeps alive (pgbaton.session_keepalive, one HOT-free update
--- per interval whatever it holds); a lease bound to a session
+-- row a client keeps alive (pgbaton.session_keepalive, one HOT update per
+-- interval whatever it holds); a lease bound to a session
 -- (lease.session_id) is valid while its own grant has not expired OR its
 -- session is alive:
 --
@@ -84,11 +84,16 @@ CREATE TABLE pgbaton.lease_session (
     -- Bumped when an operator force-releases a lease of this session: the
     -- keep-alive returns it, and the client looks for what it lost.
     revoked    bigint NOT NULL DEFAULT 0
-);
-
--- Claim looks up dead sessions by expiry. One row per client: the index
--- makes its keep-alive a non-HOT update, which costs nothing at that rate.
-CREATE INDEX lease_session_expires_idx ON pgbaton.lease_session (expires_at);
+)
+-- No index on expires_at, and room on each page for a new version of
+-- every row: a keep-alive is then a HOT update, one WAL record and no
+-- index entry. With the index every keep-alive inserted two, and 500
+-- clients' keep-alives queued on its rightmost page (LWLock BufferContent)
+-- and were the statement a saturated server ran most. Claim and
+-- prune_sessions read all sessions instead, one row per client, with jit
+-- off: under enable_seqscan = off the scan's disabled cost (10^10, before
+-- Postgres 18) would send the statement to JIT compilation.
+WITH (fillfactor = 50);
 
 COMMENT ON TABLE pgbaton.lease_session IS
     'pgbaton: lease sessions; a lease with session_id is valid while its own grant or its session has not expired';
@@ -850,6 +855,7 @@ CREATE FUNCTION pgbaton.prune_sessions(p_after interval, p_limit integer)
 RETURNS integer
 LANGUAGE plpgsql
 SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     dead   bigint[] := '{}';
@@ -860,8 +866,7 @@ BEGIN
     -- dead: with both tests in one WHERE the planner tested the lock first,
     -- on every row, so a prune locked every live session until it
     -- committed and held up every grant binding to one (session_hold).
-    -- The cutoff is a value, not clock_timestamp(), so that it bounds the
-    -- index scan to the dead.
+    -- The cutoff is a value, not clock_timestamp(): one instant for all.
     FOR d IN SELECT s.id FROM pgbaton.lease_session s WHERE s.expires_at < cutoff ORDER BY s.expires_at LOOP
         EXIT WHEN cardinality(dead) >= p_limit;
         IF pg_try_advisory_xact_lock(pgbaton.reserved_pair_hi() + 3, pgbaton.session_lock_key(d)) THEN
@@ -1914,6 +1919,7 @@ CREATE FUNCTION pgbaton.claim(p_group text, p_owner text, p_n integer, p_ttl_ms 
 RETURNS TABLE (name text, token bigint, expires_at timestamptz)
 LANGUAGE plpgsql
 SET enable_seqscan = off
+SET jit = off
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
@@ -1970,8 +1976,8 @@ BEGIN
     -- session never comes back, so reading the sessions unlocked is safe.
     -- Whether a held row has expired is lease_expiry's to say; the other
     -- conditions are what the indexes serve (lease_free_idx, lease_held_idx
-    -- by group and session, lease_session_expires_idx for the sessions that
-    -- have ended), split so that each scan stays on its index.
+    -- by group and session, below the sessions that have ended: one row
+    -- per client, read whole), split so that each scan stays on its index.
     WITH free AS (
         SELECT l.name, l.seq FROM pgbaton.lease l
          WHERE l.lease_group = p_group AND l.owner IS NULL
