@@ -141,7 +141,13 @@ func TestMetricsLossCauses(t *testing.T) {
 	assert.EqualValues(t, 1, m.sum(t, "pgbaton.renew.failures", "pgbaton.name", "stolen"))
 
 	// Renew: the network stalls, renewals hang until the local deadline.
-	p := newClient(t, proxied, leasetable.Config{Owner: "p", TTL: shortTTL, MeterProvider: m, MetricNames: true})
+	// A loss noticed later than the safety margin counts as a pause
+	// (CauseExpired), so the margin is wide enough that a busy machine's
+	// late timer cannot turn this into one: TTL/10 (100ms) was not once.
+	// Keep-alives every TTL/10 leave 1.2s for one to be on its way when
+	// the deadline passes, or the loss is rightly no renewal failure.
+	p := newClient(t, proxied, leasetable.Config{Owner: "p", TTL: 3 * shortTTL, SafetyMargin: 3 * shortTTL / 2,
+		RenewInterval: 3 * shortTTL / 10, MeterProvider: m, MetricNames: true})
 	lp, err := p.TryAcquire(ctx, "stalled")
 	require.NoError(t, err)
 	proxy.Stall()
