@@ -206,7 +206,7 @@ func TestCheckpointInFencedValue(t *testing.T) {
 	// The grant and its session expire by the database clock; the holder
 	// does not know (its own deadline is a minute away).
 	_, err = pool.Exec(ctx, `UPDATE pgbaton.lease SET expires_at = clock_timestamp() WHERE name = 'ck';
-UPDATE pgbaton.lease_session SET expires_at = clock_timestamp() WHERE owner = 'stale'`)
+UPDATE pgbaton.lease_session SET expires_at = clock_timestamp(), expires_floor = clock_timestamp() WHERE owner = 'stale'`)
 	require.NoError(t, err)
 	stop := errors.New("stop before done")
 	err = jobs.Do(ctx, fresh, "ck", func(ctx context.Context, r *jobs.Run) error {

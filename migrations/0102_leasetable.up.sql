@@ -60,8 +60,8 @@ CREATE SEQUENCE pgbaton.lease_seq AS bigint;
 -- Renewing every lease on its own costs a statement and a commit per lease
 -- per renew interval: a client holding 10,000 leases at TTL 3s needs more
 -- commits than a small server can do, and loses them all. A session is one
--- row a client keeps alive (pgbaton.session_keepalive, one HOT update per
--- interval whatever it holds); a lease bound to a session
+-- row a client keeps alive (pgbaton.session_keepalive, one update per
+-- interval whatever it holds, HOT at least every other one); a lease bound to a session
 -- (lease.session_id) is valid while its own grant has not expired OR its
 -- session is alive:
 --
@@ -81,19 +81,31 @@ CREATE TABLE pgbaton.lease_session (
     started_at timestamptz NOT NULL,
     renewed_at timestamptz NOT NULL,
     expires_at timestamptz NOT NULL,
+    -- A lower bound of expires_at, the one that claim and prune_sessions
+    -- find ended sessions by (lease_session_floor_idx): a keep-alive moves
+    -- it up to expires_at only once it is less than a quarter of the TTL
+    -- ahead of the keep-alive, so at most one keep-alive in two (one in
+    -- three at the pace of a client holding leases) changes an indexed
+    -- column. The others are HOT updates: one WAL record, no index entry.
+    -- An index on expires_at itself took two entries per keep-alive, and
+    -- a fleet's keep-alives queued on its rightmost page (LWLock
+    -- BufferContent); reading every session instead cost each claim
+    -- 40-60ns per open session. A session whose floor has passed may
+    -- still live (its last keep-alive left the floor), and is then read
+    -- and skipped: only one last kept alive more than a quarter TTL ago.
+    -- The check keeps a hand-written UPDATE of expires_at from hiding an
+    -- ended session; '-infinity', the default of a row inserted by hand,
+    -- is read at every claim until its first keep-alive.
+    expires_floor timestamptz NOT NULL DEFAULT '-infinity'
+        CONSTRAINT lease_session_floor_check CHECK (expires_floor <= expires_at),
     -- Bumped when an operator force-releases a lease of this session: the
     -- keep-alive returns it, and the client looks for what it lost.
     revoked    bigint NOT NULL DEFAULT 0
 )
--- No index on expires_at, and room on each page for a new version of
--- every row: a keep-alive is then a HOT update, one WAL record and no
--- index entry. With the index every keep-alive inserted two, and 500
--- clients' keep-alives queued on its rightmost page (LWLock BufferContent)
--- and were the statement a saturated server ran most. Claim and
--- prune_sessions read all sessions instead, one row per client, with jit
--- off: under enable_seqscan = off the scan's disabled cost (10^10, before
--- Postgres 18) would send the statement to JIT compilation.
+-- Room on each page for a new version of every row, for the HOT updates.
 WITH (fillfactor = 50);
+
+CREATE INDEX lease_session_floor_idx ON pgbaton.lease_session (expires_floor);
 
 COMMENT ON TABLE pgbaton.lease_session IS
     'pgbaton: lease sessions; a lease with session_id is valid while its own grant or its session has not expired';
@@ -784,8 +796,8 @@ BEGIN
     PERFORM pgbaton.note_ttl(p_ttl_ms);
     epoch := pgbaton.sync_epoch();
     PERFORM pgbaton.prune_sessions(interval '1 minute', 10);
-    INSERT INTO pgbaton.lease_session AS s (owner, ttl_ms, started_at, renewed_at, expires_at)
-    VALUES (p_owner, p_ttl_ms, t, t, t + p_ttl_ms * interval '1 millisecond')
+    INSERT INTO pgbaton.lease_session AS s (owner, ttl_ms, started_at, renewed_at, expires_at, expires_floor)
+    VALUES (p_owner, p_ttl_ms, t, t, t + p_ttl_ms * interval '1 millisecond', t + p_ttl_ms * interval '1 millisecond')
     RETURNING s.id, s.expires_at INTO id, expires_at;
 END $$;
 
@@ -810,8 +822,13 @@ BEGIN
     PERFORM pgbaton.note_ttl(p_ttl_ms);
     e := pgbaton.sync_epoch();
     RETURN QUERY
+    -- expires_floor stays (a HOT update) while it is more than a quarter
+    -- TTL ahead, and never above expires_at.
     UPDATE pgbaton.lease_session s
-       SET renewed_at = t, expires_at = t + p_ttl_ms * interval '1 millisecond'
+       SET renewed_at = t, expires_at = t + p_ttl_ms * interval '1 millisecond',
+           expires_floor = CASE WHEN s.expires_floor >= t + p_ttl_ms * interval '250 microseconds'
+                                THEN least(s.expires_floor, t + p_ttl_ms * interval '1 millisecond')
+                                ELSE t + p_ttl_ms * interval '1 millisecond' END
      WHERE s.id = p_id AND s.expires_at > t
     RETURNING s.expires_at, s.revoked, e;
 END $$;
@@ -855,7 +872,6 @@ CREATE FUNCTION pgbaton.prune_sessions(p_after interval, p_limit integer)
 RETURNS integer
 LANGUAGE plpgsql
 SET enable_seqscan = off
-SET jit = off
 AS $$
 DECLARE
     dead   bigint[] := '{}';
@@ -866,8 +882,10 @@ BEGIN
     -- dead: with both tests in one WHERE the planner tested the lock first,
     -- on every row, so a prune locked every live session until it
     -- committed and held up every grant binding to one (session_hold).
-    -- The cutoff is a value, not clock_timestamp(): one instant for all.
-    FOR d IN SELECT s.id FROM pgbaton.lease_session s WHERE s.expires_at < cutoff ORDER BY s.expires_at LOOP
+    -- The cutoff is a value, not clock_timestamp(), so that it bounds the
+    -- index scan to the dead.
+    FOR d IN SELECT s.id FROM pgbaton.lease_session s
+              WHERE s.expires_floor < cutoff AND s.expires_at < cutoff ORDER BY s.expires_floor LOOP
         EXIT WHEN cardinality(dead) >= p_limit;
         IF pg_try_advisory_xact_lock(pgbaton.reserved_pair_hi() + 3, pgbaton.session_lock_key(d)) THEN
             PERFORM 1 FROM pgbaton.lease_session s WHERE s.id = d FOR UPDATE SKIP LOCKED;
@@ -1919,7 +1937,6 @@ CREATE FUNCTION pgbaton.claim(p_group text, p_owner text, p_n integer, p_ttl_ms 
 RETURNS TABLE (name text, token bigint, expires_at timestamptz)
 LANGUAGE plpgsql
 SET enable_seqscan = off
-SET jit = off
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
@@ -1976,8 +1993,8 @@ BEGIN
     -- session never comes back, so reading the sessions unlocked is safe.
     -- Whether a held row has expired is lease_expiry's to say; the other
     -- conditions are what the indexes serve (lease_free_idx, lease_held_idx
-    -- by group and session, below the sessions that have ended: one row
-    -- per client, read whole), split so that each scan stays on its index.
+    -- by group and session, lease_session_floor_idx for the sessions that
+    -- have ended), split so that each scan stays on its index.
     WITH free AS (
         SELECT l.name, l.seq FROM pgbaton.lease l
          WHERE l.lease_group = p_group AND l.owner IS NULL
@@ -1995,7 +2012,7 @@ BEGIN
              WHERE l.lease_group = p_group AND l.owner IS NOT NULL AND l.session_id = s.id
                AND pgbaton.lease_free_at(l.expires_at, s.expires_at, l.lock_delay_ms) <= t
              ORDER BY l.seq LIMIT want FOR UPDATE SKIP LOCKED) e
-         WHERE s.expires_at <= t
+         WHERE s.expires_floor <= t AND s.expires_at <= t
     )
     SELECT array_agg(c.name ORDER BY c.seq) INTO picked
       FROM (SELECT a.name, a.seq

@@ -114,13 +114,14 @@ type PgbatonLeaseResign struct {
 
 // pgbaton: lease sessions; a lease with session_id is valid while its own grant or its session has not expired
 type PgbatonLeaseSession struct {
-	ID        int64     `json:"id"`
-	Owner     string    `json:"owner"`
-	TtlMs     int64     `json:"ttl_ms"`
-	StartedAt time.Time `json:"started_at"`
-	RenewedAt time.Time `json:"renewed_at"`
-	ExpiresAt time.Time `json:"expires_at"`
-	Revoked   int64     `json:"revoked"`
+	ID           int64     `json:"id"`
+	Owner        string    `json:"owner"`
+	TtlMs        int64     `json:"ttl_ms"`
+	StartedAt    time.Time `json:"started_at"`
+	RenewedAt    time.Time `json:"renewed_at"`
+	ExpiresAt    time.Time `json:"expires_at"`
+	ExpiresFloor time.Time `json:"expires_floor"`
+	Revoked      int64     `json:"revoked"`
 }
 
 // pgbaton leases with their effective expiry (session keep-alive included), whether they are held now, and until when a lost grant's lock-delay holds the name back
