@@ -143,7 +143,8 @@ func TestMetricsLossCauses(t *testing.T) {
 	// Renew: the network stalls, renewals hang until the local deadline.
 	// A loss noticed later than the safety margin counts as a pause
 	// (CauseExpired), so the margin is wide enough that a busy machine's
-	// late timer cannot turn this into one: TTL/10 (100ms) once was not, in CI.
+	// late timer cannot turn this into one: the default, TTL/10 (100ms),
+	// was not wide enough once in CI.
 	// Keep-alives every TTL/10 leave 1.2s for one to be on its way when
 	// the deadline passes, or the loss is rightly no renewal failure.
 	p := newClient(t, proxied, leasetable.Config{Owner: "p", TTL: 3 * shortTTL, SafetyMargin: 3 * shortTTL / 2,

@@ -61,7 +61,7 @@ CREATE SEQUENCE pgbaton.lease_seq AS bigint;
 -- per renew interval: a client holding 10,000 leases at TTL 3s needs more
 -- commits than a small server can do, and loses them all. A session is one
 -- row a client keeps alive (pgbaton.session_keepalive, one update per
--- interval whatever it holds, HOT at least every other one); a lease bound to a session
+-- interval whatever it holds, mostly HOT); a lease bound to a session
 -- (lease.session_id) is valid while its own grant has not expired OR its
 -- session is alive:
 --
@@ -84,9 +84,11 @@ CREATE TABLE pgbaton.lease_session (
     -- A lower bound of expires_at, the one that claim and prune_sessions
     -- find ended sessions by (lease_session_floor_idx): a keep-alive moves
     -- it up to expires_at only once it is less than a quarter of the TTL
-    -- ahead of the keep-alive, so at most one keep-alive in two (one in
-    -- three at the pace of a client holding leases) changes an indexed
-    -- column. The others are HOT updates: one WAL record, no index entry.
+    -- ahead of the keep-alive. At the default pace one keep-alive in two
+    -- (a client holding no lease: every 8.5s of a 15s TTL) or in three
+    -- (holding leases: every TTL/3) changes an indexed column; the others
+    -- are HOT updates, one WAL record and no index entry. Keep-alives
+    -- more than three quarters of the TTL apart all move it.
     -- An index on expires_at itself took two entries per keep-alive, and
     -- a fleet's keep-alives queued on its rightmost page (LWLock
     -- BufferContent); reading every session instead cost each claim
