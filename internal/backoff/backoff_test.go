@@ -56,8 +56,8 @@ func TestQueuePollPacesByPlace(t *testing.T) {
 	if d := headPoll(time.Minute); d != 50*time.Millisecond {
 		t.Fatalf("headPoll(1m) = %s, want the 50ms cap", d)
 	}
-	if d := QueuePoll(time.Second, 2, 100*time.Millisecond); d != 75*time.Millisecond {
-		t.Fatalf("third in the queue: %s, want 3×25ms", d)
+	if d := QueuePoll(time.Second, 2, 100*time.Millisecond); d != 150*time.Millisecond {
+		t.Fatalf("third in the queue: %s, want 3×50ms", d)
 	}
 	if d := QueuePoll(10*time.Millisecond, 2, 100*time.Millisecond); d != 10*time.Millisecond {
 		t.Fatalf("%s, want the holder's expiry first", d)

@@ -27,14 +27,20 @@ func QueuePoll(remaining time.Duration, ahead int, pollInterval time.Duration) t
 }
 
 // headPoll is how often a polling waiter at the head of its queue looks
-// again: a quarter of PollInterval, between 5 and 50ms. A tenth made a
-// fleet's pollers send a third more statements for fewer calls (500
-// NoListen clients, PollInterval 100ms, on 2 cores: 3.4-4.3 commits per
-// call against 2.8-3.4, and 0.59-0.92 of raw pgx's calls/s against
-// 0.77-0.99): the freed lease waits a few milliseconds longer for its
-// head, and the server serves the fleet's calls meanwhile.
+// again: half of PollInterval, between 5 and 50ms (WaitFor caps the
+// others at PollInterval). A tenth made a fleet's pollers send a third
+// more statements for fewer calls (500 NoListen clients, PollInterval
+// 100ms, on 2 cores: 3.4-4.3 commits per call against 2.8-3.4, and
+// 0.59-0.92 of raw pgx's calls/s against 0.77-0.99). A quarter let the
+// same fleet on a 2-core AMD EPYC guest fall into a state where every
+// round trip was slow (the holder's Renew 119-419ms at p50 against raw
+// pgx's 26-91ms): 277-1,540 calls/s over 11 processes, 121-502 errors
+// in most; with a half, 963-1,463 over 4 (errors 1-20; raw pgx beside
+// them 1,306 and 1,836, errors 121 and 184). The freed lease waits a
+// few milliseconds longer for its head, and the server serves the
+// fleet's calls meanwhile.
 func headPoll(pollInterval time.Duration) time.Duration {
-	return min(max(pollInterval/4, 5*time.Millisecond), 50*time.Millisecond)
+	return min(max(pollInterval/2, 5*time.Millisecond), 50*time.Millisecond)
 }
 
 // WaitFor is how long a wait for d (the time to a known expiry) lasts
