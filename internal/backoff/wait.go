@@ -35,10 +35,11 @@ func QueuePoll(remaining time.Duration, ahead int, pollInterval time.Duration) t
 // same fleet on a 2-core AMD EPYC guest fall into a state where every
 // round trip was slow (the holder's Renew 119-419ms at p50 against raw
 // pgx's 26-91ms): 277-1,540 calls/s over 11 processes, 121-502 errors
-// in most; with a half, 963-1,463 over 4 (errors 1-20; raw pgx beside
-// them 1,306 and 1,836, errors 121 and 184). The freed lease waits a
-// few milliseconds longer for its head, and the server serves the
-// fleet's calls meanwhile.
+// in most; with a half, 963-1,849 over 6 (median 1,310, errors 0-20),
+// against raw pgx's 1,306-1,967 in the 4 processes alternating with
+// them (median 1,822, errors 121-184). The freed lease waits a few
+// milliseconds longer for its head, and the server serves the fleet's
+// calls meanwhile.
 func headPoll(pollInterval time.Duration) time.Duration {
 	return min(max(pollInterval/2, 5*time.Millisecond), 50*time.Millisecond)
 }
