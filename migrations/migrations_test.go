@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io/fs"
 	"os"
 	"strings"
@@ -211,6 +212,68 @@ func TestNoFunctionIsReplannedAtEveryCall(t *testing.T) {
 	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	require.Empty(t, names, "LANGUAGE sql functions Postgres cannot inline, so plans at every call: make them plpgsql")
+}
+
+// TestScalarSQLFunctionsInline: a LANGUAGE sql function that reads like
+// one Postgres inlines may still not be: IMMUTABLE with a body that is
+// only STABLE (timestamptz + interval depends on TimeZone), a body with a
+// sub-SELECT, a STRICT function whose body is not. Then every transaction
+// that calls it from plpgsql parses and plans its body again:
+// lease_free_at, IMMUTABLE over such a sum and called twice by every
+// grant, cost a try-acquire + release cycle a fifth of its throughput
+// (pgbench, one client, fsync off, 4 alternating pairs of 3 s). Each
+// scalar one is called here on a table's columns, which the planner cannot
+// fold, and must not be left in the plan.
+func TestScalarSQLFunctionsInline(t *testing.T) {
+	ctx := context.Background()
+	pool := env.DB(t).Pool(t)
+	rows, err := pool.Query(ctx, `
+		SELECT p.proname, coalesce(string_agg(format_type(a.t, NULL), ',' ORDER BY a.n), '')
+		  FROM pg_proc p
+		  JOIN pg_language lang ON lang.oid = p.prolang
+		  LEFT JOIN LATERAL unnest(p.proargtypes::oid[]) WITH ORDINALITY a(t, n) ON true
+		 WHERE p.pronamespace = 'pgbaton'::regnamespace AND lang.lanname = 'sql' AND p.prokind = 'f'
+		   AND NOT p.proretset AND p.prorettype <> 'record'::regtype
+		 GROUP BY p.oid, p.proname ORDER BY p.proname`)
+	require.NoError(t, err)
+	type fn struct{ name, types string }
+	fns, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fn, error) {
+		var f fn
+		return f, r.Scan(&f.name, &f.types)
+	})
+	require.NoError(t, err)
+	require.NotEmpty(t, fns)
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	var left []string
+	for _, f := range fns {
+		var cols, args []string
+		for i, typ := range strings.Split(f.types, ",") {
+			if typ == "" {
+				break
+			}
+			cols = append(cols, fmt.Sprintf("a%d %s", i, typ))
+			args = append(args, fmt.Sprintf("x.a%d", i))
+		}
+		_, err := conn.Exec(ctx, fmt.Sprintf("CREATE TEMP TABLE inline_args (%s)", strings.Join(cols, ", ")))
+		require.NoError(t, err)
+		rows, err := conn.Query(ctx, fmt.Sprintf("EXPLAIN (VERBOSE) SELECT pgbaton.%s(%s) FROM pg_temp.inline_args x", f.name, strings.Join(args, ", ")))
+		require.NoError(t, err)
+		plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		// advisory_key stays IMMUTABLE over the STABLE convert_to: the
+		// name registry's CHECK calls it, and a CHECK takes only
+		// IMMUTABLE functions. It runs once per name registered, and a
+		// call on constants (pg_advisory_lock(advisory_key('job'))) is
+		// folded when the statement is planned.
+		if f.name != "advisory_key" && strings.Contains(strings.Join(plan, "\n"), "pgbaton."+f.name+"(") {
+			left = append(left, f.name)
+		}
+		_, err = conn.Exec(ctx, "DROP TABLE pg_temp.inline_args")
+		require.NoError(t, err)
+	}
+	require.Empty(t, left, "LANGUAGE sql functions left in their callers' plans: fix what stops Postgres inlining them, or make them plpgsql")
 }
 
 // ownTool applies pgbaton's files with golang-migrate as a service's own
