@@ -284,7 +284,7 @@ COMMENT ON FUNCTION pgbaton.lease_expiry(timestamptz, timestamptz) IS
 -- timestamptz + interval is STABLE (it reads TimeZone), and Postgres does
 -- not inline an IMMUTABLE function whose body is less than immutable. As
 -- IMMUTABLE it was planned again in every transaction that called it,
--- twice per grant: a try-acquire + release cycle made 1,107-1,471 cycles/s
+-- twice per grant: a try-acquire + release cycle made 953-1,471 cycles/s
 -- against 1,298-1,774 as STABLE (pgbench, one client, fsync off, 4
 -- alternating pairs; migrations' TestScalarSQLFunctionsInline).
 CREATE FUNCTION pgbaton.lease_free_at(p_expires_at timestamptz, p_session_expires_at timestamptz, p_lock_delay_ms bigint)
